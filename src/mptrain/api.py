@@ -1,0 +1,106 @@
+"""``mptrain.fit``: the Python entry point; the CLI is a thin layer over the same path."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import sys
+from pathlib import Path
+
+import torch.nn as nn
+
+from .config import TrainConfig, TrainingDefaults, resolve
+from .data.shared import materialize
+from .data.sources import DataBundle, infer_task
+from .errors import UserError
+from .launch.start_method import choose_start_method
+from .report.console import ConsolePresenter
+from .report.outputs import prepare_out_dir
+from .runner import FitResult, run_training
+
+GUARD_HELP = (
+    "mptrain started worker processes with the 'spawn' start method, which re-imports your "
+    "main script in every worker, and the script called mptrain again while being imported. "
+    "Put the training call under  if __name__ == \"__main__\":  (see the Python "
+    "multiprocessing docs, 'Safe importing of main module')")
+
+
+def fit(model: nn.Module, train_data, test_data=None, *, strategy: str = "single",
+        workers: int | None = None, epochs: int | None = None, batch_size: int | None = None,
+        lr: float | None = None, momentum: float | None = None, optimizer: str | None = None,
+        seed: int = 0, out: str | Path | None = None, quiet: bool = True,
+        **options) -> FitResult:
+    """Train ``model`` on ``train_data`` with ``strategy`` and return a :class:`FitResult`.
+
+    ``train_data``/``test_data`` are map-style datasets of ``(input, target)`` pairs (or a
+    :class:`~mptrain.data.sources.DataBundle`); they are stacked into tensors and put in
+    shared memory once. Integer targets train a classifier, float targets a regressor.
+    Further keyword options are those of :class:`~mptrain.config.TrainConfig`
+    (``threads_per_worker``, ``sync_every``, ``share_optimizer_state``, ...).
+    """
+    refuse_inside_spawned_import()
+    config = TrainConfig(strategy=strategy, workers=workers, epochs=epochs,
+                         batch_size=batch_size, lr=lr, momentum=momentum, optimizer=optimizer,
+                         seed=seed, quiet=quiet, **options)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
+    bundle = train_data if isinstance(train_data, DataBundle) else \
+        bundle_from_datasets(train_data, test_data)
+    return train_bundle(config, bundle, model, type(model).__name__, out=out)
+
+
+def train_bundle(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name: str,
+                 out: str | Path | None = None,
+                 presenter: ConsolePresenter | None = None) -> FitResult:
+    config = resolve(config, bundle.defaults)
+    out_dir = prepare_out_dir(out) if out is not None else None
+    if config.strategy != "single":
+        method, _ = choose_start_method(config.start_method, config.device)
+        if method != "fork":
+            check_spawn_ready(model)
+    return run_training(config, bundle, model, model_name, presenter=presenter,
+                        out_dir=out_dir)
+
+
+def bundle_from_datasets(train_data, test_data) -> DataBundle:
+    train = materialize(train_data, "training data")
+    test = materialize(test_data, "test data") if test_data is not None else None
+    task, output_size = infer_task(train.targets)
+    return DataBundle(name=type(train_data).__name__, train=train, test=test, task=task,
+                      output_size=output_size, default_model="(given)",
+                      defaults=TrainingDefaults())
+
+
+def refuse_inside_spawned_import() -> None:
+    main = sys.modules.get("__main__")
+    if multiprocessing.parent_process() is not None and \
+            getattr(main, "__name__", "") == "__mp_main__":
+        raise RuntimeError(GUARD_HELP)
+
+
+def check_spawn_ready(model: nn.Module) -> None:
+    """Spawn pickles the model to every worker and re-imports ``__main__``; check both now."""
+    try:
+        pickle.dumps(type(model))
+    except Exception:
+        raise UserError(
+            f"the model class {type(model).__qualname__} cannot be pickled by reference, "
+            "which spawn'd workers need; define it in an importable module, not in a "
+            "notebook cell or inside a function") from None
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or isinstance(value, (nn.Module,)):
+                continue
+            try:
+                pickle.dumps(value)
+            except Exception as err:
+                where = f"{name}.{attr}" if name else attr
+                raise UserError(f"model attribute {where!r} ({type(value).__name__}) cannot "
+                                f"be pickled for spawn'd workers: {err}") from None
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if main_file and main_file.endswith(".py") and Path(main_file).is_file():
+        source = Path(main_file).read_text(errors="replace")
+        if "__name__" not in source:
+            raise UserError(GUARD_HELP.replace(" and the script called mptrain again while "
+                                               "being imported", ""))

@@ -1,0 +1,109 @@
+"""Command line: parse flags, merge them over the config file, hand over, present errors.
+
+No training logic lives here. Every user mistake becomes one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from .config import OPTIMIZERS, STRATEGIES, TrainConfig, load_config_file
+from .errors import UserError, WorkerFailedError
+
+RUN_FLAGS = ("data", "data_dir", "model", "out")
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mptrain")
+def cli():
+    """Train PyTorch models with several processes on one machine."""
+
+
+@cli.command()
+@click.option("--data", help="digits (default), linreg, mnist, or module:factory.")
+@click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
+@click.option("--model", help="digits-cnn, mnist-cnn, linear, mlp, or module:factory "
+                              "(default: the data set's own).")
+@click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
+@click.option("--workers", type=int, help="Worker processes (default 2 for parallel strategies).")
+@click.option("--epochs", type=int, help="Passes over the training set.")
+@click.option("--batch-size", type=int, help="Samples per step and worker.")
+@click.option("--lr", type=float, help="Learning rate.")
+@click.option("--momentum", type=float, help="SGD momentum (Adam: beta1).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="sgd or adam.")
+@click.option("--weight-decay", type=float, help="L2 penalty (default 0).")
+@click.option("--seed", type=int, help="Seed for initialisation and shuffling (default 0).")
+@click.option("--threads-per-worker", type=int,
+              help="torch threads per worker (default: usable cores // workers).")
+@click.option("--sync-every", type=int, help="sync: average parameters every N steps "
+                                             "(default: the data set's, else once per epoch).")
+@click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
+              help="hogwild: one optimizer state in shared memory for all workers.")
+@click.option("--ddp-backend", type=click.Choice(("auto", "shm", "gloo", "nccl")),
+              help="ddp: how gradients are averaged (auto: shared memory on one CPU machine).")
+@click.option("--device", type=click.Choice(("cpu", "cuda")), help="Where to train (cpu).")
+@click.option("--start-method", type=click.Choice(("fork", "spawn", "forkserver")),
+              help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
+@click.option("--worker-timeout", type=float,
+              help="Seconds without progress before a worker counts as hung (300).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="TOML file with any of these options; flags override it.")
+@click.option("--out", help="Write summary.json, metrics.jsonl, model.pt, curves.png here.")
+@click.option("--quiet", "-q", is_flag=True, default=None, help="Print nothing but errors.")
+def run(config_file, **flags):
+    """Train a model; with no options, a CNN on the embedded handwritten digits."""
+    from .api import train_bundle
+    from .data.sources import load_data
+    from .models import build_model
+
+    settings = load_config_file(config_file) if config_file else {}
+    settings.update({k: v for k, v in flags.items() if v is not None})
+    locations = {k: settings.pop(k, None) for k in RUN_FLAGS}
+    config = TrainConfig(**settings)
+    bundle = load_data(locations["data"] or "digits", locations["data_dir"])
+    model_name = locations["model"] or bundle.default_model
+    model = build_model(model_name, bundle.input_shape, bundle.output_size)
+    train_bundle(config, bundle, model, model_name, out=locations["out"])
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def devices(as_json):
+    """CPUs, memory, /dev/shm, open-file limit, torch, start methods, CUDA devices."""
+    from rich.console import Console
+
+    from .devices import collect_device_report, format_device_report
+
+    report = collect_device_report()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        Console().print(format_device_report(report))
+
+
+def main(argv=None) -> int:
+    try:
+        cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
+    except click.exceptions.UsageError as err:
+        hint = f" (see: mptrain {err.ctx.info_name if err.ctx else ''} --help)".replace(
+            "mptrain mptrain", "mptrain")
+        _fail(err.format_message() + hint, 2)
+    except click.exceptions.Abort:
+        _fail("interrupted", 130)
+    except UserError as err:
+        _fail(str(err), err.exit_code)
+    except WorkerFailedError as err:
+        _fail(str(err), err.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted; every worker was stopped", 130)
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    return 0
+
+
+def _fail(message: str, code: int):
+    click.echo(f"mptrain: error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,138 @@
+"""Reading MNIST-style IDX files without torchvision.
+
+Users bring their own copy of MNIST (offline clusters, pre-downloaded mirrors), so every way a
+file can be wrong is reported as a :class:`UserError` that names the file and says what to do,
+instead of a numpy reshape error deep inside a worker.
+"""
+
+import gzip
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from mptrain.errors import UserError
+
+# IDX type code -> element dtype; multi-byte types are big-endian on disk.
+_DTYPES = {
+    0x08: np.dtype("u1"),
+    0x09: np.dtype("i1"),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
+_IMAGES_MAGIC = 0x00000803  # uint8, 3 dims
+_LABELS_MAGIC = 0x00000801  # uint8, 1 dim
+
+# key -> (file prefix, IDX dims); both "-idx" and ".idx" spellings circulate on mirrors.
+_MNIST_FILES = {
+    "train_images": ("train-images", 3),
+    "train_labels": ("train-labels", 1),
+    "test_images": ("t10k-images", 3),
+    "test_labels": ("t10k-labels", 1),
+}
+_SUBDIRS = (".", "MNIST/raw", "mnist")  # plain, torchvision's layout, a common hand-made one
+
+
+def read_idx(path):
+    """Load an IDX file (raw or gzip) into a native-endian array with the file's dims."""
+    return _read(Path(path))[1]
+
+
+def _read(path):
+    """Return ``(magic, array)``; the magic lets callers say which kind of file they got."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: file not found; check --data-dir") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read ({e.strerror}); check the file's permissions") from None
+    # Detect gzip by content, not name: mirrors often gunzip files but keep the ".gz" suffix.
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            raise UserError(f"{path}: corrupt gzip data ({e}); delete the file and download it again") from None
+    if len(data) < 4:
+        raise UserError(f"{path}: file too short for an IDX header ({len(data)} bytes, need at least 4); "
+                        "is this an IDX file?")
+    magic = int.from_bytes(data[:4], "big")
+    if data[:2] != b"\0\0" or data[2] not in _DTYPES:
+        raise UserError(f"{path}: bad magic number 0x{magic:08X} (expected two zero bytes, a type code "
+                        f"08/09/0B/0C/0D/0E and the dim count, e.g. 0x{_IMAGES_MAGIC:08X} for MNIST images); "
+                        "is this an IDX file?")
+    dtype, ndim = _DTYPES[data[2]], data[3]
+    header_len = 4 + 4 * ndim
+    if len(data) < header_len:
+        raise UserError(f"{path}: truncated IDX header ({len(data)} bytes, expected {header_len} for {ndim} dims); "
+                        "delete the file and download it again")
+    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    found = len(data) - header_len
+    if found < expected:
+        raise UserError(f"{path}: truncated data: shape {shape} needs {expected} bytes but found {found}; "
+                        "delete the file and download it again")
+    if found > expected:
+        raise UserError(f"{path}: {found - expected} trailing bytes after the data (expected {expected} bytes "
+                        f"for shape {shape}, found {found}); the file is corrupt or not an IDX file")
+    array = np.frombuffer(data, dtype=dtype, count=expected // dtype.itemsize, offset=header_len)
+    # astype copies, giving a writable array in native byte order that torch.from_numpy accepts.
+    return magic, array.astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+
+
+def find_mnist_files(data_dir):
+    """Map "train_images", "train_labels", "test_images", "test_labels" to existing file paths."""
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise UserError(f"--data-dir {data_dir} does not exist (or is not a directory); "
+                        "pass the folder that holds the MNIST IDX files")
+    found, missing = {}, []
+    for key, (prefix, ndim) in _MNIST_FILES.items():
+        names = _accepted_names(prefix, ndim)
+        paths = (data_dir / sub / name for sub in _SUBDIRS for name in names)
+        path = next((p for p in paths if p.is_file()), None)
+        if path is None:
+            missing.append(f"{key} ({' or '.join(names)})")
+        else:
+            found[key] = path
+    if missing:
+        where = ", ".join(str(data_dir / sub) for sub in _SUBDIRS)
+        raise UserError(f"MNIST files missing: {'; '.join(missing)}; looked in {where}; "
+                        "download MNIST into --data-dir or point --data-dir at the folder that holds it")
+    return found
+
+
+def _accepted_names(prefix, ndim):
+    stems = (f"{prefix}-idx{ndim}-ubyte", f"{prefix}.idx{ndim}-ubyte")
+    return [stem + ext for stem in stems for ext in ("", ".gz")]
+
+
+def load_mnist(data_dir):
+    """Return ``(train_images, train_labels, test_images, test_labels)`` after checking that they fit.
+
+    Images are uint8 ``[N, H, W]`` (28x28 for MNIST) and labels int64 ``[N]`` in 0..9, the form
+    that ``cross_entropy`` expects; mismatched files are caught here rather than mid-training.
+    """
+    paths = find_mnist_files(data_dir)
+    splits = []
+    for split in ("train", "test"):
+        images_path, labels_path = paths[f"{split}_images"], paths[f"{split}_labels"]
+        images = _read_checked(images_path, _IMAGES_MAGIC, "image")
+        labels = _read_checked(labels_path, _LABELS_MAGIC, "label")
+        if len(images) != len(labels):
+            raise UserError(f"count mismatch: {len(images)} images in {images_path} but {len(labels)} labels in "
+                            f"{labels_path}; the two files come from different downloads")
+        if labels.size and labels.max() > 9:
+            raise UserError(f"{labels_path}: label {int(labels.max())} out of range (expected 0..9); "
+                            "is this an MNIST label file?")
+        splits += [images, labels.astype(np.int64)]
+    return tuple(splits)
+
+
+def _read_checked(path, expected_magic, kind):
+    magic, array = _read(path)
+    if magic != expected_magic:
+        raise UserError(f"{path}: magic number 0x{magic:08X} (expected 0x{expected_magic:08X} for an IDX {kind} "
+                        f"file: uint8 with {expected_magic & 0xFF} dims); is this the MNIST {kind} file?")
+    return array

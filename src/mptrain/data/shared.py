@@ -1,0 +1,106 @@
+"""A data set held as two tensors in shared memory, built once in the parent.
+
+Workers index into the same pages (fork inherits the mapping, spawn receives a file
+descriptor), so N workers cost one copy of the data, and batches are gathered with one
+``index_select`` instead of N Python ``__getitem__`` calls and a collate.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, TensorDataset
+
+from ..errors import UserError
+
+
+class SharedTensorDataset(Dataset):
+    """Inputs and targets as two tensors; ``batch(indices)`` is the fast path for training."""
+
+    def __init__(self, inputs: torch.Tensor, targets: torch.Tensor):
+        if len(inputs) != len(targets):
+            raise UserError(f"data set has {len(inputs)} inputs but {len(targets)} targets")
+        self.inputs = inputs
+        self.targets = targets
+
+    def __len__(self):
+        return len(self.inputs)
+
+    def __getitem__(self, index):
+        return self.inputs[index], self.targets[index]
+
+    def batch(self, indices: torch.Tensor):
+        return self.inputs.index_select(0, indices), self.targets.index_select(0, indices)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.inputs, self.targets))
+
+    @property
+    def is_shared(self) -> bool:
+        return self.inputs.is_shared() and self.targets.is_shared()
+
+    def share_memory_(self) -> "SharedTensorDataset":
+        self.inputs.share_memory_()
+        self.targets.share_memory_()
+        return self
+
+
+def materialize(dataset, what: str) -> SharedTensorDataset:
+    """Turn any map-style data set of ``(input, target)`` pairs into two stacked tensors.
+
+    ``what`` ("training data", "test data") names the data set in error messages.
+    """
+    if isinstance(dataset, SharedTensorDataset):
+        return dataset
+    if isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2:
+        inputs, targets = dataset.tensors
+        return SharedTensorDataset(_dense(inputs, what), _dense(targets, what))
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        raise UserError(f"{what} is a {type(dataset).__name__}, not a map-style Dataset "
+                        "(it needs __len__ and __getitem__)")
+    size = len(dataset)
+    if size == 0:
+        raise UserError(f"{what} is empty")
+    inputs, targets = [], []
+    for index in range(size):
+        item = dataset[index]
+        if not (isinstance(item, (tuple, list)) and len(item) == 2):
+            raise UserError(f"{what}[{index}] is a {type(item).__name__}; each sample must be "
+                            "an (input, target) pair")
+        inputs.append(_as_tensor(item[0], what, index))
+        targets.append(_as_tensor(item[1], what, index))
+    try:
+        stacked_inputs = torch.stack(inputs)
+        stacked_targets = torch.stack(targets)
+    except RuntimeError as err:
+        raise UserError(f"{what}: samples cannot be stacked into one tensor ({err}); all "
+                        "inputs must have the same shape") from None
+    return SharedTensorDataset(stacked_inputs, stacked_targets)
+
+
+def _as_tensor(value, what, index) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return _dense(value, f"{what}[{index}]")
+    if isinstance(value, bool):
+        return torch.tensor(int(value))
+    if isinstance(value, numbers.Integral):
+        return torch.tensor(int(value), dtype=torch.int64)
+    if isinstance(value, numbers.Real):
+        return torch.tensor(float(value), dtype=torch.float32)
+    if isinstance(value, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(value))
+    raise UserError(f"{what}[{index}] holds a {type(value).__name__}; samples must be "
+                    "tensors, numpy arrays or numbers")
+
+
+def _dense(tensor: torch.Tensor, what: str) -> torch.Tensor:
+    if tensor.layout != torch.strided:
+        raise UserError(f"{what} holds a {tensor.layout} tensor; shared memory takes dense "
+                        "tensors only: call .to_dense() in your data factory")
+    if tensor.device.type != "cpu":
+        raise UserError(f"{what} lives on {tensor.device}; give mptrain CPU tensors, it moves "
+                        "batches to the training device itself")
+    return tensor.contiguous()

@@ -1,0 +1,38 @@
+"""What is being learnt decides the loss and the score reported to the user."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..data.sources import CLASSIFICATION
+
+
+def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean loss of one batch.
+
+    Classification uses cross-entropy on the raw outputs: it equals NLL for models that
+    already end in log_softmax (log_softmax is idempotent), so both kinds of model train.
+    """
+    if task == CLASSIFICATION:
+        return F.cross_entropy(output, target)
+    return F.mse_loss(output, target.view_as(output).to(output.dtype))
+
+
+@torch.no_grad()
+def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
+             device: torch.device) -> tuple[float, int, int]:
+    """Sum of losses, number correct (classification) and count over ``indices`` of ``data``."""
+    was_training = model.training
+    model.eval()
+    loss_sum, correct, count = 0.0, 0, 0
+    for chunk in torch.split(indices, batch_size):
+        inputs, targets = data.batch(chunk)
+        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device)
+        output = model(inputs)
+        loss_sum += loss_fn(task, output, targets).item() * len(chunk)
+        if task == CLASSIFICATION:
+            correct += int((output.argmax(dim=1) == targets).sum())
+        count += len(chunk)
+    model.train(was_training)
+    return loss_sum, correct, count

@@ -1,0 +1,67 @@
+"""Resolve user import strings such as ``my_pkg.my_mod:make_model`` or ``./nets.py:make_model``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+
+from .errors import UserError
+
+
+def is_import_string(text: str) -> bool:
+    return ":" in text
+
+
+def load_object(spec: str, what: str):
+    """Import ``module:attribute`` (or ``file.py:attribute``) and return the attribute.
+
+    ``what`` names the flag in error messages (``--model``, ``--data``).
+    """
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UserError(f"{what} {spec!r} is not an import string; write it as "
+                        "'package.module:function' or 'path/to/file.py:function'")
+    if module_name.endswith(".py"):
+        module = _load_file(Path(module_name), spec, what)
+    else:
+        if "" not in sys.path and str(Path.cwd()) not in sys.path:
+            # Like `python -m`, let users name modules in the directory they run from.
+            sys.path.insert(0, str(Path.cwd()))
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            raise UserError(f"{what} {spec!r}: cannot import module {module_name!r} ({err}); "
+                            "check the spelling and that it is on PYTHONPATH") from None
+        except Exception as err:  # the user's module raised while importing
+            raise UserError(f"{what} {spec!r}: importing {module_name!r} raised "
+                            f"{type(err).__name__}: {err}") from None
+    obj = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UserError(f"{what} {spec!r}: module {module_name!r} has no attribute "
+                            f"{attr!r}") from None
+    if not callable(obj):
+        raise UserError(f"{what} {spec!r} is not callable; it must name a factory function")
+    return obj
+
+
+def _load_file(path: Path, spec: str, what: str):
+    if not path.is_file():
+        raise UserError(f"{what} {spec!r}: file {path} does not exist")
+    name = f"mptrain_user_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # spawn'd workers unpickle functions by module name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[name]
+        raise UserError(f"{what} {spec!r}: running {path} raised "
+                        f"{type(err).__name__}: {err}") from None
+    return module

@@ -1,0 +1,40 @@
+"""Fork where it is safe and fastest, spawn where CUDA is involved, and say why."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import torch
+
+from ..errors import UserError
+
+
+def choose_start_method(requested: str | None, device: str) -> tuple[str, str]:
+    """Return ``(method, reason)``."""
+    available = multiprocessing.get_all_start_methods()
+    if requested is not None:
+        if requested not in available:
+            raise UserError(f"start method {requested!r} is not available on this platform; "
+                            f"choose one of: {', '.join(available)}")
+        if requested == "fork":
+            if device == "cuda":
+                raise UserError("--start-method fork cannot be used with --device cuda: a "
+                                "forked child cannot initialise CUDA; use spawn (the default "
+                                "for CUDA)")
+            check_fork_safe()
+        return requested, "as requested"
+    if device == "cuda":
+        return "spawn", "CUDA cannot be used in forked children"
+    if "fork" not in available or sys.platform == "darwin":
+        return "spawn", "fork is unsafe or unavailable on this platform"
+    if torch.cuda.is_initialized():
+        return "spawn", "CUDA is initialised in this process, so forking is unsafe"
+    return "fork", "CPU training on Linux: fastest start, data inherited without copies"
+
+
+def check_fork_safe() -> None:
+    if torch.cuda.is_initialized():
+        raise UserError("CUDA is already initialised in this process, and forked workers "
+                        "would crash on first CUDA use; use --start-method spawn, or do not "
+                        "touch CUDA before calling mptrain")

@@ -1,0 +1,51 @@
+"""Built-in models by name, and user models from import strings."""
+
+from __future__ import annotations
+
+import math
+
+import torch.nn as nn
+
+from ..errors import UserError
+from ..imports import is_import_string, load_object
+from .nets import MLP, DigitsCNN, MnistCNN
+
+BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "linear", "mlp")
+
+
+def build_model(name: str, input_shape: tuple, output_size: int) -> nn.Module:
+    """Build the model ``name`` (a built-in or ``module:factory``) for the given data shape."""
+    if is_import_string(name):
+        factory = load_object(name, "--model")
+        try:
+            model = factory()
+        except Exception as err:
+            raise UserError(f"--model {name!r}: the factory raised {type(err).__name__}: {err}"
+                            ) from None
+        if not isinstance(model, nn.Module):
+            raise UserError(f"--model {name!r} returned {type(model).__name__}, not a "
+                            "torch.nn.Module; the factory must return the model")
+        return model
+    in_features = math.prod(input_shape)
+    if name == "digits-cnn":
+        _require_shape(name, input_shape, (1, 8, 8))
+        return DigitsCNN(output_size)
+    if name == "mnist-cnn":
+        _require_shape(name, input_shape, (1, 28, 28))
+        if output_size != 10:
+            raise UserError("model 'mnist-cnn' has 10 outputs but the data has "
+                            f"{output_size} classes; use --model mlp or your own model")
+        return MnistCNN()
+    if name == "linear":
+        return nn.Sequential(nn.Flatten(), nn.Linear(in_features, output_size)) \
+            if len(input_shape) > 1 else nn.Linear(in_features, output_size)
+    if name == "mlp":
+        return MLP(in_features, output_size)
+    raise UserError(f"unknown model {name!r}; choose one of: {', '.join(BUILTIN_MODELS)}, "
+                    "or give an import string 'package.module:make_model'")
+
+
+def _require_shape(name, actual, expected):
+    if tuple(actual) != expected:
+        raise UserError(f"model {name!r} expects inputs of shape {expected} but the data "
+                        f"has {tuple(actual)}; use --model mlp or your own model")

@@ -1,0 +1,55 @@
+"""Built-in networks, small enough to train on two CPU cores."""
+
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class DigitsCNN(nn.Module):
+    """A small CNN for the 8x8 UCI digits: two 3x3 convolutions, one pooling, two linear layers."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv2d(16, 32, kernel_size=3, padding=1)
+        self.fc1 = nn.Linear(32 * 4 * 4, 64)
+        self.fc2 = nn.Linear(64, num_classes)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+class MnistCNN(nn.Module):
+    """The classic MNIST CNN of PyTorch's examples (mnist, mnist_hogwild), kept as published so
+    that throughput and accuracy compare with the figures people know."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
+        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
+        self.conv2_drop = nn.Dropout2d()
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+
+    def forward(self, x):
+        x = F.relu(F.max_pool2d(self.conv1(x), 2))
+        x = F.relu(F.max_pool2d(self.conv2_drop(self.conv2(x)), 2))
+        x = x.view(-1, 320)
+        x = F.relu(self.fc1(x))
+        x = F.dropout(x, training=self.training)
+        x = self.fc2(x)
+        return F.log_softmax(x, dim=1)
+
+
+class MLP(nn.Module):
+    """A two-layer perceptron for flat or image inputs of any size."""
+
+    def __init__(self, in_features: int, out_features: int, hidden: int = 128):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, out_features))
+
+    def forward(self, x):
+        return self.net(x)

@@ -1,0 +1,1 @@
+"""What comes out of a run: per-epoch metrics, files in --out, and the console display."""

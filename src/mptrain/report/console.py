@@ -1,0 +1,74 @@
+"""The one place that prints during a run: banner, one progress bar, one line per epoch."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                           TimeElapsedColumn, TimeRemainingColumn)
+
+from .metrics import EpochMetrics
+
+
+class ConsolePresenter:
+    def __init__(self, quiet: bool = False, console: Console | None = None):
+        self.quiet = quiet
+        self.console = console or Console(highlight=False, soft_wrap=True)
+        self._progress: Progress | None = None
+        self._task = None
+
+    def banner(self, lines: list[str]) -> None:
+        if self.quiet:
+            return
+        self.console.print(f"[bold]mptrain[/bold] {lines[0]}")
+        for line in lines[1:]:
+            self.console.print(f"  {line}")
+
+    def start_epoch(self, epoch: int, epochs: int, total_samples: int) -> None:
+        if self.quiet:
+            return
+        if self._progress is None:
+            self._progress = Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                console=self.console, transient=True, refresh_per_second=8)
+            self._progress.start()
+        self._task = self._progress.add_task(f"epoch {epoch}/{epochs}", total=total_samples,
+                                             rate="")
+
+    def update(self, samples_done: int, rate: float | None = None) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, completed=samples_done,
+                                  rate=f"{rate:,.0f} samples/s" if rate else "")
+
+    def end_epoch(self, metrics: EpochMetrics, epochs: int) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.remove_task(self._task)
+            self._task = None
+        if self.quiet:
+            return
+        self.console.print(format_epoch_line(metrics, epochs))
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def result(self, lines: list[str]) -> None:
+        self.close()
+        if self.quiet:
+            return
+        for line in lines:
+            self.console.print(line)
+
+
+def format_epoch_line(m: EpochMetrics, epochs: int) -> str:
+    parts = [f"epoch {m.epoch:>{len(str(epochs))}}/{epochs}", f"train loss {m.train_loss:.4f}"]
+    if m.test_loss is not None:
+        parts.append(f"test loss {m.test_loss:.4f}")
+    if m.test_accuracy is not None:
+        parts.append(f"test acc {100 * m.test_accuracy:.2f}%")
+    if m.test_mse is not None:
+        parts.append(f"test mse {m.test_mse:.4f}")
+    parts.append(f"{m.samples_per_s:,.0f} samples/s")
+    parts.append(f"{m.epoch_s:.2f} s")
+    return "  ".join(parts)

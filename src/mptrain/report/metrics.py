@@ -1,0 +1,72 @@
+"""Combine the per-rank epoch reports into the numbers a person reads (pure functions)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from ..data.sources import CLASSIFICATION
+
+
+@dataclass(frozen=True)
+class EpochMetrics:
+    epoch: int                  # 1-based, as printed
+    train_loss: float
+    test_loss: float | None
+    test_accuracy: float | None
+    test_mse: float | None
+    samples_per_s: float
+    epoch_s: float
+    train_samples: int
+    steps: int
+    minor_faults: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def combine(reports: Sequence, task: str) -> EpochMetrics:
+    """One epoch's metrics from every rank's ``EpochReport``.
+
+    The epoch's time runs from the first rank's first step to the last rank's last step, so
+    a straggler counts; the train loss is the sample-weighted mean over all ranks.
+    """
+    if not reports:
+        raise ValueError("no reports to combine")
+    samples = sum(r.train_samples for r in reports)
+    seconds = max(r.train_ended for r in reports) - min(r.train_started for r in reports)
+    eval_count = sum(r.eval_count for r in reports)
+    test_loss = sum(r.eval_loss_sum for r in reports) / eval_count if eval_count else None
+    accuracy = mse = None
+    if eval_count and task == CLASSIFICATION:
+        accuracy = sum(r.eval_correct for r in reports) / eval_count
+    elif eval_count:
+        mse = test_loss
+    return EpochMetrics(
+        epoch=reports[0].epoch + 1,
+        train_loss=sum(r.train_loss_sum for r in reports) / samples,
+        test_loss=test_loss, test_accuracy=accuracy, test_mse=mse,
+        samples_per_s=samples / seconds if seconds > 0 else float("inf"),
+        epoch_s=seconds, train_samples=samples, steps=max(r.steps for r in reports),
+        minor_faults=sum(r.minor_faults for r in reports),
+    )
+
+
+class EpochCollector:
+    """Buffers reports until every rank has reported an epoch, then yields its metrics."""
+
+    def __init__(self, world_size: int, task: str):
+        self._world_size = world_size
+        self._task = task
+        self._pending: dict[int, list] = {}
+        self.first_step_at: float | None = None
+
+    def add(self, report) -> EpochMetrics | None:
+        if self.first_step_at is None or report.train_started < self.first_step_at:
+            self.first_step_at = report.train_started
+        ranks = self._pending.setdefault(report.epoch, [])
+        ranks.append(report)
+        if len(ranks) < self._world_size:
+            return None
+        del self._pending[report.epoch]
+        return combine(sorted(ranks, key=lambda r: r.rank), self._task)

@@ -1,0 +1,69 @@
+"""Files a run leaves in --out, each written atomically (temp file in the same folder, then
+rename), so a crash or Ctrl-C never leaves a half-written file behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from ..errors import UserError
+
+
+def prepare_out_dir(path: str | Path) -> Path:
+    """Create --out and prove it is writable before any training time is spent."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory; choose another path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".mptrain-probe-"):
+            pass
+    except OSError as err:
+        raise UserError(f"--out {out} is not writable ({err.strerror}); choose a directory "
+                        "you can write to") from None
+    return out
+
+
+def atomic_write(path: Path, write) -> None:
+    """Call ``write(file_object)`` on a temp file next to ``path``, then rename it into place."""
+    path = Path(path)
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json(path: Path, data) -> None:
+    text = json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n"
+    atomic_write(path, lambda handle: handle.write(text.encode()))
+
+
+def write_jsonl(path: Path, rows) -> None:
+    text = "".join(json.dumps(row, default=_jsonable) + "\n" for row in rows)
+    atomic_write(path, lambda handle: handle.write(text.encode()))
+
+
+def save_state_dict(path: Path, model) -> None:
+    import torch
+
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    atomic_write(path, lambda handle: torch.save(state, handle))
+
+
+def _jsonable(value):
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -1,0 +1,72 @@
+"""Hogwild!: lock-free asynchronous SGD on parameters in shared memory (Recht et al., 2011).
+
+Every worker trains on its own shard and applies its updates straight to the one shared
+copy of the parameters, without locks: updates may interleave, which is the point. Gradients
+are allocated lazily by autograd inside each worker, so they stay private.
+
+Optimizer state (momentum buffers, Adam moments) is per worker by default; with
+``share_optimizer_state`` it is allocated once in shared memory in the parent and every
+worker's optimizer updates the same buffers in place (the "shared Adam" of A3C).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from .base import Strategy
+
+
+class HogwildStrategy(Strategy):
+    name = "hogwild"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.shared_optimizer_state: list[dict] | None = None
+
+    def prepare(self, model: nn.Module) -> None:
+        if self.config.share_optimizer_state:
+            self.shared_optimizer_state = shared_optimizer_state(
+                list(model.parameters()), self.config.optimizer, self.config.momentum)
+
+    def replica(self, model, group, device):
+        # The shared model itself: that is the algorithm.
+        return model
+
+    def optimizer(self, replica):
+        optimizer = super().optimizer(replica)
+        if self.shared_optimizer_state is not None:
+            for param, state in zip(replica.parameters(), self.shared_optimizer_state):
+                optimizer.state[param] = state
+        return optimizer
+
+    def end_epoch(self, replica, group, steps):
+        # Everyone has finished writing before anyone evaluates the shared parameters.
+        group.barrier()
+
+    def publish(self, replica, shared_model, group):
+        pass
+
+
+def shared_optimizer_state(params: list[torch.Tensor], optimizer: str,
+                           momentum: float) -> list[dict] | None:
+    """Optimizer state tensors in shared memory, laid out as torch's optimizers expect them.
+
+    Both SGD and Adam update these tensors in place, so every worker's step lands in the
+    same buffers.
+    """
+    states = []
+    for param in params:
+        if optimizer == "sgd":
+            if not momentum:
+                return None  # plain SGD has no state to share
+            state = {"momentum_buffer": torch.zeros_like(param)}
+        elif optimizer == "adam":
+            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
+                     "exp_avg_sq": torch.zeros_like(param)}
+        else:
+            raise ValueError(f"unknown optimizer {optimizer!r}")
+        for tensor in state.values():
+            tensor.share_memory_()
+        states.append(state)
+    return states
