@@ -14,6 +14,7 @@ from .data.shared import materialize
 from .data.sources import DataBundle, infer_task
 from .errors import UserError
 from .launch.start_method import choose_start_method
+from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
 from .report.outputs import prepare_out_dir
 from .runner import FitResult, run_training
@@ -54,7 +55,7 @@ def train_bundle(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
                  presenter: ConsolePresenter | None = None) -> FitResult:
     config = resolve(config, bundle.defaults)
     out_dir = prepare_out_dir(out) if out is not None else None
-    if config.strategy != "single":
+    if config.strategy != "single" and detect_external_world() is None:
         method, _ = choose_start_method(config.start_method, config.device)
         if method != "fork":
             check_spawn_ready(model)

@@ -12,6 +12,8 @@ import click
 
 from .config import OPTIMIZERS, STRATEGIES, TrainConfig, load_config_file
 from .errors import UserError, WorkerFailedError
+from .launch.lifecycle import leave
+from .launch.world import detect_external_world
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
 
@@ -34,6 +36,8 @@ def cli():
 @click.option("--lr", type=float, help="Learning rate.")
 @click.option("--momentum", type=float, help="SGD momentum (Adam: beta1).")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="sgd or adam.")
+@click.option("--lr-decay", type=float,
+              help="Multiply the learning rate by this after every epoch (1: constant).")
 @click.option("--weight-decay", type=float, help="L2 penalty (default 0).")
 @click.option("--seed", type=int, help="Seed for initialisation and shuffling (default 0).")
 @click.option("--threads-per-worker", type=int,
@@ -67,6 +71,10 @@ def run(config_file, **flags):
     model_name = locations["model"] or bundle.default_model
     model = build_model(model_name, bundle.input_shape, bundle.output_size)
     train_bundle(config, bundle, model, model_name, out=locations["out"])
+    if detect_external_world() is not None:
+        # gloo's teardown aborts now and then after the work is done; torchrun would
+        # report that finished rank as failed.
+        leave(0)
 
 
 @cli.command()

@@ -38,6 +38,7 @@ class TrainConfig:
     lr: float | None = None
     momentum: float | None = None
     optimizer: str | None = None
+    lr_decay: float | None = None
     weight_decay: float = 0.0
     seed: int = 0
     threads_per_worker: int | None = None
@@ -72,6 +73,9 @@ class TrainConfig:
         if self.momentum is not None and not (_is_number(self.momentum)
                                               and 0 <= self.momentum < 1):
             raise UserError(f"--momentum must be in [0, 1), got {self.momentum!r}")
+        if self.lr_decay is not None and not (_is_number(self.lr_decay)
+                                              and 0 < self.lr_decay <= 1):
+            raise UserError(f"--lr-decay must be in (0, 1], got {self.lr_decay!r}")
         if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
             raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay!r}")
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
@@ -114,13 +118,14 @@ class TrainingDefaults:
     lr: float = 0.01
     momentum: float = 0.0
     optimizer: str = "sgd"
+    lr_decay: float = 1.0  # learning rate multiplied by this after every epoch
     sync_every: int | None = None  # None: once per epoch
 
 
 def resolve(config: TrainConfig, defaults: TrainingDefaults) -> TrainConfig:
     """Fill every unset data-dependent knob from the data set's recommendation."""
     changes = {}
-    for name in ("epochs", "batch_size", "lr", "momentum", "optimizer"):
+    for name in ("epochs", "batch_size", "lr", "momentum", "optimizer", "lr_decay"):
         if getattr(config, name) is None:
             changes[name] = getattr(defaults, name)
     if config.sync_every is None and defaults.sync_every is not None:

@@ -14,7 +14,7 @@ import psutil
 import torch
 import torch.nn as nn
 
-from .comm.dist import DistSpec
+from .comm.dist import DistSpec, TorchDistGroup
 from .comm.shm import ShmGroupState
 from .comm.solo import SoloGroup, SoloSpec
 from .config import TrainConfig
@@ -25,6 +25,7 @@ from .errors import UserError, WorkerFailedError
 from .launch.board import ProgressBoard
 from .launch.start_method import choose_start_method
 from .launch.supervisor import Supervisor
+from .launch.world import ExternalWorld, detect_external_world
 from .launch.tuning import (apply_threads, child_environment, threads_per_worker, tune_malloc,
                             usable_cores)
 from .launch.worker import WorkerPlan, worker_entry
@@ -68,9 +69,12 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
                  presenter: ConsolePresenter | None = None,
                  out_dir: Path | None = None) -> FitResult:
     started = time.monotonic()
+    world = detect_external_world()
+    if world is not None and world.rank != 0:
+        presenter, out_dir = ConsolePresenter(quiet=True), None  # rank 0 speaks and writes
     presenter = presenter or ConsolePresenter(quiet=config.quiet)
     strategy = make_strategy(config)
-    layout = plan_layout(config, strategy)
+    layout = plan_layout(config, strategy, world)
     check_device(config)
     check_model_fits_data(model, bundle)
     samples_per_epoch = _samples_per_epoch(len(bundle.train), layout.workers)
@@ -92,7 +96,10 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
 
     presenter.start_epoch(1, config.epochs, samples_per_epoch)
     try:
-        if strategy.uses_worker_processes:
+        if world is not None:
+            _train_under_launcher(config, bundle, model, strategy, layout, world, presenter,
+                                  on_report)
+        elif strategy.uses_worker_processes:
             _train_on_workers(config, bundle, model, strategy, layout, presenter, on_report,
                               samples_per_epoch)
         else:
@@ -110,7 +117,17 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     return result
 
 
-def plan_layout(config: TrainConfig, strategy) -> RunLayout:
+def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:
+    if world is not None:
+        if config.strategy not in ("sync", "ddp"):
+            raise UserError(f"strategy {config.strategy!r} cannot run under {world.launcher}: "
+                            "only sync and ddp work across processes it starts (hogwild "
+                            "needs one machine's shared memory); use --strategy ddp or sync")
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
+        threads = threads_per_worker(local, config.threads_per_worker)
+        backend = "nccl" if config.device == "cuda" else "gloo"
+        return RunLayout(world.world_size, threads, None, f"started by {world.launcher}",
+                         backend)
     workers = config.workers or 1
     threads = threads_per_worker(workers, config.threads_per_worker)
     if not strategy.uses_worker_processes:
@@ -139,6 +156,35 @@ def _train_in_process(config, bundle, model, strategy, layout, presenter, on_rep
                           device=torch.device(config.device)))
     finally:
         torch.set_num_threads(previous_threads)
+
+
+def _train_under_launcher(config, bundle, model, strategy, layout, world, presenter,
+                          on_report) -> None:
+    """This process is one rank of a torchrun job: train here, gather reports to rank 0."""
+    import torch.distributed as dist
+
+    tune_malloc()
+    apply_threads(layout.threads)
+    if config.device == "cuda":
+        torch.cuda.set_device(world.local_rank)
+        device = torch.device("cuda", world.local_rank)
+    else:
+        device = torch.device("cpu")
+    group = TorchDistGroup.init(layout.comm, world.rank, world.world_size,
+                                config.worker_timeout, init_method="env://")
+
+    def report(epoch_report):
+        gathered = [None] * world.world_size
+        dist.all_gather_object(gathered, epoch_report)
+        if world.rank == 0:
+            for item in gathered:
+                on_report(item)
+
+    progress = _InProcessProgress(presenter, scale=world.world_size)
+    train(WorkerSetup(rank=world.rank, config=config, data=bundle, model=model,
+                      strategy=strategy, group=group, progress=progress, report=report,
+                      device=device))
+    group.close()
 
 
 def _train_on_workers(config, bundle, model, strategy, layout, presenter, on_report,
@@ -249,14 +295,15 @@ def _environment(values: dict):
 class _InProcessProgress:
     """Progress for ``single``: throttled updates of the presenter, no shared memory."""
 
-    def __init__(self, presenter: ConsolePresenter):
+    def __init__(self, presenter: ConsolePresenter, scale: int = 1):
         self._presenter = presenter
+        self._scale = scale  # under torchrun, rank 0 stands for every rank's progress
         self._done = 0
         self._last = 0.0
         self._epoch_start = time.monotonic()
 
     def advance(self, samples: int) -> None:
-        self._done += samples
+        self._done += samples * self._scale
         now = time.monotonic()
         if now - self._last > 0.1:
             self._last = now
@@ -274,6 +321,9 @@ def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
         first += f" · {layout.workers} workers × {layout.threads} thread(s) " \
                  f"({usable_cores()} usable cores) · start method {layout.start_method} " \
                  f"({layout.start_reason})"
+    elif layout.comm in ("gloo", "nccl"):
+        first += f" · {layout.workers} ranks {layout.start_reason} × {layout.threads} " \
+                 f"thread(s) each"
     else:
         first += f" · 1 process × {layout.threads} thread(s) ({usable_cores()} usable cores)"
     lines = [first,
@@ -325,6 +375,7 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
         "train_samples_per_s": (sum(m.train_samples for m in epochs) / train_seconds
                                 if train_seconds > 0 else None),
         "startup_s": startup_s,
+        "process_start_to_first_step_s": _since_process_start(startup_s, wall_s),
         "wall_s": wall_s,
         "torch": torch.__version__,
         "python": platform.python_version(),
@@ -336,6 +387,14 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
     if linear is not None and bundle.task != CLASSIFICATION:
         summary["weight"], summary["bias"] = linear
     return summary
+
+
+def _since_process_start(startup_s, wall_s):
+    """Seconds from this interpreter's start to the first training step (imports included)."""
+    if startup_s is None:
+        return None
+    run_started_wall = time.time() - wall_s
+    return run_started_wall + startup_s - psutil.Process().create_time()
 
 
 def _single_linear(model: nn.Module):
@@ -361,8 +420,10 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
         score = f"test accuracy {100 * summary['test_accuracy']:.2f}%"
     elif summary.get("test_mse") is not None:
         score = f"test mse {summary['test_mse']:.4f}"
-    else:
+    elif summary.get("final_train_loss") is not None:
         score = f"final train loss {summary['final_train_loss']:.4f}"
+    else:
+        score = "no epoch completed"
     line = f"[bold]done[/bold]: {score} · {summary['wall_s']:.1f} s wall"
     if summary.get("train_samples_per_s"):
         line += f" · {summary['train_samples_per_s']:,.0f} train samples/s"

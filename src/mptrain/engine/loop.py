@@ -59,6 +59,8 @@ def train(setup: WorkerSetup) -> None:
 
     for epoch in range(setup.start_epoch, config.epochs):
         shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
+        for param_group in optimizer.param_groups:  # from the epoch: resumable, no drift
+            param_group["lr"] = config.lr * config.lr_decay ** epoch
         faults_before = _minor_faults()
         started = time.monotonic()
         loss_sum = torch.zeros((), dtype=torch.float64)

@@ -1,0 +1,112 @@
+"""Shared helpers of the benchmark scripts: run a command while sampling the memory of its
+whole process tree, medians, machine facts. Benchmarks print figures and write JSON; they
+never assert on time."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_MNIST = REPO.parent / "shared" / "data" / "mnist"
+
+
+def mnist_dir(argument: str | None) -> Path:
+    path = Path(argument or os.environ.get("MPTRAIN_MNIST_DIR") or DEFAULT_MNIST)
+    if not path.is_dir():
+        sys.exit(f"MNIST folder {path} not found; pass --data-dir or set MPTRAIN_MNIST_DIR")
+    return path
+
+
+def machine_info() -> dict:
+    import torch
+
+    return {"date": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
+            "python": platform.python_version(), "usable_cores": len(os.sched_getaffinity(0)),
+            "logical_cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
+            "platform": platform.platform()}
+
+
+class TreeMemorySampler(threading.Thread):
+    """Peak RSS and PSS summed over a process and all its descendants.
+
+    PSS charges each shared page to the processes sharing it in equal parts, so the sum
+    over a tree counts a shared-memory data set once: the honest whole-tree figure.
+    """
+
+    def __init__(self, pid: int, interval_s: float = 0.05):
+        super().__init__(daemon=True)
+        self.pid, self.interval_s = pid, interval_s
+        self.peak_rss = self.peak_pss = 0
+        self.peak_processes = 0
+        self._stop_event = threading.Event()
+
+    def run(self):
+        try:
+            root = psutil.Process(self.pid)
+        except psutil.NoSuchProcess:
+            return
+        while not self._stop_event.is_set():
+            rss = pss = 0
+            try:
+                procs = [root] + root.children(recursive=True)
+            except psutil.NoSuchProcess:
+                break
+            for proc in procs:
+                try:
+                    info = proc.memory_full_info()
+                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                    continue
+                rss += info.rss
+                pss += getattr(info, "pss", info.rss)
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_processes = max(self.peak_processes, len(procs))
+            self._stop_event.wait(self.interval_s)
+
+    def stop(self):
+        self._stop_event.set()
+        self.join()
+
+
+def run_measured(command: list[str], timeout_s: float = 600, env: dict | None = None) -> dict:
+    """Run ``command``; return wall seconds, exit code, output and peak tree memory."""
+    started = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env={**os.environ, **(env or {})})
+    sampler = TreeMemorySampler(process.pid)
+    sampler.start()
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+    sampler.stop()
+    return {"wall_s": time.monotonic() - started, "returncode": process.returncode,
+            "output": output, "peak_rss_bytes": sampler.peak_rss,
+            "peak_pss_bytes": sampler.peak_pss}
+
+
+def summarize(values: list[float]) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(values), "min": min(values), "max": max(values),
+            "n": len(values)}
+
+
+def write_json(path: str | Path, data) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = path.with_suffix(path.suffix + ".tmp")
+    temp.write_text(json.dumps(data, indent=2) + "\n")
+    temp.replace(path)
