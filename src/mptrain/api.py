@@ -9,6 +9,8 @@ from pathlib import Path
 
 import torch.nn as nn
 
+from .checkpoint import Checkpoint
+from .checkpoint import load as load_checkpoint
 from .config import TrainConfig, TrainingDefaults, resolve
 from .data.shared import materialize
 from .data.sources import DataBundle, infer_task
@@ -30,7 +32,7 @@ def fit(model: nn.Module, train_data, test_data=None, *, strategy: str = "single
         workers: int | None = None, epochs: int | None = None, batch_size: int | None = None,
         lr: float | None = None, momentum: float | None = None, optimizer: str | None = None,
         seed: int = 0, out: str | Path | None = None, quiet: bool = True,
-        **options) -> FitResult:
+        resume: str | Path | None = None, **options) -> FitResult:
     """Train ``model`` on ``train_data`` with ``strategy`` and return a :class:`FitResult`.
 
     ``train_data``/``test_data`` are map-style datasets of ``(input, target)`` pairs (or a
@@ -38,6 +40,7 @@ def fit(model: nn.Module, train_data, test_data=None, *, strategy: str = "single
     shared memory once. Integer targets train a classifier, float targets a regressor.
     Further keyword options are those of :class:`~mptrain.config.TrainConfig`
     (``threads_per_worker``, ``sync_every``, ``share_optimizer_state``, ...).
+    ``resume`` is the --out folder of an earlier run with ``checkpoint_every``.
     """
     refuse_inside_spawned_import()
     config = TrainConfig(strategy=strategy, workers=workers, epochs=epochs,
@@ -47,20 +50,25 @@ def fit(model: nn.Module, train_data, test_data=None, *, strategy: str = "single
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
     bundle = train_data if isinstance(train_data, DataBundle) else \
         bundle_from_datasets(train_data, test_data)
-    return train_bundle(config, bundle, model, type(model).__name__, out=out)
+    checkpoint = load_checkpoint(resume) if resume is not None else None
+    return train_bundle(config, bundle, model, type(model).__name__, out=out,
+                        resume=checkpoint)
 
 
 def train_bundle(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name: str,
-                 out: str | Path | None = None,
-                 presenter: ConsolePresenter | None = None) -> FitResult:
+                 out: str | Path | None = None, presenter: ConsolePresenter | None = None,
+                 resume: Checkpoint | None = None, run_info: dict | None = None) -> FitResult:
     config = resolve(config, bundle.defaults)
+    if config.checkpoint_every and out is None:
+        raise UserError("--checkpoint-every needs --out DIR, the folder the checkpoint "
+                        "is written to")
     out_dir = prepare_out_dir(out) if out is not None else None
     if config.strategy != "single" and detect_external_world() is None:
         method, _ = choose_start_method(config.start_method, config.device)
         if method != "fork":
             check_spawn_ready(model)
     return run_training(config, bundle, model, model_name, presenter=presenter,
-                        out_dir=out_dir)
+                        out_dir=out_dir, resume=resume, run_info=run_info)
 
 
 def bundle_from_datasets(train_data, test_data) -> DataBundle:

@@ -6,12 +6,14 @@ No training logic lives here. Every user mistake becomes one line on stderr and 
 from __future__ import annotations
 
 import json
+import signal
 import sys
+from pathlib import Path
 
 import click
 
 from .config import OPTIMIZERS, STRATEGIES, TrainConfig, load_config_file
-from .errors import UserError, WorkerFailedError
+from .errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
 from .launch.lifecycle import leave
 from .launch.world import detect_external_world
 
@@ -53,28 +55,55 @@ def cli():
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--worker-timeout", type=float,
               help="Seconds without progress before a worker counts as hung (300).")
+@click.option("--sharing-strategy", type=click.Choice(("auto", "file_descriptor", "file_system")),
+              help="How tensors are shared between processes (auto: from the open-file "
+                   "limit).")
+@click.option("--checkpoint-every", type=int,
+              help="Write an atomic checkpoint to --out every N epochs (and at the end).")
+@click.option("--resume", type=click.Path(),
+              help="Continue the run whose --out folder (or checkpoint file) this is.")
+@click.option("--max-restarts", type=int,
+              help="Restart failed workers from the last checkpoint up to N times (0).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @click.option("--out", help="Write summary.json, metrics.jsonl, model.pt, curves.png here.")
 @click.option("--quiet", "-q", is_flag=True, default=None, help="Print nothing but errors.")
-def run(config_file, **flags):
+def run(config_file, resume, **flags):
     """Train a model; with no options, a CNN on the embedded handwritten digits."""
     from .api import train_bundle
+    from .checkpoint import load as load_checkpoint
     from .data.sources import load_data
     from .models import build_model
 
-    settings = load_config_file(config_file) if config_file else {}
+    checkpoint = load_checkpoint(resume) if resume else None
+    # Precedence: checkpoint < config file < flags (the data set's defaults fill the rest).
+    settings = _resumed_settings(checkpoint, resume) if checkpoint else {}
+    settings.update(load_config_file(config_file) if config_file else {})
     settings.update({k: v for k, v in flags.items() if v is not None})
     locations = {k: settings.pop(k, None) for k in RUN_FLAGS}
     config = TrainConfig(**settings)
     bundle = load_data(locations["data"] or "digits", locations["data_dir"])
     model_name = locations["model"] or bundle.default_model
-    model = build_model(model_name, bundle.input_shape, bundle.output_size)
-    train_bundle(config, bundle, model, model_name, out=locations["out"])
+    model = build_model(model_name, bundle.input_shape, bundle.output_size, config.seed)
+    run_info = {"data": bundle.name if locations["data"] is None else locations["data"],
+                "data_dir": locations["data_dir"], "model": model_name}
+    train_bundle(config, bundle, model, model_name, out=locations["out"], resume=checkpoint,
+                 run_info=run_info)
     if detect_external_world() is not None:
         # gloo's teardown aborts now and then after the work is done; torchrun would
         # report that finished rank as failed.
         leave(0)
+
+
+def _resumed_settings(checkpoint, resume_path) -> dict:
+    settings = {k: v for k, v in checkpoint.config.items()
+                if k not in ("extra", "quiet") and v is not None}
+    settings.update({k: v for k, v in checkpoint.run.items() if v is not None})
+    if "data_dir" in settings and settings.get("data") != "mnist":
+        settings.pop("data_dir")
+    settings["out"] = str(resume_path if Path(resume_path).is_dir()
+                          else Path(resume_path).parent)
+    return settings
 
 
 @cli.command()
@@ -93,6 +122,7 @@ def devices(as_json):
 
 
 def main(argv=None) -> int:
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
     except click.exceptions.UsageError as err:
@@ -105,11 +135,20 @@ def main(argv=None) -> int:
         _fail(str(err), err.exit_code)
     except WorkerFailedError as err:
         _fail(str(err), err.exit_code)
+    except RunInterrupted as err:
+        click.echo(f"mptrain: {err}", err=True)
+        sys.exit(err.exit_code)
     except KeyboardInterrupt:
         _fail("interrupted; every worker was stopped", 130)
     except click.exceptions.Exit as done:
         return done.exit_code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
 
 
 def _fail(message: str, code: int):

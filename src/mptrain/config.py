@@ -25,6 +25,7 @@ AVAILABLE_STRATEGIES = ("single", "hogwild", "sync", "ddp")
 OPTIMIZERS = ("sgd", "adam")
 DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
+SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,9 @@ class TrainConfig:
     device: str = "cpu"
     start_method: str | None = None
     worker_timeout: float = 300.0
+    sharing_strategy: str = "auto"
+    checkpoint_every: int | None = None
+    max_restarts: int = 0
     eval_batch_size: int = 1000
     quiet: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -63,7 +67,7 @@ class TrainConfig:
                 f"use one of: {', '.join(AVAILABLE_STRATEGIES)}"
             )
         for name in ("workers", "epochs", "batch_size", "threads_per_worker", "sync_every",
-                     "eval_batch_size"):
+                     "eval_batch_size", "checkpoint_every"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                       or value < 1):
@@ -91,6 +95,12 @@ class TrainConfig:
         if self.start_method not in (None, "fork", "spawn", "forkserver"):
             raise UserError(f"unknown --start-method {self.start_method!r}; "
                             "choose fork, spawn or forkserver")
+        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
+            raise UserError(f"--max-restarts must be a non-negative integer, "
+                            f"got {self.max_restarts!r}")
+        if self.sharing_strategy not in SHARING_STRATEGIES:
+            raise UserError(f"unknown --sharing-strategy {self.sharing_strategy!r}; choose "
+                            f"one of: {', '.join(SHARING_STRATEGIES)}")
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
             raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
         if not (_is_number(self.worker_timeout) and self.worker_timeout > 0):

@@ -19,3 +19,24 @@ class WorkerFailedError(RuntimeError):
     def __init__(self, message, failures=()):
         super().__init__(message)
         self.failures = tuple(failures)
+
+    @property
+    def headline(self) -> str:
+        """The first line of the message, without the tracebacks."""
+        return str(self).splitlines()[0] if str(self) else "a worker failed"
+
+
+class Interrupted(BaseException):
+    """SIGTERM (or another stop signal) arrived; raised like KeyboardInterrupt for SIGINT."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+class RunInterrupted(Exception):
+    """The run was stopped by a signal; the message says where and how to resume."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checkpoint import worker_state
 from ..data.sharding import batches, eval_shard, shard_indices
 from .task import evaluate, loss_fn
 
@@ -31,6 +32,7 @@ class EpochReport:
     eval_correct: int
     eval_count: int
     minor_faults: int
+    checkpoint: bytes | None = None   # this rank's part of a checkpoint, when one is due
 
 
 @dataclass
@@ -47,6 +49,8 @@ class WorkerSetup:
     report: object          # callable(EpochReport)
     device: torch.device
     start_epoch: int = 0
+    resume_state: dict | None = None      # this rank's optimizer and RNG state
+    checkpoint_every: int | None = None   # epochs
 
 
 def train(setup: WorkerSetup) -> None:
@@ -56,6 +60,9 @@ def train(setup: WorkerSetup) -> None:
 
     model = strategy.replica(setup.model, group, setup.device)
     optimizer = strategy.optimizer(model)
+    if setup.resume_state is not None:
+        strategy.restore_optimizer(optimizer, setup.resume_state["optimizer"])
+        torch.set_rng_state(setup.resume_state["rng"])
 
     for epoch in range(setup.start_epoch, config.epochs):
         shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
@@ -85,7 +92,13 @@ def train(setup: WorkerSetup) -> None:
         if test_data is not None:
             indices = eval_shard(len(test_data), group.world_size, group.rank)
             eval_loss, correct, count = evaluate(strategy.unwrap(model), test_data, indices,
-                                                 task, config.eval_batch_size, setup.device)
+                                                 task, config.eval_batch_size, setup.device,
+                                                 beat=setup.progress.beat)
+        checkpoint = None
+        if _checkpoint_due(setup.checkpoint_every, epoch, config.epochs):
+            # Before the barrier: under hogwild nobody writes the shared parameters now.
+            checkpoint = worker_state(group.rank, strategy.unwrap(model)
+                                      if group.rank == 0 else None, optimizer)
         # Nobody trains the next epoch (hogwild: writes shared parameters) while a peer
         # still evaluates this one.
         group.barrier()
@@ -95,7 +108,11 @@ def train(setup: WorkerSetup) -> None:
             epoch=epoch, rank=group.rank, steps=steps, train_samples=len(shard),
             train_loss_sum=float(loss_sum), train_started=started, train_ended=ended,
             eval_loss_sum=eval_loss, eval_correct=correct, eval_count=count,
-            minor_faults=_minor_faults() - faults_before))
+            minor_faults=_minor_faults() - faults_before, checkpoint=checkpoint))
+
+
+def _checkpoint_due(every: int | None, epoch: int, epochs: int) -> bool:
+    return every is not None and ((epoch + 1) % every == 0 or epoch + 1 == epochs)
 
 
 def _minor_faults() -> int:

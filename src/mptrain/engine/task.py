@@ -21,7 +21,7 @@ def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tens
 
 @torch.no_grad()
 def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
-             device: torch.device) -> tuple[float, int, int]:
+             device: torch.device, beat=None) -> tuple[float, int, int]:
     """Sum of losses, number correct (classification) and count over ``indices`` of ``data``."""
     was_training = model.training
     model.eval()
@@ -34,5 +34,7 @@ def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
         if task == CLASSIFICATION:
             correct += int((output.argmax(dim=1) == targets).sum())
         count += len(chunk)
+        if beat is not None:
+            beat()  # a long evaluation is progress too, not a hang
     model.train(was_training)
     return loss_sum, correct, count

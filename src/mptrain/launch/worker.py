@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
 
-from ..engine.loop import WorkerSetup, train
+from ..engine.loop import train
 from .tuning import apply_threads, tune_malloc
 
 
@@ -15,24 +16,24 @@ class WorkerPlan:
     """Everything a worker needs; under spawn it is pickled once, at start, with its shared
     tensors sent as handles (never the data itself)."""
 
-    config: object
-    data: object
-    model: object
-    strategy: object
+    job: object           # launch.execute.Job (its presenter and callback stay behind)
     comm: object          # has attach(rank) -> comm.Group
     board: object         # launch.board.ProgressBoard
-    threads: int
-    start_epoch: int = 0
+
+    def __getstate__(self):
+        # The parent's presenter (a live terminal display) and report callback must not
+        # travel: spawn would try to pickle them.
+        state = dict(self.__dict__)
+        state["job"] = dataclasses.replace(self.job, presenter=None, on_report=None)
+        return state
 
 
 def worker_entry(rank: int, channel, plan: WorkerPlan) -> None:
     tune_malloc()
-    apply_threads(plan.threads)
-    device = worker_device(rank, plan.config.device)
+    apply_threads(plan.job.layout.threads)
+    device = worker_device(rank, plan.job.config.device)
     group = plan.comm.attach(rank)
-    train(WorkerSetup(rank=rank, config=plan.config, data=plan.data, model=plan.model,
-                      strategy=plan.strategy, group=group, progress=plan.board.writer(rank),
-                      report=channel.send, device=device, start_epoch=plan.start_epoch))
+    train(plan.job.setup(rank, group, plan.board.writer(rank), channel.send, device))
     group.close()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn as nn
 
 from ..errors import UserError
@@ -13,8 +14,13 @@ from .nets import MLP, DigitsCNN, MnistCNN
 BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "linear", "mlp")
 
 
-def build_model(name: str, input_shape: tuple, output_size: int) -> nn.Module:
-    """Build the model ``name`` (a built-in or ``module:factory``) for the given data shape."""
+def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) -> nn.Module:
+    """Build the model ``name`` (a built-in or ``module:factory``) for the given data shape.
+
+    Initialisation is seeded (torch seeds every new process at random), so ``--seed``
+    decides the initial weights too.
+    """
+    torch.manual_seed(seed)
     if is_import_string(name):
         factory = load_object(name, "--model")
         try:

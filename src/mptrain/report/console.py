@@ -48,6 +48,11 @@ class ConsolePresenter:
             return
         self.console.print(format_epoch_line(metrics, epochs))
 
+    def note(self, text: str) -> None:
+        """Something the user must know even in --quiet mode (a restart, a fallback)."""
+        self.close()
+        Console(stderr=True, highlight=False, soft_wrap=True).print(f"mptrain: {text}")
+
     def close(self) -> None:
         if self._progress is not None:
             self._progress.stop()

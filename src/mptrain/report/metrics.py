@@ -61,12 +61,18 @@ class EpochCollector:
         self._pending: dict[int, list] = {}
         self.first_step_at: float | None = None
 
-    def add(self, report) -> EpochMetrics | None:
+    def add(self, report) -> tuple[EpochMetrics | None, list]:
+        """Return the epoch's metrics and reports once every rank is in, else (None, [])."""
         if self.first_step_at is None or report.train_started < self.first_step_at:
             self.first_step_at = report.train_started
         ranks = self._pending.setdefault(report.epoch, [])
         ranks.append(report)
         if len(ranks) < self._world_size:
-            return None
+            return None, []
         del self._pending[report.epoch]
-        return combine(sorted(ranks, key=lambda r: r.rank), self._task)
+        ranks.sort(key=lambda r: r.rank)
+        return combine(ranks, self._task), ranks
+
+    def reset(self) -> None:
+        """Forget partial epochs (after a restart, the workers redo them)."""
+        self._pending.clear()

@@ -31,6 +31,7 @@ def atomic_write(path: Path, write) -> None:
     path = Path(path)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from others
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -42,6 +43,12 @@ def atomic_write(path: Path, write) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: Path, data) -> None:

@@ -53,6 +53,9 @@ class Strategy:
         return build_optimizer(replica.parameters(), c.optimizer, c.lr, c.momentum,
                                c.weight_decay)
 
+    def restore_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
     def after_backward(self, replica: nn.Module, group: Group) -> None:
         pass
 

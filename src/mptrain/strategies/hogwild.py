@@ -40,6 +40,15 @@ class HogwildStrategy(Strategy):
                 optimizer.state[param] = state
         return optimizer
 
+    def restore_optimizer(self, optimizer, state):
+        if self.shared_optimizer_state is None:
+            return super().restore_optimizer(optimizer, state)
+        # load_state_dict would replace the shared tensors by private copies: copy into them.
+        with torch.no_grad():
+            for shared, saved in zip(self.shared_optimizer_state, state["state"].values()):
+                for key, tensor in shared.items():
+                    tensor.copy_(saved[key])
+
     def end_epoch(self, replica, group, steps):
         # Everyone has finished writing before anyone evaluates the shared parameters.
         group.barrier()

@@ -1,0 +1,170 @@
+"""Three ways to run the training loop: in this process (``single``), on mptrain's own
+supervised worker processes, or as one rank of a job started by torchrun."""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..comm.dist import TorchDistGroup
+from ..comm.solo import SoloGroup
+from ..data.sharding import shard_indices
+from ..engine.loop import WorkerSetup, train
+from ..errors import WorkerFailedError
+from .board import ProgressBoard
+from .layout import make_comm
+from .supervisor import Supervisor
+from .tuning import apply_threads, child_environment, tune_malloc
+from .worker import WorkerPlan, worker_entry
+
+
+@dataclass
+class Job:
+    """One attempt at training: what to train, how, from which epoch, and where reports go."""
+
+    config: object
+    bundle: object
+    model: object
+    strategy: object
+    layout: object
+    presenter: object
+    on_report: Callable
+    start_epoch: int = 0
+    rank_states: list | None = None       # per rank: optimizer and RNG state to resume from
+    checkpoint_every: int | None = None
+
+    def setup(self, rank, group, progress, report, device) -> WorkerSetup:
+        return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
+                           strategy=self.strategy, group=group, progress=progress,
+                           report=report, device=device, start_epoch=self.start_epoch,
+                           resume_state=self.rank_states[rank] if self.rank_states else None,
+                           checkpoint_every=self.checkpoint_every)
+
+
+def train_in_process(job: Job) -> None:
+    tune_malloc()
+    previous_threads = torch.get_num_threads()
+    apply_threads(job.layout.threads)
+    try:
+        train(job.setup(0, SoloGroup(), InProcessProgress(job.presenter), job.on_report,
+                        torch.device(job.config.device)))
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def train_under_launcher(job: Job, world) -> None:
+    """This process is one rank of a torchrun job: train here, gather reports to rank 0."""
+    import torch.distributed as dist
+
+    tune_malloc()
+    apply_threads(job.layout.threads)
+    if job.config.device == "cuda":
+        torch.cuda.set_device(world.local_rank)
+        device = torch.device("cuda", world.local_rank)
+    else:
+        device = torch.device("cpu")
+    group = TorchDistGroup.init(job.layout.comm, world.rank, world.world_size,
+                                job.config.worker_timeout, init_method="env://")
+
+    def report(epoch_report):
+        gathered = [None] * world.world_size
+        dist.all_gather_object(gathered, epoch_report)
+        if world.rank == 0:
+            for item in gathered:
+                job.on_report(item)
+
+    progress = InProcessProgress(job.presenter, scale=world.world_size)
+    train(job.setup(world.rank, group, progress, report, device))
+    group.close()
+
+
+def train_on_workers(job: Job) -> None:
+    layout, config = job.layout, job.config
+    # Everything workers share is put in shared memory once, here, before they start.
+    job.bundle.share_memory_()
+    job.model.share_memory()
+    job.strategy.prepare(job.model)
+    board = ProgressBoard.create(layout.workers)
+    plan = WorkerPlan(job=job, comm=make_comm(config, job.strategy, job.model, layout),
+                      board=board)
+    if layout.start_method == "fork":
+        _import_lazy_modules()
+    per_epoch = samples_per_epoch(len(job.bundle.train), layout.workers)
+    reports_seen = []
+
+    def on_message(rank, report):
+        reports_seen.append(report.epoch)
+        job.on_report(report)
+
+    def on_tick():
+        done_epochs = len(reports_seen) // layout.workers
+        in_epoch = board.samples_done() - done_epochs * per_epoch
+        job.presenter.update(max(0, min(per_epoch, in_epoch)))
+
+    supervisor = Supervisor(layout.start_method, heartbeat_timeout_s=config.worker_timeout,
+                            seconds_since_beat=board.seconds_since_beat,
+                            on_message=on_message, on_tick=on_tick)
+    board.beat_all()
+    with _environment(child_environment(layout.threads)):
+        outcome = supervisor.run(worker_entry, [(plan,)] * layout.workers)
+    if not outcome.ok:
+        raise WorkerFailedError(describe_failures(outcome.failures), outcome.failures)
+
+
+def describe_failures(failures) -> str:
+    lines = ["training failed: " + "; ".join(f.describe() for f in failures)]
+    for failure in failures:
+        if failure.traceback:
+            lines.append(f"--- traceback of worker rank {failure.rank} ---")
+            lines.append(failure.traceback.rstrip())
+    return "\n".join(lines)
+
+
+def samples_per_epoch(num_samples: int, workers: int) -> int:
+    return len(shard_indices(num_samples, workers, 0, 0, 0, shuffle=False)) * workers
+
+
+def _import_lazy_modules() -> None:
+    """The first optimizer built in a process imports torch._dynamo (~1 s); pay it once
+    here, before fork, instead of once per worker."""
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+
+
+@contextmanager
+def _environment(values: dict):
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+class InProcessProgress:
+    """Progress for ``single``: throttled updates of the presenter, no shared memory."""
+
+    def __init__(self, presenter, scale: int = 1):
+        self._presenter = presenter
+        self._scale = scale  # under torchrun, rank 0 stands for every rank's progress
+        self._done = 0
+        self._last = 0.0
+        self._epoch_start = time.monotonic()
+
+    def advance(self, samples: int) -> None:
+        self._done += samples * self._scale
+        now = time.monotonic()
+        if now - self._last > 0.1:
+            self._last = now
+            self._presenter.update(self._done)
+
+    def beat(self) -> None:
+        self._done = 0

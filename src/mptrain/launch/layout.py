@@ -1,0 +1,87 @@
+"""The shape of a run, decided once in the parent before anything starts: how many
+processes, threads each, start method, how workers communicate, how tensors are shared."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from ..comm.dist import DistSpec
+from ..comm.shm import ShmGroupState
+from ..comm.solo import SoloSpec
+from ..config import TrainConfig
+from ..errors import UserError
+from .sharing import check_shm_space, choose_sharing_strategy
+from .start_method import choose_start_method
+from .tuning import threads_per_worker, usable_cores
+from .world import ExternalWorld
+
+
+@dataclass
+class RunLayout:
+    """The resolved shape of a run, decided once in the parent and shown in the banner."""
+
+    workers: int
+    threads: int
+    start_method: str | None
+    start_reason: str
+    comm: str
+    sharing: str | None = None
+    sharing_reason: str = ""
+
+
+
+def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:
+    if world is not None:
+        if config.strategy not in ("sync", "ddp"):
+            raise UserError(f"strategy {config.strategy!r} cannot run under {world.launcher}: "
+                            "only sync and ddp work across processes it starts (hogwild "
+                            "needs one machine's shared memory); use --strategy ddp or sync")
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
+        threads = threads_per_worker(local, config.threads_per_worker)
+        backend = "nccl" if config.device == "cuda" else "gloo"
+        return RunLayout(world.world_size, threads, None, f"started by {world.launcher}",
+                         backend)
+    workers = config.workers or 1
+    threads = threads_per_worker(workers, config.threads_per_worker)
+    if not strategy.uses_worker_processes:
+        return RunLayout(1, threads, None, "in this process", "none")
+    method, reason = choose_start_method(config.start_method, config.device)
+    return RunLayout(workers, threads, method, reason, comm_kind(config))
+
+
+
+def choose_sharing(config, layout, bundle, model, strategy) -> None:
+    """Pick the sharing strategy and check /dev/shm before anything is moved there."""
+    tensors = list(model.parameters()) + list(model.buffers())
+    shared_count = len(tensors) * (2 if config.share_optimizer_state else 1) + 8
+    layout.sharing, layout.sharing_reason = choose_sharing_strategy(config.sharing_strategy,
+                                                                    shared_count)
+    model_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    comm_bytes = 2 * layout.workers * strategy.comm_numel(model) * 8
+    check_shm_space(bundle.nbytes + model_bytes * 3 + comm_bytes)
+
+
+
+def comm_kind(config: TrainConfig) -> str:
+    """How workers talk: shared memory between our own CPU processes, else torch.distributed."""
+    if config.strategy == "ddp" and config.ddp_backend != "auto":
+        return config.ddp_backend
+    if config.device == "cuda" and config.strategy == "ddp":
+        return "nccl"
+    return "shm"
+
+
+
+def make_comm(config, strategy, model, layout):
+    if layout.comm == "shm":
+        numel = max(strategy.comm_numel(model), 1)
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                     torch.float32)
+        return ShmGroupState.create(layout.workers, numel, dtype, config.worker_timeout,
+                                    oversubscribed=layout.workers > usable_cores())
+    if layout.comm in ("gloo", "nccl"):
+        return DistSpec(layout.comm, layout.workers, config.worker_timeout)
+    return SoloSpec()

@@ -1,0 +1,87 @@
+"""How tensors are shared between processes, and whether /dev/shm can hold them.
+
+torch.multiprocessing has two sharing strategies on Linux:
+- ``file_descriptor`` (default): each shared storage is an unlinked shm segment kept alive by
+  an open file descriptor. Nothing can leak in /dev/shm, but every shared tensor costs one
+  descriptor in every process holding it: thousands of tensors hit "Too many open files".
+- ``file_system``: segments are named files in /dev/shm, tracked by torch_shm_manager, which
+  unlinks them when the last process using them is gone. No descriptor per tensor, but a
+  SIGKILLed manager leaves files behind (``mptrain doctor --clean`` removes those of dead
+  runs).
+
+``auto`` first raises the soft open-file limit to the hard limit, then keeps
+``file_descriptor`` when the tensors fit comfortably in that limit.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+
+import torch.multiprocessing as torch_mp
+
+from ..errors import UserError
+
+# Descriptors the process needs for everything else (pipes, libraries, files, sockets).
+_DESCRIPTOR_HEADROOM = 512
+SHM_PATH = "/dev/shm"
+
+
+def raise_open_file_limit() -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE to the hard limit; return the new (soft, hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard_target = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else soft
+    else:
+        hard_target = hard
+    if soft != resource.RLIM_INFINITY and soft < hard_target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard_target, hard))
+            soft = hard_target
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
+def choose_sharing_strategy(requested: str, shared_tensors: int) -> tuple[str, str]:
+    """Return ``(strategy, reason)`` and make it torch's current strategy."""
+    available = torch_mp.get_all_sharing_strategies()
+    if requested != "auto":
+        if requested not in available:
+            raise UserError(f"sharing strategy {requested!r} is not available here; choose "
+                            f"one of: auto, {', '.join(sorted(available))}")
+        torch_mp.set_sharing_strategy(requested)
+        return requested, "as requested"
+    soft, _ = raise_open_file_limit()
+    needed = shared_tensors + _DESCRIPTOR_HEADROOM
+    if "file_descriptor" in available and (soft == resource.RLIM_INFINITY or needed <= soft):
+        strategy = "file_descriptor"
+        reason = f"{shared_tensors} shared tensors fit the open-file limit {soft}; nothing " \
+                 "can leak in /dev/shm"
+    elif "file_system" in available:
+        strategy = "file_system"
+        reason = f"{shared_tensors} shared tensors would exceed the open-file limit {soft}"
+    else:
+        strategy = next(iter(available))
+        reason = "the only strategy this platform has"
+    torch_mp.set_sharing_strategy(strategy)
+    return strategy, reason
+
+
+def check_shm_space(nbytes: int, path: str = SHM_PATH) -> None:
+    """Refuse now, with the fix, rather than die of SIGBUS when /dev/shm runs out later."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return  # no /dev/shm (not Linux): torch uses other mechanisms
+    free = stats.f_bavail * stats.f_frsize
+    if nbytes > free:
+        raise UserError(
+            f"the run needs {nbytes / 2**20:,.0f} MiB of shared memory but {path} has only "
+            f"{free / 2**20:,.0f} MiB free; free space there, or in Docker start the "
+            f"container with a larger --shm-size (e.g. --shm-size={_suggest_size(nbytes)})")
+
+
+def _suggest_size(nbytes: int) -> str:
+    gib = max(1, -(-int(nbytes * 1.5) // 2**30))
+    return f"{gib}g"

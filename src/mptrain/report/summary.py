@@ -1,0 +1,142 @@
+"""What a run says about itself: the banner, the summary.json record, the closing lines,
+and the files written to --out."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from pathlib import Path
+
+import psutil
+import torch
+import torch.nn as nn
+
+from ..data.sources import CLASSIFICATION
+from ..launch.tuning import usable_cores
+from .outputs import save_state_dict, write_json, write_jsonl
+from .plots import plot_curves
+
+
+def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
+    params = sum(p.numel() for p in model.parameters())
+    test = f" / {len(bundle.test):,} test" if bundle.test is not None else ""
+    first = f"strategy [bold]{config.strategy}[/bold]"
+    if layout.start_method:
+        first += f" · {layout.workers} workers × {layout.threads} thread(s) " \
+                 f"({usable_cores()} usable cores) · start method {layout.start_method} " \
+                 f"({layout.start_reason})"
+    elif layout.comm in ("gloo", "nccl"):
+        first += f" · {layout.workers} ranks {layout.start_reason} × {layout.threads} " \
+                 f"thread(s) each"
+    else:
+        first += f" · 1 process × {layout.threads} thread(s) ({usable_cores()} usable cores)"
+    lines = [first,
+             f"data {bundle.name}: {len(bundle.train):,} train{test} samples, "
+             f"{bundle.nbytes / 2**20:.1f} MiB"
+             + (" in shared memory once" if layout.start_method else ""),
+             f"model {model_name}: {params:,} parameters · optimizer {config.optimizer} "
+             f"lr {config.lr:g}" + (f" momentum {config.momentum:g}" if config.momentum else "")
+             + f" · batch {config.batch_size} · {config.epochs} epochs · seed {config.seed}"]
+    if layout.sharing:
+        lines.append(f"sharing strategy {layout.sharing} ({layout.sharing_reason})")
+    if config.strategy == "sync":
+        every = f"every {config.sync_every} steps" if config.sync_every else "once per epoch"
+        lines.append(f"parameters averaged {every}")
+    if config.strategy == "ddp":
+        lines.append(f"gradients averaged every step via {layout.comm}")
+    if config.strategy == "hogwild":
+        state = "shared" if config.share_optimizer_state else "per worker"
+        lines.append(f"lock-free updates to shared parameters; optimizer state {state}")
+    return lines
+
+
+def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
+                  startup_s) -> dict:
+    last = epochs[-1] if epochs else None
+    train_seconds = sum(m.epoch_s for m in epochs)
+    summary = {
+        "strategy": config.strategy,
+        "workers": layout.workers,
+        "threads_per_worker": layout.threads,
+        "start_method": layout.start_method,
+        "epochs": config.epochs,
+        "data": bundle.name,
+        "model": model_name,
+        "optimizer": config.optimizer,
+        "lr": config.lr,
+        "momentum": config.momentum,
+        "batch_size": config.batch_size,
+        "sync_every": config.sync_every,
+        "seed": config.seed,
+        "train_samples": len(bundle.train),
+        "test_samples": len(bundle.test) if bundle.test is not None else 0,
+    }
+    if bundle.task == CLASSIFICATION:
+        summary["test_accuracy"] = last.test_accuracy if last else None
+    else:
+        summary["test_mse"] = last.test_mse if last else None
+    summary.update({
+        "test_loss": last.test_loss if last else None,
+        "final_train_loss": last.train_loss if last else None,
+        "train_samples_per_s": (sum(m.train_samples for m in epochs) / train_seconds
+                                if train_seconds > 0 else None),
+        "startup_s": startup_s,
+        "process_start_to_first_step_s": _since_process_start(startup_s, wall_s),
+        "wall_s": wall_s,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cores": usable_cores(),
+        "logical_cpus": os.cpu_count(),
+        "memory_bytes": psutil.virtual_memory().total,
+    })
+    linear = _single_linear(model)
+    if linear is not None and bundle.task != CLASSIFICATION:
+        summary["weight"], summary["bias"] = linear
+    return summary
+
+
+def _since_process_start(startup_s, wall_s):
+    """Seconds from this interpreter's start to the first training step (imports included)."""
+    if startup_s is None:
+        return None
+    run_started_wall = time.time() - wall_s
+    return run_started_wall + startup_s - psutil.Process().create_time()
+
+
+def _single_linear(model: nn.Module):
+    """Weight and bias of a one-in, one-out linear model (``linreg``), else None."""
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if len(linears) == 1 and linears[0].weight.numel() == 1 and linears[0].bias is not None:
+        return float(linears[0].weight), float(linears[0].bias)
+    return None
+
+
+def write_outputs(out_dir: Path, result: FitResult) -> None:
+    write_jsonl(out_dir / "metrics.jsonl", [m.as_dict() for m in result.epochs])
+    save_state_dict(out_dir / "model.pt", result.model)
+    if result.epochs:
+        s = result.summary
+        plot_curves(out_dir / "curves.png", [m.as_dict() for m in result.epochs],
+                    f"{s['data']} · {s['model']} · {s['strategy']} × {s['workers']}")
+    write_json(out_dir / "summary.json", result.summary)
+
+
+def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
+    if summary.get("test_accuracy") is not None:
+        score = f"test accuracy {100 * summary['test_accuracy']:.2f}%"
+    elif summary.get("test_mse") is not None:
+        score = f"test mse {summary['test_mse']:.4f}"
+    elif summary.get("final_train_loss") is not None:
+        score = f"final train loss {summary['final_train_loss']:.4f}"
+    else:
+        score = "no epoch completed"
+    line = f"[bold]done[/bold]: {score} · {summary['wall_s']:.1f} s wall"
+    if summary.get("train_samples_per_s"):
+        line += f" · {summary['train_samples_per_s']:,.0f} train samples/s"
+    lines = [line]
+    if "weight" in summary:
+        lines.append(f"learned y = {summary['weight']:.3f} x + {summary['bias']:.3f}")
+    if out_dir is not None:
+        lines.append(f"outputs in {out_dir}/: summary.json metrics.jsonl model.pt curves.png")
+    return lines
