@@ -18,6 +18,8 @@ from .launch.lifecycle import leave
 from .launch.world import detect_external_world
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
+# click >= 8.2 raises this for a bare `mptrain`; older versions print the help themselves.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -121,10 +123,37 @@ def devices(as_json):
         Console().print(format_device_report(report))
 
 
+@cli.command()
+@click.option("--clean", is_flag=True,
+              help="Remove shared-memory segments left by dead runs (never live ones).")
+def doctor(clean):
+    """Check /dev/shm, open-file limit, start methods, CUDA and leftover segments."""
+    from rich.console import Console
+
+    from .doctor import clean_leftovers, find_leftovers, run_checks
+
+    console = Console(highlight=False, soft_wrap=True)
+    marks = {"ok": "[green]ok  [/green]", "warn": "[yellow]warn[/yellow]",
+             "fail": "[red]FAIL[/red]"}
+    checks = run_checks()
+    for check in checks:
+        console.print(f"{marks[check.status]} {check.name}: {check.detail}")
+        if check.advice:
+            console.print(f"     -> {check.advice}")
+    if clean:
+        removed, freed = clean_leftovers(find_leftovers())
+        console.print(f"removed {removed} leftover segment(s), {freed / 2**20:.1f} MiB freed")
+    if any(check.status == "fail" for check in checks):
+        raise click.exceptions.Exit(1)
+
+
 def main(argv=None) -> int:
     previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as err:
+        click.echo(err.ctx.get_help() if err.ctx else "usage: mptrain COMMAND --help")
+        return 0
     except click.exceptions.UsageError as err:
         hint = f" (see: mptrain {err.ctx.info_name if err.ctx else ''} --help)".replace(
             "mptrain mptrain", "mptrain")

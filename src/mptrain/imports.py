@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
@@ -52,7 +53,9 @@ def load_object(spec: str, what: str):
 def _load_file(path: Path, spec: str, what: str):
     if not path.is_file():
         raise UserError(f"{what} {spec!r}: file {path} does not exist")
-    name = f"mptrain_user_{path.stem}"
+    # Named after the full path: two files called nets.py in different folders stay apart.
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
+    name = f"mptrain_user_{path.stem}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
     module_spec = importlib.util.spec_from_file_location(name, path)

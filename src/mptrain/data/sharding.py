@@ -44,4 +44,5 @@ def steps_per_epoch(num_samples: int, world_size: int, batch_size: int) -> int:
 def eval_shard(num_samples: int, world_size: int, rank: int) -> torch.Tensor:
     """A contiguous, unpadded slice of the test set, so every sample is evaluated once."""
     per_rank = math.ceil(num_samples / world_size)
-    return torch.arange(rank * per_rank, min(num_samples, (rank + 1) * per_rank))
+    start = min(num_samples, rank * per_rank)  # ranks past the end evaluate nothing
+    return torch.arange(start, min(num_samples, (rank + 1) * per_rank))

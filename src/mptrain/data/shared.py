@@ -54,10 +54,11 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     ``what`` ("training data", "test data") names the data set in error messages.
     """
     if isinstance(dataset, SharedTensorDataset):
-        return dataset
+        return _non_empty(dataset, what)
     if isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2:
         inputs, targets = dataset.tensors
-        return SharedTensorDataset(_dense(inputs, what), _dense(targets, what))
+        return _non_empty(SharedTensorDataset(_floats32(_dense(inputs, what)),
+                                              _floats32(_dense(targets, what))), what)
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise UserError(f"{what} is a {type(dataset).__name__}, not a map-style Dataset "
                         "(it needs __len__ and __getitem__)")
@@ -78,7 +79,18 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     except RuntimeError as err:
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({err}); all "
                         "inputs must have the same shape") from None
-    return SharedTensorDataset(stacked_inputs, stacked_targets)
+    return SharedTensorDataset(_floats32(stacked_inputs), _floats32(stacked_targets))
+
+
+def _non_empty(dataset: SharedTensorDataset, what: str) -> SharedTensorDataset:
+    if len(dataset) == 0:
+        raise UserError(f"{what} is empty")
+    return dataset
+
+
+def _floats32(tensor: torch.Tensor) -> torch.Tensor:
+    """float64 (numpy's default) becomes float32, the dtype models are built with."""
+    return tensor.float() if tensor.dtype == torch.float64 else tensor
 
 
 def _as_tensor(value, what, index) -> torch.Tensor:

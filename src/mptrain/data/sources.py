@@ -56,7 +56,7 @@ class DataBundle:
 
 def load_data(name: str, data_dir: str | None = None) -> DataBundle:
     """Build the data set ``name``: a built-in, or ``module:factory``."""
-    if name != "mnist" and data_dir is not None and not is_import_string(name):
+    if name != "mnist" and data_dir is not None:
         raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
     if name == "digits":
         return digits()

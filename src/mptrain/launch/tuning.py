@@ -62,6 +62,6 @@ def tune_malloc() -> bool:
 
 
 def apply_threads(threads: int) -> None:
+    """torch's intra-op threads for this process (children get the environment variables
+    from ``child_environment`` before they start)."""
     torch.set_num_threads(threads)
-    for name in THREAD_ENV_VARS:
-        os.environ[name] = str(threads)

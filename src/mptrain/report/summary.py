@@ -108,7 +108,7 @@ def _single_linear(model: nn.Module):
     """Weight and bias of a one-in, one-out linear model (``linreg``), else None."""
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if len(linears) == 1 and linears[0].weight.numel() == 1 and linears[0].bias is not None:
-        return float(linears[0].weight), float(linears[0].bias)
+        return linears[0].weight.detach().item(), linears[0].bias.detach().item()
     return None
 
 

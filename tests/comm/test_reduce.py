@@ -1,0 +1,104 @@
+"""Tests for mptrain.comm.reduce: the averaging math, without processes."""
+
+import pytest
+import torch
+
+from mptrain.comm.reduce import flat_size, mean_in_rank_order, weighted_average
+
+
+def random_slots(world, numel, dtype=torch.float32, seed=0, mixed=False):
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randn(world, numel, generator=generator, dtype=torch.float64)
+    if mixed:
+        # Mixed magnitudes, so that another summation order would round differently.
+        values *= 10.0 ** torch.randint(-6, 6, (world, numel), generator=generator)
+    return values.to(dtype)
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_mean_in_rank_order_is_the_mean(world, dtype):
+    slots = random_slots(world, 1000, dtype)
+    out = torch.empty(1000, dtype=dtype)
+    result = mean_in_rank_order(slots, out)
+    assert result is out
+    expected = slots.to(torch.float64).mean(0).to(dtype)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_mean_in_rank_order_sums_in_rank_order():
+    slots = random_slots(5, 1000, mixed=True)
+    expected = slots[0].clone()
+    for row in slots[1:]:
+        expected += row
+    expected /= 5
+    assert torch.equal(mean_in_rank_order(slots, torch.empty(1000)), expected)
+
+
+def test_mean_in_rank_order_is_bitwise_repeatable():
+    slots = random_slots(7, 4096, mixed=True)
+    first = mean_in_rank_order(slots, torch.empty(4096)).clone()
+    second = mean_in_rank_order(slots, torch.empty(4096))
+    assert torch.equal(first, second)
+    assert first.view(torch.int32).tolist() == second.view(torch.int32).tolist()
+
+
+def test_mean_in_rank_order_does_not_change_the_slots():
+    slots = random_slots(3, 10)
+    before = slots.clone()
+    mean_in_rank_order(slots, torch.empty(10))
+    assert torch.equal(slots, before)
+
+
+def test_mean_in_rank_order_overwrites_out():
+    slots = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    out = torch.full((2,), 100.0)
+    assert mean_in_rank_order(slots, out).tolist() == [2.0, 3.0]
+
+
+def test_weighted_average_with_equal_weights_is_the_mean():
+    tensors = list(random_slots(4, 50))
+    result = weighted_average(tensors, [3, 3, 3, 3])
+    torch.testing.assert_close(result, torch.stack(tensors).mean(0))
+    assert result.dtype == torch.float32
+
+
+@pytest.mark.parametrize("weights", [[1, 3], [10, 30], [0.25, 0.75]])
+def test_weighted_average_is_proportional(weights):
+    a, b = torch.tensor([0.0, 4.0, -8.0]), torch.tensor([4.0, 0.0, 8.0])
+    torch.testing.assert_close(weighted_average([a, b], weights), torch.tensor([3.0, 1.0, 4.0]))
+
+
+def test_weighted_average_zero_weight_ignores_a_tensor():
+    a, b = torch.tensor([1.0, 2.0]), torch.tensor([1e6, -1e6])
+    assert torch.equal(weighted_average([a, b], [5, 0]), a)
+
+
+def test_weighted_average_keeps_dtype_and_shape():
+    tensors = [torch.ones(2, 3, dtype=torch.float16), torch.zeros(2, 3, dtype=torch.float16)]
+    result = weighted_average(tensors, [1, 1])
+    assert result.dtype == torch.float16 and result.shape == (2, 3)
+    assert torch.all(result == 0.5)
+
+
+def test_weighted_average_does_not_change_inputs():
+    tensors = [torch.tensor([1.0]), torch.tensor([2.0])]
+    weighted_average(tensors, [1, 2])
+    assert [t.item() for t in tensors] == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("weights", [[0, 0], [0.0, 0.0], [1, -1], [-1, -2]])
+def test_weighted_average_needs_a_positive_total(weights):
+    with pytest.raises(ValueError, match="positive"):
+        weighted_average([torch.ones(2), torch.ones(2)], weights)
+
+
+@pytest.mark.parametrize("count, weights", [(2, [1]), (1, [1, 2]), (0, [])])
+def test_weighted_average_needs_one_weight_per_tensor(count, weights):
+    with pytest.raises(ValueError, match="one weight per tensor"):
+        weighted_average([torch.ones(2)] * count, weights)
+
+
+def test_flat_size():
+    assert flat_size([torch.zeros(2, 3), torch.zeros(4), torch.zeros(())]) == 11
+    assert flat_size([]) == 0

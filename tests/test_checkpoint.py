@@ -1,0 +1,105 @@
+"""Checkpoints: atomic files, refusal of foreign or truncated ones, exact resume."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mptrain import checkpoint as checkpoints
+from mptrain.cli import main
+from mptrain.errors import UserError
+
+
+def run_cli(args):
+    try:
+        return main(args)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+def read_metrics(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("strategy,workers", [("single", 1), ("sync", 2), ("ddp", 2)])
+def test_interrupted_and_resumed_run_ends_bitwise_identical(tmp_path, strategy, workers):
+    common = ["run", "--quiet", "--strategy", strategy, "--seed", "3"]
+    if strategy != "single":
+        common += ["--workers", str(workers)]
+    part, whole = tmp_path / "part", tmp_path / "whole"
+    assert run_cli(common + ["--epochs", "2", "--checkpoint-every", "1", "--out", str(part)]) == 0
+    assert (part / "checkpoint.pt").is_file()
+    assert run_cli(["run", "--quiet", "--resume", str(part), "--epochs", "3"]) == 0
+    assert run_cli(common + ["--epochs", "3", "--out", str(whole)]) == 0
+
+    resumed, straight = torch.load(part / "model.pt"), torch.load(whole / "model.pt")
+    assert resumed.keys() == straight.keys()
+    for key in resumed:
+        assert torch.equal(resumed[key], straight[key]), key
+    losses = [m["train_loss"] for m in read_metrics(part)]
+    assert losses == [m["train_loss"] for m in read_metrics(whole)]
+    assert len(losses) == 3
+
+
+def test_checkpoint_has_what_a_resume_needs(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli(["run", "--quiet", "--data", "linreg", "--epochs", "2",
+                    "--checkpoint-every", "1", "--out", str(out)]) == 0
+    loaded = checkpoints.load(out)
+    assert loaded.epoch == 2 and loaded.world_size == 1 and loaded.strategy == "single"
+    assert loaded.run["data"] == "linreg" and loaded.run["model"] == "linear"
+    assert loaded.config["epochs"] == 2
+    assert set(loaded.ranks[0]) == {"optimizer", "rng"}
+    assert len(loaded.metrics) == 2
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp files left
+
+
+def test_truncated_checkpoint_is_refused(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli(["run", "--quiet", "--data", "linreg", "--epochs", "1",
+                    "--checkpoint-every", "1", "--out", str(out)]) == 0
+    path = out / "checkpoint.pt"
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(UserError, match="not a readable mptrain checkpoint"):
+        checkpoints.load(out)
+
+
+def test_foreign_checkpoint_is_refused(tmp_path):
+    torch.save({"state_dict": {"w": torch.zeros(2)}}, tmp_path / "checkpoint.pt")
+    with pytest.raises(UserError, match="not an mptrain checkpoint"):
+        checkpoints.load(tmp_path)
+
+
+def test_checkpoint_never_unpickles_arbitrary_objects(tmp_path):
+    marker = tmp_path / "executed"
+    payload = (
+        "import os, torch\n"
+        "class Evil:\n"
+        f"    def __reduce__(self): return (os.system, ('touch {marker}',))\n"
+        f"torch.save({{'format': 'mptrain-checkpoint', 'x': Evil()}}, r'{tmp_path}/checkpoint.pt')\n")
+    subprocess.run([sys.executable, "-c", payload], check=True)
+    with pytest.raises(UserError):
+        checkpoints.load(tmp_path)
+    assert not marker.exists()
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
+    assert run_cli(["run", "--resume", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error: no checkpoint at") and "\n" not in err
+
+
+def test_resume_with_other_worker_count_is_refused(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert run_cli(["run", "--quiet", "--strategy", "sync", "--workers", "2", "--epochs", "1",
+                    "--checkpoint-every", "1", "--out", str(out)]) == 0
+    assert run_cli(["run", "--quiet", "--resume", str(out), "--workers", "3",
+                    "--epochs", "2"]) == 2
+    assert "resume with --workers 2" in capsys.readouterr().err
+
+
+def test_checkpoint_every_needs_out(capsys):
+    assert run_cli(["run", "--quiet", "--checkpoint-every", "1"]) == 2
+    assert "--checkpoint-every needs --out" in capsys.readouterr().err

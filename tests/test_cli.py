@@ -1,0 +1,285 @@
+"""Tests for the command line, run in-process: ``main([...])`` as the ``mptrain`` script does.
+
+Training runs are kept to a couple of epochs of the small built-in data sets.
+"""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import mptrain.api
+from mptrain.cli import main
+
+pytestmark = pytest.mark.timeout(60)
+
+SUMMARY_KEYS = {"strategy", "workers", "epochs", "data", "model", "test_mse", "final_train_loss",
+                "train_samples_per_s", "wall_s", "torch", "cores", "seed", "weight", "bias"}
+TIME_FIELDS = {"samples_per_s", "epoch_s", "minor_faults"}
+OUTPUTS = {"summary.json", "metrics.jsonl", "model.pt", "curves.png"}
+
+
+def fail(argv, capsys):
+    """Run ``main(argv)``, expecting a user error; return its one stderr line."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert info.value.code == 2, err
+    assert "Traceback" not in err
+    assert err.startswith("mptrain: error: ")
+    assert len(err.splitlines()) == 1, err
+    assert out == ""
+    return err
+
+
+def metric_rows(folder):
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def without_time(rows):
+    return [{k: v for k, v in row.items() if k not in TIME_FIELDS} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def linreg_run(tmp_path_factory):
+    """One default-length linreg run with --out, shared by the output checks."""
+    out = tmp_path_factory.mktemp("linreg") / "out"
+    assert main(["run", "--data", "linreg", "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_default_run_returns_zero(capsys):
+    assert main(["run", "--quiet", "--epochs", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and err == ""
+
+
+def test_run_prints_progress_unless_quiet(capsys):
+    assert main(["run", "--data", "linreg", "--epochs", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "strategy single" in out and "data linreg" in out
+    assert "epoch 1/2" in out and "epoch 2/2" in out
+    assert "done" in out and "learned y =" in out
+    assert err == ""
+
+
+def test_linreg_summary(linreg_run):
+    summary = json.loads((linreg_run / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    assert (summary["strategy"], summary["workers"], summary["data"], summary["model"]) == \
+        ("single", 1, "linreg", "linear")
+    assert summary["epochs"] == 100 and summary["seed"] == 0
+    assert summary["torch"] == torch.__version__
+    assert summary["cores"] >= 1 and summary["wall_s"] > 0 and summary["train_samples_per_s"] > 0
+    assert abs(summary["weight"] - 2) < 0.2
+    assert abs(summary["bias"] - 3) < 0.5
+    assert summary["test_mse"] < 2
+    assert summary["final_train_loss"] < 2
+
+
+def test_linreg_metrics_has_one_line_per_epoch(linreg_run):
+    rows = metric_rows(linreg_run)
+    assert [row["epoch"] for row in rows] == list(range(1, 101))
+    assert all(row["test_mse"] is not None and row["test_accuracy"] is None for row in rows)
+    summary = json.loads((linreg_run / "summary.json").read_text())
+    assert rows[-1]["test_mse"] == summary["test_mse"]
+
+
+def test_linreg_model_and_curves(linreg_run):
+    state = torch.load(linreg_run / "model.pt", weights_only=True)
+    assert set(state) == {"weight", "bias"}
+    summary = json.loads((linreg_run / "summary.json").read_text())
+    assert state["weight"].item() == pytest.approx(summary["weight"])
+    assert state["bias"].item() == pytest.approx(summary["bias"])
+    assert (linreg_run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_out_holds_only_the_outputs(linreg_run):
+    names = {p.name for p in linreg_run.iterdir()}
+    assert names == OUTPUTS
+    assert not [name for name in names if name.startswith(".")]
+
+
+def test_outputs_follow_the_umask(tmp_path):
+    # Outputs are written to temp files (mkstemp: mode 0600) and renamed into place; they
+    # must still be readable by others like any file the user writes.
+    old = os.umask(0o022)
+    try:
+        assert main(["run", "--data", "linreg", "--epochs", "1", "--quiet",
+                     "--out", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(old)
+    for name in OUTPUTS:
+        assert stat.S_IMODE((tmp_path / "out" / name).stat().st_mode) == 0o644, name
+
+
+def test_linreg_run_prints_nothing_on_stderr(tmp_path):
+    # A fresh interpreter: torch issues this warning once per process.
+    done = subprocess.run([sys.executable, "-m", "mptrain", "run", "--data", "linreg",
+                           "--epochs", "1", "--quiet"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=50)
+    assert done.returncode == 0
+    assert done.stderr == ""
+
+
+def test_same_seed_gives_the_same_run(tmp_path):
+    for name, unrelated in (("a", 123), ("b", 456)):
+        torch.manual_seed(unrelated)  # whatever else the process did with the global RNG
+        assert main(["run", "--seed", "1", "--epochs", "2", "--quiet",
+                     "--out", str(tmp_path / name)]) == 0
+    first, second = metric_rows(tmp_path / "a"), metric_rows(tmp_path / "b")
+    assert [row["epoch"] for row in first] == [1, 2]
+    assert without_time(first) == without_time(second)
+    first_state = torch.load(tmp_path / "a" / "model.pt", weights_only=True)
+    second_state = torch.load(tmp_path / "b" / "model.pt", weights_only=True)
+    assert first_state.keys() == second_state.keys()
+    assert all(torch.equal(first_state[k], second_state[k]) for k in first_state)
+
+
+def test_flags_override_the_config_file(tmp_path):
+    config = tmp_path / "run.toml"
+    config.write_text('data = "linreg"\nepochs = 2\nlr = 0.01\n')
+    out = tmp_path / "out"
+    assert main(["run", "--config", str(config), "--epochs", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["data"], summary["epochs"], summary["lr"]) == ("linreg", 1, 0.01)
+    assert len(metric_rows(out)) == 1
+
+
+@pytest.fixture
+def captured_run(monkeypatch):
+    """Replace training by a recorder of what the CLI hands over."""
+    calls = []
+
+    def record(config, bundle, model, model_name, out=None, **more):
+        calls.append({"config": config, "data": bundle.name, "model": model_name, "out": out})
+
+    monkeypatch.setattr(mptrain.api, "train_bundle", record)
+    return calls
+
+
+@pytest.mark.parametrize("file_text, flags, expected", [
+    ("", [], {"strategy": "single", "quiet": False, "epochs": None, "share_optimizer_state": False,
+              "data": "digits", "model": "digits-cnn", "out": None}),
+    ('[run]\nquiet = true\nstrategy = "hogwild"\nshare-optimizer-state = true\nworkers = 3\n'
+     'data = "linreg"\nmodel = "mlp"\nout = "from-file"\n',
+     [], {"quiet": True, "strategy": "hogwild", "share_optimizer_state": True, "workers": 3,
+          "data": "linreg", "model": "mlp", "out": "from-file"}),
+    ('quiet = true\nstrategy = "hogwild"\nshare_optimizer_state = true\nworkers = 3\n'
+     'data = "linreg"\nout = "from-file"\nbatch-size = 7\n',
+     ["--strategy", "sync", "--no-share-optimizer-state", "--workers", "4", "--data", "digits",
+      "--out", "from-flag"],
+     {"quiet": True, "strategy": "sync", "share_optimizer_state": False, "workers": 4,
+      "data": "digits", "model": "digits-cnn", "out": "from-flag", "batch_size": 7}),
+], ids=["no-file", "file-only", "flags-win"])
+def test_config_precedence(tmp_path, captured_run, file_text, flags, expected):
+    config = tmp_path / "run.toml"
+    config.write_text(file_text)
+    assert main(["run", "--config", str(config)] + flags) == 0
+    [call] = captured_run
+    for key, value in expected.items():
+        actual = call[key] if key in ("data", "model", "out") else getattr(call["config"], key)
+        assert actual == value, key
+
+
+def write_config(tmp_path, text):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("make_args, needle", [
+    (lambda t: ["--data", "bogus"], "unknown data set 'bogus'"),
+    (lambda t: ["--model", "bogus"], "unknown model 'bogus'"),
+    (lambda t: ["--strategy", "bogus"], "Invalid value for '--strategy'"),
+    (lambda t: ["--strategy", "fedavg"], "not available yet"),
+    (lambda t: ["--epochs", "0"], "--epochs must be a positive integer"),
+    (lambda t: ["--epochs", "abc"], "Invalid value for '--epochs'"),
+    (lambda t: ["--lr", "-1"], "--lr must be a positive number"),
+    (lambda t: ["--batch-size", "0"], "--batch-size must be a positive integer"),
+    (lambda t: ["--strategy", "single", "--workers", "2"], "--workers"),
+    (lambda t: ["--data", "mnist"], "--data mnist needs --data-dir"),
+    (lambda t: ["--data", "mnist", "--data-dir", str(t / "nowhere")], "does not exist"),
+    (lambda t: ["--data-dir", str(t)], "--data-dir is only used with --data mnist"),
+    (lambda t: ["--data", "nomodule_xyz:make"], "cannot import module 'nomodule_xyz'"),
+    (lambda t: ["--config", write_config(t, "epochs = \n")], "is not valid TOML"),
+    (lambda t: ["--config", write_config(t, "epoch = 3\n")], "unknown key 'epoch'"),
+    (lambda t: ["--config", str(t / "missing.toml")], "does not exist"),
+    (lambda t: ["--config", write_config(t, "epochs = 0\n")], "--epochs must be"),
+    (lambda t: ["--no-such-flag"], "No such option"),
+], ids=["data", "model", "strategy-choice", "strategy-unavailable", "epochs-0", "epochs-abc",
+        "lr", "batch-size", "single-workers", "mnist-no-dir", "mnist-missing-dir",
+        "data-dir-without-mnist", "import-string", "invalid-toml", "unknown-key",
+        "missing-config", "bad-value-in-config", "unknown-flag"])
+def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, make_args, needle):
+    out = tmp_path / "out"
+    err = fail(["run", "--quiet", "--out", str(out)] + make_args(tmp_path), capsys)
+    assert needle in err
+    assert not out.exists()
+
+
+def test_unknown_command(capsys):
+    assert "No such command 'bogus'" in fail(["bogus"], capsys)
+
+
+@pytest.mark.parametrize("make_out, needle", [
+    (lambda t: t / "file.txt" / "sub", "is not writable"),
+    (lambda t: t / "file.txt", "exists and is not a directory"),
+], ids=["under-a-file", "is-a-file"])
+def test_unwritable_out(tmp_path, capsys, make_out, needle):
+    (tmp_path / "file.txt").write_text("keep me")
+    out = make_out(tmp_path)
+    err = fail(["run", "--data", "linreg", "--epochs", "1", "--quiet", "--out", str(out)],
+               capsys)
+    assert needle in err and str(out) in err
+    assert (tmp_path / "file.txt").read_text() == "keep me"
+
+
+def test_failure_after_out_is_prepared_leaves_no_outputs(tmp_path, capsys):
+    # The model is checked against the data only after --out has been created.
+    (tmp_path / "mptrain_cli_wrong_model.py").write_text(
+        "import torch.nn as nn\n\ndef make():\n    return nn.Linear(3, 1)\n")
+    out = tmp_path / "out"
+    err = fail(["run", "--data", "linreg", "--model",
+                f"{tmp_path / 'mptrain_cli_wrong_model.py'}:make", "--epochs", "1", "--quiet",
+                "--out", str(out)], capsys)
+    assert "the model cannot take the data's inputs" in err
+    assert not (out / "summary.json").exists()
+    if out.exists():
+        assert list(out.iterdir()) == []
+    sys.modules.pop("mptrain_user_mptrain_cli_wrong_model", None)
+
+
+def test_no_arguments_shows_help_not_an_error(capsys):
+    try:
+        main([])
+    except SystemExit:
+        pass
+    out, err = capsys.readouterr()
+    assert "Commands:" in out + err
+    assert "mptrain: error:" not in err
+
+
+def test_help_exits_zero(capsys):
+    assert main(["run", "--help"]) == 0
+    out, _ = capsys.readouterr()
+    assert "--epochs" in out and "--config" in out
+
+
+def test_devices(capsys):
+    assert main(["devices"]) == 0
+    out, err = capsys.readouterr()
+    assert "CPU" in out and err == ""
+
+
+def test_devices_json(capsys):
+    assert main(["devices", "--json"]) == 0
+    out, _ = capsys.readouterr()
+    report = json.loads(out)
+    assert "cpus" in report and report["cpus"]["usable"] >= 1
