@@ -19,7 +19,7 @@ pytestmark = pytest.mark.timeout(60)
 
 SUMMARY_KEYS = {"strategy", "workers", "epochs", "data", "model", "test_mse", "final_train_loss",
                 "train_samples_per_s", "wall_s", "torch", "cores", "seed", "weight", "bias"}
-TIME_FIELDS = {"samples_per_s", "epoch_s", "minor_faults"}
+TIME_FIELDS = {"samples_per_s", "epoch_s", "minor_faults", "elapsed_s"}
 OUTPUTS = {"summary.json", "metrics.jsonl", "model.pt", "curves.png"}
 
 

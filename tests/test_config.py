@@ -101,7 +101,7 @@ DEFAULTS = TrainingDefaults(epochs=7, batch_size=16, lr=0.3, momentum=0.5, optim
 KNOBS = [f.name for f in dataclasses.fields(TrainingDefaults)]
 # Explicit settings that differ from DEFAULTS, falsy ones included.
 SETTINGS = {"epochs": 2, "batch_size": 5, "lr": 0.25, "momentum": 0.0, "optimizer": "sgd",
-            "lr_decay": 1.0, "sync_every": 1}
+            "lr_decay": 1.0, "lr_schedule": "step", "sync_every": 1}
 
 
 def test_every_knob_has_a_test_setting():

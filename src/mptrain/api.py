@@ -81,9 +81,8 @@ def bundle_from_datasets(train_data, test_data) -> DataBundle:
 
 
 def refuse_inside_spawned_import() -> None:
-    main = sys.modules.get("__main__")
-    if multiprocessing.parent_process() is not None and \
-            getattr(main, "__name__", "") == "__mp_main__":
+    # True while a spawn'd child re-imports the parent's main script (CPython's own test).
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
         raise RuntimeError(GUARD_HELP)
 
 

@@ -40,6 +40,7 @@ class TrainConfig:
     momentum: float | None = None
     optimizer: str | None = None
     lr_decay: float | None = None
+    lr_schedule: str | None = None
     weight_decay: float = 0.0
     seed: int = 0
     threads_per_worker: int | None = None
@@ -51,6 +52,7 @@ class TrainConfig:
     worker_timeout: float = 300.0
     sharing_strategy: str = "auto"
     checkpoint_every: int | None = None
+    steps_per_epoch: int | None = None   # cut epochs short: quick looks and benchmarks
     max_restarts: int = 0
     eval_batch_size: int = 1000
     quiet: bool = False
@@ -67,7 +69,7 @@ class TrainConfig:
                 f"use one of: {', '.join(AVAILABLE_STRATEGIES)}"
             )
         for name in ("workers", "epochs", "batch_size", "threads_per_worker", "sync_every",
-                     "eval_batch_size", "checkpoint_every"):
+                     "eval_batch_size", "checkpoint_every", "steps_per_epoch"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                       or value < 1):
@@ -80,6 +82,8 @@ class TrainConfig:
         if self.lr_decay is not None and not (_is_number(self.lr_decay)
                                               and 0 < self.lr_decay <= 1):
             raise UserError(f"--lr-decay must be in (0, 1], got {self.lr_decay!r}")
+        if self.lr_schedule is not None and self.lr_schedule not in ("step", "cosine"):
+            raise UserError(f"unknown --lr-schedule {self.lr_schedule!r}; choose step or cosine")
         if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
             raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay!r}")
         if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
@@ -129,13 +133,15 @@ class TrainingDefaults:
     momentum: float = 0.0
     optimizer: str = "sgd"
     lr_decay: float = 1.0  # learning rate multiplied by this after every epoch
+    lr_schedule: str = "step"
     sync_every: int | None = None  # None: once per epoch
 
 
 def resolve(config: TrainConfig, defaults: TrainingDefaults) -> TrainConfig:
     """Fill every unset data-dependent knob from the data set's recommendation."""
     changes = {}
-    for name in ("epochs", "batch_size", "lr", "momentum", "optimizer", "lr_decay"):
+    for name in ("epochs", "batch_size", "lr", "momentum", "optimizer", "lr_decay",
+                 "lr_schedule"):
         if getattr(config, name) is None:
             changes[name] = getattr(defaults, name)
     if config.sync_every is None and defaults.sync_every is not None:

@@ -19,7 +19,8 @@ from .errors import Interrupted, RunInterrupted, WorkerFailedError
 from .launch.execute import (Job, samples_per_epoch, train_in_process, train_on_workers,
                              train_under_launcher)
 from .launch.layout import choose_sharing, plan_layout
-from .launch.preflight import check_device, check_model_fits_data
+from .launch.preflight import check_device, check_model_fits_data, check_workload
+from .launch.tuning import usable_cores
 from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
 from .report.metrics import EpochCollector, EpochMetrics
@@ -60,19 +61,22 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     layout = plan_layout(config, strategy, world)
     check_device(config)
     check_model_fits_data(model, bundle)
+    warnings = check_workload(config, bundle, layout.workers, usable_cores())
     if layout.start_method is not None:
         choose_sharing(config, layout, bundle, model, strategy)
     if resume is not None:
         _check_resumable(resume, config, layout.workers)
         model.load_state_dict(resume.model)
     presenter.banner(banner_lines(config, bundle, model, model_name, layout))
+    for warning in warnings:
+        presenter.note(warning)
 
     result = FitResult(model=model, config=config)
     if resume is not None:
         result.epochs = [EpochMetrics(**row) for row in resume.metrics]
     keeper = _CheckpointKeeper(config, strategy, run_info or {}, out_dir, resume)
-    per_epoch = samples_per_epoch(len(bundle.train), layout.workers)
-    collector = EpochCollector(layout.workers, bundle.task)
+    per_epoch = samples_per_epoch(len(bundle.train), layout.workers, config)
+    collector = EpochCollector(layout.workers, bundle.task, run_started=started)
 
     def on_report(report) -> None:
         metrics, reports = collector.add(report)

@@ -137,7 +137,7 @@ def test_data_dir_without_mnist(tmp_path, name):
 def test_unknown_name(name):
     with pytest.raises(UserError, match="unknown data set") as info:
         load_data(name)
-    assert "digits, linreg, mnist" in str(info.value)
+    assert "digits, digits-60k, linreg, mnist" in str(info.value)
 
 
 # ---------------------------------------------------------------- user factories

@@ -28,11 +28,5 @@ class Group(ABC):
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:
         """Overwrite every tensor with rank ``src``'s values."""
 
-    def sum_floats(self, values: Sequence[float]) -> list[float]:
-        """Sum a few Python numbers over ranks (reporting, not training)."""
-        buffer = torch.tensor(list(values), dtype=torch.float64)
-        self.average_([buffer])
-        return (buffer * self.world_size).tolist()
-
     def close(self) -> None:
         """Release what the group holds in this process."""

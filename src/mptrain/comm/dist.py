@@ -43,12 +43,6 @@ class TorchDistGroup(Group):
         for tensor, value in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
             tensor.detach().copy_(value)
 
-    def sum_floats(self, values):
-        device = "cuda" if dist.get_backend() == "nccl" else "cpu"
-        buffer = torch.tensor(list(values), dtype=torch.float64, device=device)
-        dist.all_reduce(buffer)
-        return buffer.tolist()
-
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()

@@ -16,9 +16,6 @@ class SoloGroup(Group):
     def broadcast_(self, tensors, src=0):
         pass
 
-    def sum_floats(self, values):
-        return list(values)
-
 
 class SoloSpec:
     """Picklable recipe for a group of one."""

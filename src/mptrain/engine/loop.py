@@ -14,6 +14,7 @@ import torch
 
 from ..checkpoint import worker_state
 from ..data.sharding import batches, eval_shard, shard_indices
+from .schedule import learning_rate
 from .task import evaluate, loss_fn
 
 
@@ -32,6 +33,7 @@ class EpochReport:
     eval_correct: int
     eval_count: int
     minor_faults: int
+    evaluated_at: float = 0.0          # time.monotonic() when this rank's evaluation ended
     checkpoint: bytes | None = None   # this rank's part of a checkpoint, when one is due
 
 
@@ -66,14 +68,19 @@ def train(setup: WorkerSetup) -> None:
 
     for epoch in range(setup.start_epoch, config.epochs):
         shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
-        for param_group in optimizer.param_groups:  # from the epoch: resumable, no drift
-            param_group["lr"] = config.lr * config.lr_decay ** epoch
         faults_before = _minor_faults()
         started = time.monotonic()
+        if config.steps_per_epoch is not None:
+            shard = shard[:config.steps_per_epoch * config.batch_size]
+        steps_in_epoch = -(-len(shard) // config.batch_size)
         loss_sum = torch.zeros((), dtype=torch.float64)
         model.train()
         steps = 0
         for step, indices in enumerate(batches(shard, config.batch_size)):
+            lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
+                               steps_in_epoch)
+            for param_group in optimizer.param_groups:  # a function of (epoch, step): resumable
+                param_group["lr"] = lr
             inputs, targets = train_data.batch(indices)
             inputs, targets = inputs.to(setup.device), targets.to(setup.device)
             optimizer.zero_grad(set_to_none=True)
@@ -94,6 +101,7 @@ def train(setup: WorkerSetup) -> None:
             eval_loss, correct, count = evaluate(strategy.unwrap(model), test_data, indices,
                                                  task, config.eval_batch_size, setup.device,
                                                  beat=setup.progress.beat)
+        evaluated_at = time.monotonic()
         checkpoint = None
         if _checkpoint_due(setup.checkpoint_every, epoch, config.epochs):
             # Before the barrier: under hogwild nobody writes the shared parameters now.
@@ -108,7 +116,8 @@ def train(setup: WorkerSetup) -> None:
             epoch=epoch, rank=group.rank, steps=steps, train_samples=len(shard),
             train_loss_sum=float(loss_sum), train_started=started, train_ended=ended,
             eval_loss_sum=eval_loss, eval_correct=correct, eval_count=count,
-            minor_faults=_minor_faults() - faults_before, checkpoint=checkpoint))
+            minor_faults=_minor_faults() - faults_before, evaluated_at=evaluated_at,
+            checkpoint=checkpoint))
 
 
 def _checkpoint_due(every: int | None, epoch: int, epochs: int) -> bool:

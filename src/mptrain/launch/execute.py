@@ -94,7 +94,7 @@ def train_on_workers(job: Job) -> None:
                       board=board)
     if layout.start_method == "fork":
         _import_lazy_modules()
-    per_epoch = samples_per_epoch(len(job.bundle.train), layout.workers)
+    per_epoch = samples_per_epoch(len(job.bundle.train), layout.workers, config)
     reports_seen = []
 
     def on_message(rank, report):
@@ -125,8 +125,11 @@ def describe_failures(failures) -> str:
     return "\n".join(lines)
 
 
-def samples_per_epoch(num_samples: int, workers: int) -> int:
-    return len(shard_indices(num_samples, workers, 0, 0, 0, shuffle=False)) * workers
+def samples_per_epoch(num_samples: int, workers: int, config) -> int:
+    shard = len(shard_indices(num_samples, workers, 0, 0, 0, shuffle=False))
+    if config.steps_per_epoch is not None:
+        shard = min(shard, config.steps_per_epoch * config.batch_size)
+    return shard * workers
 
 
 def _import_lazy_modules() -> None:

@@ -11,15 +11,19 @@ import sys
 _PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int) -> None:
+def die_with_parent(parent_pid: int | None) -> None:
     """Ask the kernel to SIGKILL this process when its parent dies: no orphans, even after
-    the parent is SIGKILLed itself."""
+    the parent is SIGKILLed itself.
+
+    ``parent_pid`` is None under forkserver, whose workers are children of the fork server
+    (which itself exits when the run's process goes away).
+    """
     if sys.platform.startswith("linux"):
         try:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         except (OSError, AttributeError):
             pass
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    if parent_pid is not None and os.getppid() != parent_pid:  # died before prctl
         os._exit(1)
 
 

@@ -37,3 +37,22 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
                                           or output.shape[1] < bundle.output_size):
         raise UserError(f"the model's output has shape {tuple(output.shape)} but the data has "
                         f"{bundle.output_size} classes; it must return [batch, classes]")
+
+
+def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
+                   cores: int) -> list[str]:
+    """Refuse impossible splits; return warnings for legal but surprising ones."""
+    samples = len(bundle.train)
+    if workers > samples:
+        raise UserError(f"{workers} workers for {samples} training samples: every worker "
+                        f"needs at least one; use --workers {samples} or fewer")
+    warnings = []
+    shard = -(-samples // workers)
+    if config.batch_size > shard:
+        warnings.append(f"--batch-size {config.batch_size} is larger than each worker's shard "
+                        f"({shard} samples): every worker takes one step of {shard} samples "
+                        "per epoch")
+    if workers > 2 * cores:
+        warnings.append(f"{workers} workers on {cores} usable cores: they time-share the "
+                        f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
+    return warnings

@@ -14,9 +14,12 @@ import logging
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
+import threading
 import time
 import traceback
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -37,6 +40,7 @@ class WorkerFailure:
     exitcode: int | None = None
     signal_name: str | None = None
     traceback: str | None = None
+    timeout_s: float | None = None
 
     def describe(self) -> str:
         where = f"worker rank {self.rank} (pid {self.pid})"
@@ -46,7 +50,7 @@ class WorkerFailure:
         if self.reason == "signal":
             return f"{where} was killed by {self.signal_name}"
         if self.reason == "hung":
-            return f"{where} made no progress for {self.exitcode} s and was stopped " \
+            return f"{where} made no progress for {self.timeout_s:g} s and was stopped " \
                    "(raise --worker-timeout if a step can really take that long)"
         return f"{where} exited with code {self.exitcode} before finishing"
 
@@ -69,7 +73,13 @@ class Channel:
         self._connection = connection
 
     def send(self, payload) -> None:
-        self._connection.send(("message", payload))
+        _send(self._connection, "message", payload)
+
+
+def _send(connection, kind, payload) -> None:
+    # Plain pickle copies tensors into the message. torch's reducers would send shared
+    # handles instead, which need the sender alive when the parent unpickles them.
+    connection.send_bytes(pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def _bootstrap(target, rank: int, parent_pid: int, connection, args) -> None:
@@ -78,10 +88,10 @@ def _bootstrap(target, rank: int, parent_pid: int, connection, args) -> None:
     ignore_interrupts()
     try:
         target(rank, Channel(connection), *args)
-        connection.send(("done", None))
+        _send(connection, "done", None)
     except BaseException:  # noqa: BLE001 - everything is reported to the parent
         try:
-            connection.send(("error", traceback.format_exc()))
+            _send(connection, "error", traceback.format_exc())
         except (OSError, ValueError):
             pass
         leave(1)
@@ -96,6 +106,7 @@ class Supervisor:
                  on_message: Callable[[int, object], None] | None = None,
                  on_tick: Callable[[], None] | None = None, tick_s: float = 0.1):
         self._context = torch_mp.get_context(start_method)
+        self._start_method = start_method
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._seconds_since_beat = seconds_since_beat
         self._on_message = on_message or (lambda rank, payload: None)
@@ -106,11 +117,13 @@ class Supervisor:
     def run(self, target, args_per_rank: Sequence[tuple]) -> RunProcsResult:
         result = RunProcsResult()
         connections, finished = {}, set()
+        self._processes = []
+        parent_pid = None if self._start_method == "forkserver" else os.getpid()
         try:
             for rank, args in enumerate(args_per_rank):
                 receiver, sender = self._context.Pipe(duplex=False)
                 process = self._context.Process(
-                    target=_bootstrap, args=(target, rank, os.getpid(), sender, args),
+                    target=_bootstrap, args=(target, rank, parent_pid, sender, args),
                     name=f"mptrain-worker-{rank}", daemon=True)
                 process.start()
                 sender.close()  # the child holds the only sending end that matters
@@ -155,7 +168,7 @@ class Supervisor:
             if hung:
                 result.failures.extend(
                     WorkerFailure(rank=r, pid=live[r].pid, reason="hung",
-                                  exitcode=int(self._heartbeat_timeout_s)) for r in hung)
+                                  timeout_s=self._heartbeat_timeout_s) for r in hung)
                 return
             self._on_tick()
 
@@ -164,15 +177,18 @@ class Supervisor:
             return
         try:
             while connection.poll():
-                kind, payload = connection.recv()
+                kind, payload = pickle.loads(connection.recv_bytes())
                 if kind == "message":
                     self._on_message(rank, payload)
                 elif kind == "done":
                     finished.add(rank)
                 elif kind == "error":
                     tracebacks[rank] = payload
-        except (EOFError, OSError):
+        except EOFError:
             open_connections.discard(connection)
+        except OSError as err:
+            open_connections.discard(connection)
+            tracebacks.setdefault(rank, f"the pipe from this worker broke: {err!r}")
 
     @staticmethod
     def _failure(rank, process, finished, worker_traceback) -> WorkerFailure | None:
@@ -196,15 +212,41 @@ class Supervisor:
         return [rank for rank in live if silent[rank] > self._heartbeat_timeout_s]
 
     def stop_all(self) -> None:
-        """SIGTERM every live worker, SIGKILL what is left after a grace period, reap all."""
+        """SIGTERM every live worker, SIGKILL what is left after a grace period, reap all.
+
+        A second Ctrl-C (or SIGTERM) while this runs kills the workers at once.
+        """
         alive = [p for p in self._processes if p.exitcode is None and p.is_alive()]
-        for process in alive:
-            process.terminate()
-        deadline = time.monotonic() + TERMINATE_GRACE_S
-        for process in alive:
-            process.join(max(0.0, deadline - time.monotonic()))
-        for process in alive:
-            if process.is_alive():
-                log.warning("worker pid %d ignored SIGTERM; sending SIGKILL", process.pid)
-                process.kill()
-                process.join()
+        if not alive:
+            return
+
+        def force(signum, frame):
+            for process in alive:
+                if process.is_alive():
+                    process.kill()
+
+        with _signals_redirected(force):
+            for process in alive:
+                process.terminate()
+            deadline = time.monotonic() + TERMINATE_GRACE_S
+            for process in alive:
+                process.join(max(0.0, deadline - time.monotonic()))
+            for process in alive:
+                if process.is_alive():
+                    log.warning("worker pid %d ignored SIGTERM; sending SIGKILL", process.pid)
+                    process.kill()
+                    process.join()
+
+
+@contextmanager
+def _signals_redirected(handler):
+    """Route SIGINT/SIGTERM to ``handler`` (main thread only; elsewhere leave them be)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)

@@ -20,12 +20,13 @@ class EpochMetrics:
     train_samples: int
     steps: int
     minor_faults: int
+    elapsed_s: float | None = None   # run start to the end of this epoch's evaluation
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
-def combine(reports: Sequence, task: str) -> EpochMetrics:
+def combine(reports: Sequence, task: str, run_started: float | None = None) -> EpochMetrics:
     """One epoch's metrics from every rank's ``EpochReport``.
 
     The epoch's time runs from the first rank's first step to the last rank's last step, so
@@ -49,15 +50,18 @@ def combine(reports: Sequence, task: str) -> EpochMetrics:
         samples_per_s=samples / seconds if seconds > 0 else float("inf"),
         epoch_s=seconds, train_samples=samples, steps=max(r.steps for r in reports),
         minor_faults=sum(r.minor_faults for r in reports),
+        elapsed_s=(max(r.evaluated_at for r in reports) - run_started
+                   if run_started is not None else None),
     )
 
 
 class EpochCollector:
     """Buffers reports until every rank has reported an epoch, then yields its metrics."""
 
-    def __init__(self, world_size: int, task: str):
+    def __init__(self, world_size: int, task: str, run_started: float | None = None):
         self._world_size = world_size
         self._task = task
+        self._run_started = run_started
         self._pending: dict[int, list] = {}
         self.first_step_at: float | None = None
 
@@ -71,7 +75,7 @@ class EpochCollector:
             return None, []
         del self._pending[report.epoch]
         ranks.sort(key=lambda r: r.rank)
-        return combine(ranks, self._task), ranks
+        return combine(ranks, self._task, self._run_started), ranks
 
     def reset(self) -> None:
         """Forget partial epochs (after a restart, the workers redo them)."""

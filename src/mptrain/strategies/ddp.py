@@ -51,3 +51,11 @@ class DDPStrategy(Strategy):
                 param.grad = torch.zeros_like(param)
             grads.append(param.grad)
         group.average_(grads)
+
+    def after_step(self, replica, group, step):
+        if isinstance(replica, DistributedDataParallel):
+            return  # torch's DDP broadcasts buffers at the next forward
+        # DDP semantics: rank 0's buffers (BatchNorm running statistics) are everyone's.
+        buffers = [b for b in replica.buffers()]
+        if buffers:
+            group.broadcast_(buffers, src=0)

@@ -1,0 +1,119 @@
+"""A whole bench: validate the workload, warm up, run the interleaved matrix, summarise."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import time
+from dataclasses import dataclass
+
+import psutil
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from ..data.sources import load_data
+from ..errors import UserError
+from ..launch.tuning import usable_cores
+from .execute import RunRecord, Workload, run_cell
+from .matrix import Cell, expand, interleave, worker_counts
+from .report import cell_rows
+
+BENCH_STRATEGIES = ("single", "hogwild", "sync", "ddp")
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    data: str
+    data_dir: str | None
+    model: str | None
+    strategies: tuple[str, ...]
+    workers: tuple[int, ...] | None
+    epochs: int
+    steps: int | None
+    repeats: int
+    threads: int | None
+    target_accuracy: float | None
+    eval_every: int | None
+    run_options: tuple[str, ...]   # further `mptrain run` flags: batch size, lr, ...
+    timeout_s: float = 3600.0
+
+    def __post_init__(self):
+        unknown = [s for s in self.strategies if s not in BENCH_STRATEGIES]
+        if unknown:
+            raise UserError(f"--strategies: unknown {', '.join(unknown)}; choose from "
+                            f"{', '.join(BENCH_STRATEGIES)}")
+        for name in ("epochs", "repeats"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name} must be a positive integer")
+        if self.steps is not None and self.steps < 1:
+            raise UserError("--steps must be a positive integer")
+        if self.workers is not None and any(w < 1 for w in self.workers):
+            raise UserError("--workers takes positive integers, e.g. --workers 1,2,4")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise UserError("--time-to-accuracy takes a fraction in (0, 1], e.g. 0.97")
+        if self.eval_every is not None and self.steps is not None:
+            raise UserError("--eval-every and --steps cannot be combined; --eval-every cuts "
+                            "the run into evaluation rounds itself")
+
+
+def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
+    """Check the workload in this process (a mistake fails now, not in every cell)."""
+    bundle = load_data(settings.data, settings.data_dir)
+    options = ["--data", settings.data, *(["--data-dir", settings.data_dir]
+                                          if settings.data_dir else []),
+               *(["--model", settings.model] if settings.model else []),
+               *settings.run_options]
+    epochs, steps = settings.epochs, settings.steps
+    if settings.eval_every is not None:
+        # Evaluation rounds of `eval_every` steps per worker, each a short "epoch" on a
+        # fresh shuffle, as many as the requested epochs hold at the largest worker count.
+        batch = _option_value(settings.run_options, "--batch-size") or bundle.defaults.batch_size
+        most = max(worker_counts(list(settings.workers or []), usable_cores()))
+        per_epoch = math.ceil(math.ceil(len(bundle.train) / most) / int(batch))
+        epochs = max(1, settings.epochs * per_epoch // settings.eval_every)
+        steps = settings.eval_every
+    cells = expand(list(settings.strategies),
+                   worker_counts(list(settings.workers or []), usable_cores()),
+                   settings.threads)
+    return cells, Workload(run_options=options, epochs=epochs, steps_per_epoch=steps,
+                           target_accuracy=settings.target_accuracy,
+                           timeout_s=settings.timeout_s)
+
+
+def run_bench(settings: BenchSettings, console: Console | None = None
+              ) -> tuple[list[dict], list[RunRecord], list[Cell]]:
+    cells, workload = plan(settings)
+    schedule = interleave(cells, settings.repeats)
+    records: list[RunRecord] = []
+    with Progress(TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
+                  TextColumn("left"), TimeRemainingColumn(), console=console,
+                  transient=True) as progress:
+        task = progress.add_task("warm-up", total=len(schedule) + 1)
+        # One untimed run first: file caches, bytecode, the allocator of a cold machine.
+        run_cell(cells[0], -1, Workload(workload.run_options, 1, steps_per_epoch=5,
+                                        timeout_s=workload.timeout_s))
+        progress.advance(task)
+        for repeat, cell in schedule:
+            progress.update(task, description=f"{cell.label:<20} repeat "
+                                              f"{repeat + 1}/{settings.repeats}")
+            records.append(run_cell(cell, repeat, workload))
+            progress.advance(task)
+    return cell_rows(cells, records), records, cells
+
+
+def machine_info(start_method: str = "fork") -> dict:
+    return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "usable_cores": usable_cores(), "logical_cpus": os.cpu_count(),
+            "memory_bytes": psutil.virtual_memory().total, "start_method": start_method,
+            "default_threads_per_worker": "usable cores // workers"}
+
+
+def _option_value(options, name):
+    options = list(options)
+    if name in options and options.index(name) + 1 < len(options):
+        return options[options.index(name) + 1]
+    return None

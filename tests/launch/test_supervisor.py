@@ -1,0 +1,290 @@
+"""The supervisor driven by scripted fake workers: every way a worker can end is reported as
+a value, the other workers are stopped, and no process of the run is left behind.
+
+Worker targets are module-level (``target(rank, channel, *args)``) so that the spawn case can
+import them in the child.
+"""
+
+import multiprocessing
+import os
+import signal
+import time
+
+import psutil
+import pytest
+import torch
+
+from mptrain.launch.board import ProgressBoard
+from mptrain.launch.supervisor import (TERMINATE_GRACE_S, RunProcsResult, Supervisor,
+                                       WorkerFailure)
+
+FORK = multiprocessing.get_context("fork")
+# Generous: a failure is noticed within a tick and the others stop on SIGTERM at once; only a
+# worker that ignores SIGTERM costs the grace period.
+BOUND_S = TERMINATE_GRACE_S + 10
+
+
+# -- scripted workers --------------------------------------------------------------------------
+
+def send_messages(rank, channel, count):
+    for index in range(count):
+        channel.send({"rank": rank, "index": index})
+
+
+def block_forever():
+    # Never returns on its own: only the supervisor's SIGTERM ends it.
+    while True:
+        signal.pause()
+
+
+def raise_boom(rank, channel, bad_rank):
+    if rank == bad_rank:
+        raise ValueError("boom")
+    block_forever()
+
+
+def exit_three(rank, channel, bad_rank):
+    if rank == bad_rank:
+        os._exit(3)
+    block_forever()
+
+
+def sigkill_self(rank, channel, bad_rank):
+    if rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    block_forever()
+
+
+def exit_zero_early(rank, channel, bad_rank):
+    # A clean exit status, but before the bootstrap could report "done".
+    if rank == bad_rank:
+        os._exit(0)
+    block_forever()
+
+
+def ignore_sigterm_then_fail(rank, channel, ready):
+    if rank == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        ready.set()
+        block_forever()
+    # Fail only once rank 0 is known to ignore SIGTERM, so the escalation is exercised.
+    if not ready.wait(timeout=30):
+        raise TimeoutError("rank 0 never became ready")
+    raise ValueError("boom")
+
+
+def finish_or_hang(rank, channel, board, hung_rank):
+    if rank == hung_rank:
+        block_forever()  # never touches its heartbeat
+    board.writer(rank).beat()
+
+
+def wait_for_tick(rank, channel, ticked):
+    if not ticked.wait(timeout=30):
+        raise TimeoutError("on_tick was never called")
+
+
+def send_tensor(rank, channel):
+    channel.send(torch.arange(4, dtype=torch.float32) + rank)
+
+
+# -- helpers -----------------------------------------------------------------------------------
+
+def leftover_processes(result: RunProcsResult) -> list:
+    """Processes of the run still alive or unreaped (a zombie child is a leak too)."""
+    left = []
+    for pid in result.pids.values():
+        try:
+            process = psutil.Process(pid)
+            if process.ppid() == os.getpid():
+                left.append((pid, process.status()))
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+@pytest.fixture
+def keep_default_start_method():
+    """Starting a spawn or forkserver process fixes this process's default start method as a
+    side effect (``multiprocessing.spawn.get_preparation_data`` calls ``get_start_method()``);
+    undo it so that later tests find the state they would find alone."""
+    default = multiprocessing.context._default_context
+    saved = default._actual_context
+    yield
+    default._actual_context = saved
+
+
+def run_timed(supervisor, target, args_per_rank):
+    started = time.monotonic()
+    result = supervisor.run(target, args_per_rank)
+    return result, time.monotonic() - started
+
+
+# -- success -----------------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_all_workers_succeed_and_every_message_reaches_on_message():
+    received = []
+    supervisor = Supervisor("fork", on_message=lambda rank, payload: received.append((rank,
+                                                                                       payload)))
+    result = supervisor.run(send_messages, [(3,)] * 3)
+
+    assert result.ok
+    assert result.failures == []
+    assert result.exitcodes == {0: 0, 1: 0, 2: 0}
+    assert sorted(result.pids) == [0, 1, 2]
+    for rank in range(3):
+        mine = [payload for r, payload in received if r == rank]
+        # Per rank, messages arrive complete and in the order they were sent.
+        assert mine == [{"rank": rank, "index": i} for i in range(3)]
+    assert len(received) == 9
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(60)
+def test_on_tick_is_called_while_workers_run():
+    ticked = FORK.Event()
+    result = Supervisor("fork", on_tick=ticked.set, tick_s=0.01).run(wait_for_tick,
+                                                                     [(ticked,)] * 2)
+    assert result.ok, [f.describe() for f in result.failures]
+    assert leftover_processes(result) == []
+
+
+# -- failures ----------------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("target, reason, exitcode, signal_name", [
+    (raise_boom, "raised", 1, None),
+    (exit_three, "exited", 3, None),
+    (sigkill_self, "signal", -signal.SIGKILL, "SIGKILL"),
+    (exit_zero_early, "exited", 0, None),
+], ids=["raised", "exit-3", "sigkill", "exit-0-before-done"])
+def test_one_failing_rank_is_reported_and_the_others_are_stopped(target, reason, exitcode,
+                                                                  signal_name):
+    bad_rank = 1
+    result, elapsed = run_timed(Supervisor("fork"), target, [(bad_rank,)] * 3)
+
+    assert not result.ok
+    assert len(result.failures) == 1
+    failure = result.failures[0]
+    assert failure.rank == bad_rank
+    assert failure.pid == result.pids[bad_rank]
+    assert failure.reason == reason
+    assert failure.exitcode == exitcode
+    assert failure.signal_name == signal_name
+    if reason == "raised":
+        assert "ValueError: boom" in failure.traceback
+        assert "raise_boom" in failure.traceback
+    else:
+        assert failure.traceback is None
+    # The blocked ranks did not fail on their own: the supervisor terminated them.
+    for rank in (0, 2):
+        assert result.exitcodes[rank] == -signal.SIGTERM
+    assert result.exitcodes[bad_rank] == exitcode
+    assert elapsed < BOUND_S
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_ignoring_sigterm_is_killed_after_the_grace_period():
+    ready = FORK.Event()
+    result, elapsed = run_timed(Supervisor("fork"), ignore_sigterm_then_fail, [(ready,)] * 2)
+
+    assert [(f.rank, f.reason) for f in result.failures] == [(1, "raised")]
+    assert "ValueError: boom" in result.failures[0].traceback
+    assert result.exitcodes[0] == -signal.SIGKILL
+    assert elapsed < BOUND_S
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_without_heartbeat_is_reported_hung():
+    board = ProgressBoard.create(2)
+    supervisor = Supervisor("fork", heartbeat_timeout_s=1.0,
+                            seconds_since_beat=board.seconds_since_beat)
+    board.beat_all()
+    result, elapsed = run_timed(supervisor, finish_or_hang, [(board, 1)] * 2)
+
+    assert [(f.rank, f.reason) for f in result.failures] == [(1, "hung")]
+    failure = result.failures[0]
+    assert failure.pid == result.pids[1]
+    assert "made no progress" in failure.describe()
+    # The healthy rank finished; the hung one was stopped.
+    assert result.exitcodes == {0: 0, 1: -signal.SIGTERM}
+    assert elapsed < BOUND_S
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(60)
+def test_hung_description_states_the_real_timeout():
+    board = ProgressBoard.create(1)
+    supervisor = Supervisor("fork", heartbeat_timeout_s=0.5,
+                            seconds_since_beat=board.seconds_since_beat)
+    board.beat_all()
+    result = supervisor.run(finish_or_hang, [(board, 0)])
+
+    assert leftover_processes(result) == []
+    failure = result.failures[0]
+    assert failure.reason == "hung"
+    assert "0.5 s" in failure.describe()
+
+
+# -- descriptions ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("failure, words", [
+    (WorkerFailure(2, 4242, "raised", 1, traceback="Traceback...\nValueError: boom\n"),
+     ["raised ValueError: boom"]),
+    (WorkerFailure(2, 4242, "exited", 3), ["exited with code 3"]),
+    (WorkerFailure(2, 4242, "signal", -9, signal_name="SIGKILL"), ["killed by SIGKILL"]),
+    (WorkerFailure(2, 4242, "hung", timeout_s=5), ["no progress for 5 s", "--worker-timeout"]),
+], ids=["raised", "exited", "signal", "hung"])
+def test_describe_names_rank_pid_and_cause(failure, words):
+    text = failure.describe()
+    assert "rank 2" in text
+    assert "pid 4242" in text
+    for word in words:
+        assert word in text
+
+
+@pytest.mark.timeout(60)
+def test_describe_of_a_real_failure_names_its_rank_and_pid():
+    result = Supervisor("fork").run(exit_three, [(0,)] * 2)
+    failure = result.failures[0]
+    text = failure.describe()
+    assert f"rank {failure.rank}" in text
+    assert f"pid {result.pids[failure.rank]}" in text
+    assert "code 3" in text
+    assert leftover_processes(result) == []
+
+
+# -- start methods -----------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("keep_default_start_method")
+def test_spawn_worker_that_raises_is_reported_with_its_traceback():
+    result, elapsed = run_timed(Supervisor("spawn"), raise_boom, [(0,)] * 2)
+
+    assert [(f.rank, f.reason) for f in result.failures] == [(0, "raised")]
+    assert "ValueError: boom" in result.failures[0].traceback
+    assert result.exitcodes[1] == -signal.SIGTERM
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.usefixtures("keep_default_start_method")
+def test_forkserver_workers_run():
+    result = Supervisor("forkserver").run(send_messages, [(1,)] * 2)
+    assert result.ok, [f.describe() for f in result.failures]
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_a_tensor_message_arrives_and_the_run_succeeds():
+    received = {}
+    result = Supervisor("fork", on_message=received.__setitem__).run(send_tensor, [()] * 2)
+    assert leftover_processes(result) == []
+    assert result.ok, [f.describe() for f in result.failures]
+    for rank in range(2):
+        assert torch.equal(received[rank], torch.arange(4, dtype=torch.float32) + rank)
