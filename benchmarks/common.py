@@ -10,11 +10,13 @@ import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from mptrain.bench.memory import TreeMemorySampler  # noqa: E402  (one sampler for both)
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_MNIST = REPO.parent / "shared" / "data" / "mnist"
@@ -34,48 +36,6 @@ def machine_info() -> dict:
             "python": platform.python_version(), "usable_cores": len(os.sched_getaffinity(0)),
             "logical_cpus": os.cpu_count(), "memory_bytes": psutil.virtual_memory().total,
             "platform": platform.platform()}
-
-
-class TreeMemorySampler(threading.Thread):
-    """Peak RSS and PSS summed over a process and all its descendants.
-
-    PSS charges each shared page to the processes sharing it in equal parts, so the sum
-    over a tree counts a shared-memory data set once: the honest whole-tree figure.
-    """
-
-    def __init__(self, pid: int, interval_s: float = 0.05):
-        super().__init__(daemon=True)
-        self.pid, self.interval_s = pid, interval_s
-        self.peak_rss = self.peak_pss = 0
-        self.peak_processes = 0
-        self._stop_event = threading.Event()
-
-    def run(self):
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.NoSuchProcess:
-            return
-        while not self._stop_event.is_set():
-            rss = pss = 0
-            try:
-                procs = [root] + root.children(recursive=True)
-            except psutil.NoSuchProcess:
-                break
-            for proc in procs:
-                try:
-                    info = proc.memory_full_info()
-                except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                    continue
-                rss += info.rss
-                pss += getattr(info, "pss", info.rss)
-            self.peak_rss = max(self.peak_rss, rss)
-            self.peak_pss = max(self.peak_pss, pss)
-            self.peak_processes = max(self.peak_processes, len(procs))
-            self._stop_event.wait(self.interval_s)
-
-    def stop(self):
-        self._stop_event.set()
-        self.join()
 
 
 def run_measured(command: list[str], timeout_s: float = 600, env: dict | None = None) -> dict:

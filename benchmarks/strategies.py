@@ -104,8 +104,8 @@ def table(cases, results, reference):
         if not runs:
             print(f"{case['name']:<26}{'failed':>12}")
             continue
-        print(f"{case['name']:<26}{speed['median']:>12,.0f}"
-              f"{f'({speed['min']:,.0f}-{speed['max']:,.0f})':>20}"
+        span = f"({speed['min']:,.0f}-{speed['max']:,.0f})"
+        print(f"{case['name']:<26}{speed['median']:>12,.0f}{span:>20}"
               f"{efficiency if efficiency is not None else float('nan'):>7.2f}"
               f"{first['median']:>11.2f}{pss['median'] / 2**20:>9,.0f}"
               f"{faults['median'] if faults['median'] is not None else float('nan'):>11,.0f}"

@@ -16,6 +16,7 @@ from .data.shared import materialize
 from .data.sources import DataBundle, infer_task
 from .errors import UserError
 from .launch.start_method import choose_start_method
+from .launch.tuning import threads_per_worker
 from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
 from .report.outputs import prepare_out_dir
@@ -64,7 +65,8 @@ def train_bundle(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
                         "is written to")
     out_dir = prepare_out_dir(out) if out is not None else None
     if config.strategy != "single" and detect_external_world() is None:
-        method, _ = choose_start_method(config.start_method, config.device)
+        threads = threads_per_worker(config.workers or 1, config.threads_per_worker)
+        method, _ = choose_start_method(config.start_method, config.device, threads)
         if method != "fork":
             check_spawn_ready(model)
     return run_training(config, bundle, model, model_name, presenter=presenter,

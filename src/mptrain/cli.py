@@ -197,7 +197,9 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
         repeats=repeats, threads=threads_per_worker, target_accuracy=time_to_accuracy,
         eval_every=eval_every, run_options=tuple(run_options), timeout_s=timeout)
     out_dir = prepare_out_dir(out) if out else None
-    console = Console(highlight=False, soft_wrap=True)
+    # A table piped to a file or CI log keeps its columns instead of wrapping at 80.
+    console = Console(highlight=False, soft_wrap=True,
+                      width=None if sys.stdout.isatty() else 180)
     rows, records, _ = run_bench(settings, console)
     console.print(render_table(rows, time_to_accuracy))
     machine = machine_info()

@@ -48,7 +48,7 @@ def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = Non
     threads = threads_per_worker(workers, config.threads_per_worker)
     if not strategy.uses_worker_processes:
         return RunLayout(1, threads, None, "in this process", "none")
-    method, reason = choose_start_method(config.start_method, config.device)
+    method, reason = choose_start_method(config.start_method, config.device, threads)
     return RunLayout(workers, threads, method, reason, comm_kind(config))
 
 

@@ -10,8 +10,15 @@ import torch
 from ..errors import UserError
 
 
-def choose_start_method(requested: str | None, device: str) -> tuple[str, str]:
-    """Return ``(method, reason)``."""
+def choose_start_method(requested: str | None, device: str,
+                        threads: int = 1) -> tuple[str, str]:
+    """Return ``(method, reason)``.
+
+    A forked child that runs torch with more than one thread hangs in its first parallel
+    operation once the parent has used OpenMP (GNU OpenMP is not fork-safe; measured here:
+    a conv2d never returns). So fork is used only with one thread per worker; with more,
+    workers come from a fork server that never ran a parallel region.
+    """
     available = multiprocessing.get_all_start_methods()
     if requested is not None:
         if requested not in available:
@@ -23,6 +30,10 @@ def choose_start_method(requested: str | None, device: str) -> tuple[str, str]:
                                 "forked child cannot initialise CUDA; use spawn (the default "
                                 "for CUDA)")
             check_fork_safe()
+            if threads > 1:
+                raise UserError(f"--start-method fork with {threads} threads per worker would "
+                                "hang (OpenMP is not fork-safe); use --threads-per-worker 1 "
+                                "or --start-method forkserver")
         return requested, "as requested"
     if device == "cuda":
         return "spawn", "CUDA cannot be used in forked children"
@@ -30,7 +41,12 @@ def choose_start_method(requested: str | None, device: str) -> tuple[str, str]:
         return "spawn", "fork is unsafe or unavailable on this platform"
     if torch.cuda.is_initialized():
         return "spawn", "CUDA is initialised in this process, so forking is unsafe"
-    return "fork", "CPU training on Linux: fastest start, data inherited without copies"
+    if threads > 1:
+        if "forkserver" in available:
+            return "forkserver", f"{threads} threads per worker: OpenMP is not fork-safe"
+        return "spawn", f"{threads} threads per worker: OpenMP is not fork-safe"
+    return "fork", "CPU training on Linux, 1 thread per worker: fastest start, data " \
+                   "inherited without copies"
 
 
 def check_fork_safe() -> None:

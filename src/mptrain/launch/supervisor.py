@@ -107,6 +107,9 @@ class Supervisor:
                  on_tick: Callable[[], None] | None = None, tick_s: float = 0.1):
         self._context = torch_mp.get_context(start_method)
         self._start_method = start_method
+        if start_method == "forkserver":
+            # Workers are forked from a server that has torch imported already.
+            self._context.set_forkserver_preload(["torch", "mptrain.launch.worker"])
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._seconds_since_beat = seconds_since_beat
         self._on_message = on_message or (lambda rank, payload: None)
