@@ -78,6 +78,9 @@ def run(config_file, resume, **flags):
     """Train a model; with no options, a CNN on the embedded handwritten digits."""
     from .api import train_bundle
     from .checkpoint import load as load_checkpoint
+    from .launch import warmup
+
+    warmup.start_in_background()
     from .data.sources import load_data
     from .models import build_model
 

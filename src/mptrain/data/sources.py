@@ -15,6 +15,7 @@ import torch
 from ..config import TrainingDefaults
 from ..errors import UserError
 from ..imports import is_import_string, load_object
+from .embedded import load_uci_digits
 from .shared import SharedTensorDataset, materialize
 
 BUILTIN_SOURCES = ("digits", "digits-60k", "linreg", "mnist")
@@ -83,12 +84,10 @@ def load_data(name: str, data_dir: str | None = None) -> DataBundle:
 
 def digits() -> DataBundle:
     """The 1,797 8x8 handwritten digits (UCI) that ship with scikit-learn: no download."""
-    from sklearn.datasets import load_digits
-
-    raw = load_digits()
-    images = torch.from_numpy(raw.images.astype(np.float32) / 16.0).unsqueeze(1)
+    pixels, targets = load_uci_digits()
+    images = torch.from_numpy(pixels / 16.0).unsqueeze(1)
     images = (images - 0.5) / 0.5
-    labels = torch.from_numpy(raw.target.astype(np.int64))
+    labels = torch.from_numpy(targets)
     train_idx, test_idx = _split(len(labels), test_fraction=0.2)
     return DataBundle(
         name="digits",
@@ -109,13 +108,12 @@ def digits_60k(train_size: int = 60_000, test_size: int = 10_000) -> DataBundle:
     accuracy is honest. Sized for benchmarks: the classic MNIST CNN runs as on MNIST.
     """
     import torch.nn.functional as F
-    from sklearn.datasets import load_digits
 
-    raw = load_digits()
-    base = torch.from_numpy(raw.images.astype(np.float32) / 16.0).unsqueeze(1)
+    pixels, targets = load_uci_digits()
+    base = torch.from_numpy(pixels / 16.0).unsqueeze(1)
     base = F.pad(F.interpolate(base, size=(20, 20), mode="bilinear", align_corners=False),
                  (4, 4, 4, 4))
-    labels = torch.from_numpy(raw.target.astype(np.int64))
+    labels = torch.from_numpy(targets)
     train_idx, test_idx = _split(len(labels), test_fraction=0.2)
     generator = torch.Generator().manual_seed(SPLIT_SEED)
 
@@ -173,8 +171,9 @@ def mnist(data_dir: str) -> DataBundle:
     train_images, train_labels, test_images, test_labels = load_mnist(data_dir)
 
     def images(array):
-        tensor = torch.from_numpy(array.astype(np.float32) / 255.0).unsqueeze(1)
-        return (tensor - MNIST_MEAN) / MNIST_STD
+        # In place, in torch: numpy's astype-then-divide took 10x longer (fresh pages twice).
+        tensor = torch.from_numpy(array).unsqueeze(1).float()
+        return tensor.mul_(1 / (255 * MNIST_STD)).sub_(MNIST_MEAN / MNIST_STD)
 
     return DataBundle(
         name="mnist",

@@ -16,6 +16,7 @@ from ..comm.solo import SoloGroup
 from ..data.sharding import shard_indices
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
+from . import warmup
 from .board import ProgressBoard
 from .layout import make_comm
 from .supervisor import Supervisor
@@ -93,7 +94,7 @@ def train_on_workers(job: Job) -> None:
     plan = WorkerPlan(job=job, comm=make_comm(config, job.strategy, job.model, layout),
                       board=board)
     if layout.start_method == "fork":
-        _import_lazy_modules()
+        warmup.finish()  # workers inherit the imports; no thread may be importing at fork
     per_epoch = samples_per_epoch(len(job.bundle.train), layout.workers, config)
     reports_seen = []
 
@@ -130,12 +131,6 @@ def samples_per_epoch(num_samples: int, workers: int, config) -> int:
     if config.steps_per_epoch is not None:
         shard = min(shard, config.steps_per_epoch * config.batch_size)
     return shard * workers
-
-
-def _import_lazy_modules() -> None:
-    """The first optimizer built in a process imports torch._dynamo (~1 s); pay it once
-    here, before fork, instead of once per worker."""
-    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 @contextmanager

@@ -100,8 +100,22 @@ def _since_process_start(startup_s, wall_s):
     """Seconds from this interpreter's start to the first training step (imports included)."""
     if startup_s is None:
         return None
-    run_started_wall = time.time() - wall_s
-    return run_started_wall + startup_s - psutil.Process().create_time()
+    return process_age_s() - wall_s + startup_s
+
+
+def process_age_s() -> float:
+    """Seconds since this process started, to the clock tick.
+
+    psutil's create_time() is anchored on the boot time in whole seconds, which put every
+    start-up figure off by up to a second; /proc/self/stat counts ticks since boot.
+    """
+    try:
+        with open("/proc/self/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
+        return time.clock_gettime(time.CLOCK_BOOTTIME) - started
+    except (OSError, IndexError, ValueError, AttributeError):
+        return time.time() - psutil.Process().create_time()
 
 
 def _single_linear(model: nn.Module):
