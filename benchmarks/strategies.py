@@ -142,8 +142,9 @@ def main():
     speed_rows = table(speed_cases, speed_results, reference)
 
     print("\nwhole-tree memory (sync, 1 / 2 / 4 workers):")
-    memory_cases = [mptrain_case(f"sync x{w} memory", data_dir, "sync", w, e, b,
-                                 threads=max(1, 2 // w)) for w in (1, 2, 4)]
+    # One thread each: every count then forks (no fork server in the tree), like for like.
+    memory_cases = [mptrain_case(f"sync x{w} memory", data_dir, "sync", w, e, b, threads=1)
+                    for w in (1, 2, 4)]
     memory_results = run_cases(memory_cases, max(1, args.repeats // 2))
     memory_rows = table(memory_cases, memory_results, reference)
     pss = [row["peak_pss_bytes"]["median"] for row in memory_rows]
