@@ -15,7 +15,7 @@ import torch.nn as nn
 from . import checkpoint as checkpoints
 from .config import TrainConfig
 from .data.sources import DataBundle
-from .errors import Interrupted, RunInterrupted, WorkerFailedError
+from .errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
 from .launch.execute import (Job, samples_per_epoch, train_in_process, train_on_workers,
                              train_under_launcher)
 from .launch.layout import choose_sharing, plan_layout
@@ -165,8 +165,6 @@ class _CheckpointKeeper:
 
 
 def _check_resumable(resume, config, workers) -> None:
-    from .errors import UserError
-
     if resume.strategy != config.strategy:
         raise UserError(f"the checkpoint was written by strategy {resume.strategy!r}; resume "
                         f"with --strategy {resume.strategy}")
