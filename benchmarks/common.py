@@ -38,22 +38,29 @@ def machine_info() -> dict:
             "platform": platform.platform()}
 
 
-def run_measured(command: list[str], timeout_s: float = 600, env: dict | None = None) -> dict:
-    """Run ``command``; return wall seconds, exit code, output and peak tree memory."""
+def run_measured(command: list[str], timeout_s: float = 600, env: dict | None = None,
+                 sample_memory: bool = True) -> dict:
+    """Run ``command``; return wall seconds, exit code, output and peak tree memory.
+
+    Sampling PSS walks the page tables of every process of the tree and takes their memory
+    locks, which slows the run being measured: throughput runs pass ``sample_memory=False``.
+    """
     started = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env={**os.environ, **(env or {})})
-    sampler = TreeMemorySampler(process.pid)
-    sampler.start()
+    sampler = TreeMemorySampler(process.pid) if sample_memory else None
+    if sampler is not None:
+        sampler.start()
     try:
         output, _ = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-    sampler.stop()
+    if sampler is not None:
+        sampler.stop()
     return {"wall_s": time.monotonic() - started, "returncode": process.returncode,
-            "output": output, "peak_rss_bytes": sampler.peak_rss,
-            "peak_pss_bytes": sampler.peak_pss}
+            "output": output, "peak_rss_bytes": sampler.peak_rss if sampler else None,
+            "peak_pss_bytes": sampler.peak_pss if sampler else None}
 
 
 def summarize(values: list[float]) -> dict:

@@ -64,12 +64,12 @@ def plain_case(data_dir, epochs, batch_size):
             "command": command, "parse": parse}
 
 
-def run_cases(cases, repeats):
+def run_cases(cases, repeats, sample_memory=True):
     results = {case["name"]: [] for case in cases}
     for repeat in range(repeats):
         for case in cases:
             with tempfile.TemporaryDirectory() as out:
-                measured = run_measured(case["command"](out))
+                measured = run_measured(case["command"](out), sample_memory=sample_memory)
                 if measured["returncode"] != 0:
                     print(f"  {case['name']}: FAILED\n{measured['output'][-2000:]}")
                     continue
@@ -79,7 +79,8 @@ def run_cases(cases, repeats):
                 results[case["name"]].append(row)
                 print(f"  repeat {repeat + 1}/{repeats} {case['name']:<24} "
                       f"{row['samples_per_s']:>9,.0f} samples/s  first step "
-                      f"{row['first_step_s']:.2f} s  PSS {row['peak_pss_bytes'] / 2**20:,.0f} MiB",
+                      f"{row['first_step_s']:.2f} s  PSS "
+                      f"{(row['peak_pss_bytes'] or 0) / 2**20:,.0f} MiB",
                       flush=True)
     return results
 
@@ -107,7 +108,7 @@ def table(cases, results, reference):
         span = f"({speed['min']:,.0f}-{speed['max']:,.0f})"
         print(f"{case['name']:<26}{speed['median']:>12,.0f}{span:>20}"
               f"{efficiency if efficiency is not None else float('nan'):>7.2f}"
-              f"{first['median']:>11.2f}{pss['median'] / 2**20:>9,.0f}"
+              f"{first['median']:>11.2f}{(pss['median'] or float('nan')) / 2**20:>9,.0f}"
               f"{faults['median'] if faults['median'] is not None else float('nan'):>11,.0f}"
               f"{100 * accuracy['median']:>7.2f}%")
     return rows
@@ -134,14 +135,15 @@ def main():
                    mptrain_case("hogwild x2", data_dir, "hogwild", 2, e, b),
                    mptrain_case("sync x2", data_dir, "sync", 2, e, b),
                    mptrain_case("ddp x2", data_dir, "ddp", 2, e, b)]
-    speed_results = run_cases(speed_cases, args.repeats)
+    # No memory sampling here: it slows the runs it measures (see common.run_measured).
+    speed_results = run_cases(speed_cases, args.repeats, sample_memory=False)
     reference = max(summarize([r["samples_per_s"] for r in speed_results[name]])["median"] or 0
                     for name in ("plain loop (1 thread)", "mptrain single (1 thread)"))
     print(f"\nreference single-thread samples/s: {reference:,.0f} "
           f"(2-core limit {2 * reference:,.0f})")
     speed_rows = table(speed_cases, speed_results, reference)
 
-    print("\nwhole-tree memory (sync, 1 / 2 / 4 workers):")
+    print("\nwhole-tree memory (sync, 1 / 2 / 4 workers; sampled, so slower):")
     # One thread each: every count then forks (no fork server in the tree), like for like.
     memory_cases = [mptrain_case(f"sync x{w} memory", data_dir, "sync", w, e, b, threads=1)
                     for w in (1, 2, 4)]

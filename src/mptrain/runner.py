@@ -120,8 +120,9 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
                     raise
                 result.restarts += 1
                 presenter.close()
+                restart_epoch = keeper.latest.epoch if keeper.latest else job.start_epoch
                 presenter.note(f"{failure.headline}; restarting the workers from epoch "
-                               f"{job.start_epoch if latest is None else latest.epoch} "
+                               f"{restart_epoch} "
                                f"(restart {result.restarts} of {config.max_restarts})")
     except (KeyboardInterrupt, Interrupted) as stop:
         presenter.close()

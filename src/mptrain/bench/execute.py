@@ -65,7 +65,8 @@ def run_cell(cell: Cell, repeat: int, workload: Workload) -> RunRecord:
         started = time.monotonic()
         process = subprocess.Popen(command_for(cell, workload, out), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
-        sampler = TreeMemorySampler(process.pid)
+        # 2 Hz: each PSS sample walks the tree's page tables and slows the run a little.
+        sampler = TreeMemorySampler(process.pid, interval_s=0.5)
         sampler.start()
         try:
             output, _ = process.communicate(timeout=workload.timeout_s)

@@ -26,7 +26,7 @@ from .reduce import mean_in_rank_order
 
 # One flag per 64-byte cache line, so ranks spinning on flags do not invalidate each other's.
 _FLAG_STRIDE = 8
-_SPINS_BEFORE_YIELD = 20_000
+_SPINS_BEFORE_YIELD = 1_000
 _YIELD_SECONDS_BEFORE_SLEEP = 0.002
 _SLEEP_SECONDS = 0.0002
 

@@ -28,8 +28,14 @@ def die_with_parent(parent_pid: int | None) -> None:
 
 
 def ignore_interrupts() -> None:
-    """Ctrl-C reaches the whole process group; the parent decides how workers stop."""
+    """Ctrl-C reaches the whole process group; the parent decides how workers stop.
+
+    SIGTERM goes back to the default action: a handler inherited from the parent (the CLI
+    turns SIGTERM into an exception) would only run at the worker's next Python line, and a
+    worker stuck in native code would then wait for the SIGKILL after the grace period.
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def leave(code: int) -> None:

@@ -46,14 +46,19 @@ def raise_open_file_limit() -> tuple[int, int]:
 def choose_sharing_strategy(requested: str, shared_tensors: int) -> tuple[str, str]:
     """Return ``(strategy, reason)`` and make it torch's current strategy."""
     available = torch_mp.get_all_sharing_strategies()
-    if requested != "auto":
-        if requested not in available:
-            raise UserError(f"sharing strategy {requested!r} is not available here; choose "
-                            f"one of: auto, {', '.join(sorted(available))}")
-        torch_mp.set_sharing_strategy(requested)
-        return requested, "as requested"
+    if requested != "auto" and requested not in available:
+        raise UserError(f"sharing strategy {requested!r} is not available here; choose "
+                        f"one of: auto, {', '.join(sorted(available))}")
     soft, _ = raise_open_file_limit()
     needed = shared_tensors + _DESCRIPTOR_HEADROOM
+    if requested == "file_descriptor" and soft != resource.RLIM_INFINITY and needed > soft:
+        raise UserError(f"--sharing-strategy file_descriptor needs about {needed} open files "
+                        f"for {shared_tensors} shared tensors but the limit is {soft}; use "
+                        "--sharing-strategy auto (or file_system), or raise the hard limit "
+                        "(ulimit -Hn)")
+    if requested != "auto":
+        torch_mp.set_sharing_strategy(requested)
+        return requested, "as requested"
     if "file_descriptor" in available and (soft == resource.RLIM_INFINITY or needed <= soft):
         strategy = "file_descriptor"
         reason = f"{shared_tensors} shared tensors fit the open-file limit {soft}; nothing " \

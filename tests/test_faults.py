@@ -1,0 +1,504 @@
+"""Real faults in real runs: ``mptrain run`` as a subprocess whose workers raise, exit, die of
+a signal or hang, and whose parent is interrupted or killed.
+
+Whatever happens, the run must end within seconds of the fault, with an exit code and a
+message that say what went wrong (and how to resume, when it was stopped), and leave no
+process and no /dev/shm entry behind.
+
+Nothing here sleeps to synchronise. The model factory (``FACTORY``, written into tmp_path)
+drops marker files: ``started-<pid>`` when a worker takes its first step, ``fault-<pid>``
+with a ``time.time()`` stamp just before the chosen worker misbehaves. The misbehaving worker
+waits for a gate file that the test creates only after it has recorded the run's processes,
+so no fault can end the run before the test knows every pid to check.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mptrain import checkpoint as checkpoints
+from mptrain.launch.supervisor import TERMINATE_GRACE_S
+
+SHM = Path("/dev/shm")
+STARTUP_S = 60.0   # deadline for workers to take their first step (torch import on 2 cores)
+EXIT_S = 5.0       # fault -> parent exit
+LEFTOVER_S = 5.0   # parent exit -> every process of the run gone, /dev/shm as before
+
+FACTORY = textwrap.dedent('''
+    """Data and model factories for fault tests: the model misbehaves on request."""
+    import multiprocessing
+    import os
+    import resource
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    import torch
+    import torch.nn as nn
+    from torch.utils.data import TensorDataset
+
+    DIR = Path(os.environ["FAULT_DIR"])
+    FAULT = os.environ.get("FAULT", "")          # raise exit3 sigkill sigsegv hang native-hang
+    MODE = os.environ.get("FAULT_MODE", "once")   # once: one worker of the whole run; always
+    GATE = os.environ.get("FAULT_GATE")           # misbehave only once this file exists
+    FAULT_STEP = int(os.environ.get("FAULT_STEP", "0"))  # this worker's forward call number
+    STEP_DELAY = float(os.environ.get("STEP_DELAY", "0"))
+
+
+    def make_data():
+        generator = torch.Generator().manual_seed(0)
+        inputs = torch.randn(512, 1, 8, 8, generator=generator)
+        targets = torch.randint(0, 10, (512,), generator=generator)
+        return TensorDataset(inputs, targets), None
+
+
+    def make_model():
+        return FaultyNet()
+
+
+    class FaultyNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+            self.steps = 0
+
+        def forward(self, x):
+            # The parent runs the model once too (a shape check): only workers misbehave.
+            if multiprocessing.parent_process() is not None:
+                if self.steps == 0:
+                    _write(DIR / f"started-{os.getpid()}", f"{time.time()!r}\\n")
+                if FAULT and self.steps == FAULT_STEP and _my_turn():
+                    _misbehave()
+                self.steps += 1
+                if STEP_DELAY:
+                    time.sleep(STEP_DELAY)  # keeps the run going until the test acts
+            return self.body(x)
+
+
+    def _my_turn():
+        if MODE == "always":
+            return True
+        try:  # exactly one worker of the whole run, restarts included, claims the fault
+            os.close(os.open(DIR / "fault-claimed", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            return False
+
+
+    def _misbehave():
+        if GATE:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(GATE) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if FAULT == "native-hang":
+            _deadlock_in_native_code()
+        _write(DIR / f"fault-{os.getpid()}", f"{time.time()!r}\\n")
+        if FAULT == "raise":
+            raise RuntimeError(f"injected fault in pid {os.getpid()}")
+        if FAULT == "exit3":
+            os._exit(3)
+        if FAULT == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if FAULT == "sigsegv":
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if FAULT == "hang":
+            threading.Event().wait()
+
+
+    def _deadlock_in_native_code():
+        """Block the main thread in a futex that no signal handler can interrupt (as a
+        deadlocked native library would); a helper thread writes the fault marker once the
+        main thread has been asleep there for a while."""
+        import ctypes
+
+        main = threading.get_native_id()
+        threading.Thread(target=_announce_when_asleep, args=(main,), daemon=True).start()
+        libc = ctypes.CDLL(None)
+        mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER (glibc)
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)
+
+
+    def _announce_when_asleep(tid):
+        stat, asleep_since = f"/proc/self/task/{tid}/stat", None
+        while True:
+            with open(stat) as handle:
+                state = handle.read().rsplit(")", 1)[1].split()[0]
+            now = time.monotonic()
+            asleep_since = (asleep_since or now) if state == "S" else None
+            if asleep_since is not None and now - asleep_since > 0.3:
+                _write(DIR / f"fault-{os.getpid()}", f"{time.time()!r}\\n")
+                return
+            time.sleep(0.01)
+
+
+    def _write(path, text):
+        with open(str(path) + ".tmp", "w") as handle:
+            handle.write(text)
+        os.replace(str(path) + ".tmp", path)  # readers never see a half-written marker
+''')
+
+
+def shm_entries() -> set[str]:
+    try:
+        return set(os.listdir(SHM))
+    except FileNotFoundError:
+        return set()
+
+
+def poll(condition, timeout: float, interval: float = 0.02):
+    """Return condition()'s first truthy value, or None when ``timeout`` passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value or time.monotonic() > deadline:
+            return value or None
+        time.sleep(interval)
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python keeps it ignored: the
+    # run must see Ctrl-C as it would in a terminal, however pytest itself was started.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Run:
+    """One ``mptrain run`` subprocess in its own session, with the factory's markers."""
+
+    def __init__(self, folder: Path, args: list[str], env: dict[str, str], gated: bool):
+        self.folder = folder
+        self.gate = folder / "gate"
+        number = len(list(folder.glob("stderr-*")))
+        self.stdout_path = folder / f"stdout-{number}.txt"
+        self.stderr_path = folder / f"stderr-{number}.txt"
+        self.shm_before = shm_entries()
+        self.tree: dict[int, psutil.Process] = {}
+        full_env = dict(os.environ, FAULT_DIR=str(folder), **env)
+        if gated:
+            full_env["FAULT_GATE"] = str(self.gate)
+        with open(self.stderr_path, "w") as err, open(self.stdout_path, "w") as out:
+            # Files, not pipes: torch_shm_manager inherits the descriptors and outlives the
+            # run by a second or two, which would make reading a pipe to EOF wait for it.
+            self.proc = subprocess.Popen([sys.executable, "-m", "mptrain", "run", *args],
+                                         cwd=folder, env=full_env, stdout=out, stderr=err,
+                                         start_new_session=True, preexec_fn=_default_sigint)
+        self.tree[self.proc.pid] = psutil.Process(self.proc.pid)
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text()
+
+    def markers(self, prefix: str) -> dict[int, float]:
+        found = {}
+        for path in self.folder.glob(f"{prefix}-*"):
+            if path.suffix == ".tmp" or not path.name[len(prefix) + 1:].isdigit():
+                continue
+            found[int(path.name[len(prefix) + 1:])] = float(path.read_text())
+        return found
+
+    def wait_for_workers(self, count: int = 2) -> list[int]:
+        """Wait until ``count`` workers train, then record every process of the run."""
+        started = poll(lambda: len(self.markers("started")) >= count or self.proc.poll()
+                       is not None, STARTUP_S)
+        assert started and self.proc.poll() is None, \
+            f"workers did not start (exit {self.proc.returncode}):\n{self.stderr}"
+        self.record_tree()
+        return sorted(self.markers("started"))
+
+    def record_tree(self) -> None:
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            children = []
+        for process in children:
+            self.tree.setdefault(process.pid, process)
+        for pid in self.markers("started"):
+            try:
+                self.tree.setdefault(pid, psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                pass
+
+    def release_fault(self) -> tuple[int, float]:
+        """Open the gate; return (pid, time.time()) of the worker that then misbehaves."""
+        self.gate.touch()
+        fault = poll(lambda: self.markers("fault") or self.proc.poll() is not None, STARTUP_S)
+        assert isinstance(fault, dict), f"no worker misbehaved:\n{self.stderr}"
+        ((pid, at),) = fault.items()
+        return pid, at
+
+    def finish(self, timeout: float) -> float:
+        """Wait for the parent to exit (and reap it); return time.time() at its exit."""
+        self.proc.wait(timeout=timeout)
+        return time.time()
+
+    def leftovers(self) -> tuple[list[str], set[str]]:
+        alive = []
+        for pid, process in self.tree.items():
+            try:
+                if not process.is_running():
+                    continue
+                status = process.status()
+                # A zombie is dead; it only counts when it is ours to reap.
+                if status != psutil.STATUS_ZOMBIE or process.ppid() == os.getpid():
+                    alive.append(f"{pid} {process.name()} ({status})")
+            except psutil.NoSuchProcess:
+                continue
+        return alive, shm_entries() - self.shm_before
+
+    def kill(self) -> None:
+        """Test teardown: whatever a failed test left running goes."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        for process in self.tree.values():
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+@pytest.fixture
+def start_run(tmp_path):
+    factory = tmp_path / "faulty.py"
+    factory.write_text(FACTORY)
+    runs = []
+
+    def start(strategy, extra=(), env=None, quiet=True, workers=2, data_and_model=True,
+              gated=True):
+        args = ["--strategy", strategy, "--workers", str(workers)] if strategy else []
+        if data_and_model:
+            args += ["--data", f"{factory}:make_data", "--model", f"{factory}:make_model"]
+        args += list(extra) + (["--quiet"] if quiet else [])
+        run = Run(tmp_path, args, {k: str(v) for k, v in (env or {}).items()}, gated)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        run.kill()
+
+
+def assert_nothing_left(run: Run) -> None:
+    """The parent is reaped; within LEFTOVER_S no process of the run is alive (a zombie
+    counts when it is ours) and /dev/shm holds nothing that was not there before."""
+    assert run.proc.returncode is not None
+    left = poll(lambda: not any(run.leftovers()) or None, LEFTOVER_S)
+    alive, new_shm = run.leftovers()
+    assert left and not alive, f"processes of the run still alive: {alive}"
+    assert not new_shm, f"left in {SHM}: {sorted(new_shm)}"
+
+
+def assert_file_system_in_use(run: Run) -> None:
+    """Under file_system the run's tensors are named files in /dev/shm: the leak check then
+    checks something."""
+    assert any(name.startswith("torch_") for name in shm_entries() - run.shm_before), \
+        "file_system sharing put nothing in /dev/shm"
+
+
+# -- a worker fails -----------------------------------------------------------------------
+
+WORKER_FAULT_WORDS = {
+    "raise": "raised RuntimeError: injected fault in pid {pid}",
+    "exit3": "exited with code 3 before finishing",
+    "sigkill": "was killed by SIGKILL",
+    "sigsegv": "was killed by SIGSEGV",
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("fault, strategy, sharing", [
+    pytest.param("raise", "sync", "auto", id="raise-sync"),
+    pytest.param("sigkill", "hogwild", "auto", id="sigkill-hogwild"),
+    pytest.param("exit3", "hogwild", "auto", id="exit3-hogwild", marks=pytest.mark.slow),
+    pytest.param("sigsegv", "sync", "auto", id="sigsegv-sync", marks=pytest.mark.slow),
+    pytest.param("raise", "hogwild", "file_system", id="raise-hogwild-file_system",
+                 marks=pytest.mark.slow),
+    pytest.param("sigkill", "sync", "file_system", id="sigkill-sync-file_system",
+                 marks=pytest.mark.slow),
+])
+def test_a_failing_worker_ends_the_run_with_its_rank_pid_and_cause(start_run, fault, strategy,
+                                                                   sharing):
+    run = start_run(strategy, ["--epochs", "50", "--sharing-strategy", sharing],
+                    env={"FAULT": fault, "STEP_DELAY": 0.01})
+    run.wait_for_workers()
+    if sharing == "file_system":
+        assert_file_system_in_use(run)
+    pid, fault_at = run.release_fault()
+    exited_at = run.finish(timeout=60)
+
+    assert run.proc.returncode == 1, run.stderr
+    words = WORKER_FAULT_WORDS[fault].format(pid=pid)
+    assert re.search(rf"worker rank \d+ \(pid {pid}\) {re.escape(words)}", run.stderr), \
+        run.stderr
+    if fault == "raise":
+        assert "Traceback" in run.stderr and f"injected fault in pid {pid}" in run.stderr
+    assert exited_at - fault_at < EXIT_S
+    assert_nothing_left(run)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("strategy", ["sync", "hogwild"])
+def test_a_hung_worker_is_found_and_stopped_after_the_worker_timeout(start_run, strategy):
+    timeout_s = 3
+    run = start_run(strategy, ["--epochs", "50", "--worker-timeout", str(timeout_s)],
+                    env={"FAULT": "hang", "STEP_DELAY": 0.01})
+    run.wait_for_workers()
+    pid, fault_at = run.release_fault()
+    exited_at = run.finish(timeout=60)
+
+    assert run.proc.returncode == 1, run.stderr
+    assert re.search(rf"worker rank \d+ \(pid {pid}\) made no progress for {timeout_s} s",
+                     run.stderr), run.stderr
+    assert exited_at - fault_at < timeout_s + EXIT_S
+    assert_nothing_left(run)
+
+
+# -- the parent is stopped or killed ------------------------------------------------------
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("signum, target, strategy, sharing", [
+    pytest.param(signal.SIGTERM, "parent", "sync", "auto", id="sigterm-parent-sync"),
+    pytest.param(signal.SIGINT, "parent", "hogwild", "auto", id="sigint-parent-hogwild",
+                 marks=pytest.mark.slow),
+    # What Ctrl-C in a terminal does: the whole foreground process group gets SIGINT,
+    # torch_shm_manager included.
+    pytest.param(signal.SIGINT, "group", "sync", "file_system", id="sigint-group-file_system",
+                 marks=pytest.mark.slow),
+])
+def test_a_stopped_run_exits_at_once_and_resumes_from_its_checkpoint(start_run, tmp_path,
+                                                                     signum, target, strategy,
+                                                                     sharing):
+    out = tmp_path / "out"
+    run = start_run(strategy, ["--epochs", "50", "--checkpoint-every", "1", "--out", str(out),
+                               "--sharing-strategy", sharing], env={"STEP_DELAY": 0.02})
+    run.wait_for_workers()
+    assert poll(lambda: (out / "checkpoint.pt").is_file() or run.proc.poll() is not None,
+                STARTUP_S) and run.proc.poll() is None, run.stderr
+    run.record_tree()
+    signalled_at = time.time()
+    if target == "group":
+        os.killpg(run.proc.pid, signum)
+    else:
+        os.kill(run.proc.pid, signum)
+    exited_at = run.finish(timeout=60)
+
+    assert run.proc.returncode == 128 + signum, run.stderr
+    assert exited_at - signalled_at < EXIT_S
+    assert f"mptrain run --resume {out}" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+    assert_nothing_left(run)
+
+    saved = checkpoints.load(out)
+    assert 1 <= saved.epoch < 50 and saved.world_size == 2 and saved.strategy == strategy
+    assert f"last checkpoint: epoch {saved.epoch} in " in run.stderr, run.stderr
+    epochs = saved.epoch + 2
+    resumed = start_run(None, ["--resume", str(out), "--epochs", str(epochs)],
+                        data_and_model=False)
+    resumed.finish(timeout=90)
+    assert resumed.proc.returncode == 0, resumed.stderr
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == epochs
+    assert (out / "summary.json").is_file() and (out / "model.pt").is_file()
+    assert checkpoints.load(out).epoch == epochs
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("strategy, sharing", [
+    pytest.param("hogwild", "auto", id="hogwild"),
+    pytest.param("sync", "file_system", id="sync-file_system", marks=pytest.mark.slow),
+])
+def test_workers_die_with_their_sigkilled_parent(start_run, strategy, sharing):
+    run = start_run(strategy, ["--epochs", "50", "--sharing-strategy", sharing],
+                    env={"STEP_DELAY": 0.01})
+    workers = run.wait_for_workers()
+    assert set(workers) <= set(run.tree)
+    killed_at = time.time()
+    os.kill(run.proc.pid, signal.SIGKILL)
+    run.finish(timeout=10)
+
+    assert run.proc.returncode == -signal.SIGKILL
+    gone = poll(lambda: not run.leftovers()[0], EXIT_S)
+    assert gone, f"still alive {EXIT_S} s after the parent's SIGKILL: {run.leftovers()[0]}"
+    assert time.time() - killed_at < EXIT_S
+    assert_nothing_left(run)
+
+
+# -- restarts -----------------------------------------------------------------------------
+
+# 512 samples, batch 64, 2 workers: 4 steps per epoch and worker; step 6 is in epoch 2.
+RESTART_FAULT = {"FAULT": "raise", "FAULT_STEP": 6}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("mode, exit_code", [("once", 0), ("always", 1)])
+def test_max_restarts_restarts_once_from_the_last_checkpoint(start_run, tmp_path, mode,
+                                                             exit_code):
+    out = tmp_path / "out"
+    run = start_run("hogwild", ["--epochs", "3", "--max-restarts", "1", "--out", str(out)],
+                    env={**RESTART_FAULT, "FAULT_MODE": mode}, quiet=False, gated=False)
+    run.finish(timeout=120)
+    run.record_tree()  # the workers of both attempts still alive, from their started markers
+
+    assert run.proc.returncode == exit_code, run.stderr
+    assert run.stderr.count("restarting") == 1, run.stderr
+    assert "(restart 1 of 1)" in run.stderr, run.stderr
+    faults = run.markers("fault")
+    # Epoch 1 was done before the fault: the second attempt starts at epoch 2.
+    assert run.stdout.count("epoch 1/3 ") == 1, run.stdout
+    if mode == "once":
+        assert len(faults) == 1
+        assert "mptrain: error" not in run.stderr
+        assert [run.stdout.count(f"epoch {n}/3 ") for n in (2, 3)] == [1, 1], run.stdout
+        assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+    else:
+        assert len(faults) >= 2  # at least one worker of each attempt
+        assert "mptrain: error: training failed: worker rank" in run.stderr
+    assert_nothing_left(run)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_the_restart_note_names_the_epoch_the_restart_starts_from(start_run):
+    run = start_run("hogwild", ["--epochs", "3", "--max-restarts", "1"],
+                    env={**RESTART_FAULT, "FAULT_MODE": "once"}, gated=False)
+    run.finish(timeout=120)
+
+    assert run.proc.returncode == 0, run.stderr
+    assert "restarting the workers from epoch 1 (restart 1 of 1)" in run.stderr, run.stderr
+
+
+# -- regressions of bugs found by these tests -------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_worker_stuck_in_native_code_dies_on_the_first_sigterm(start_run):
+    run = start_run("sync", ["--epochs", "50"], env={"FAULT": "native-hang",
+                                                     "STEP_DELAY": 0.01})
+    run.wait_for_workers()
+    run.release_fault()  # returns once the worker has been asleep in the futex for 0.3 s
+    signalled_at = time.time()
+    os.kill(run.proc.pid, signal.SIGINT)
+    exited_at = run.finish(timeout=60)
+
+    assert run.proc.returncode == 130, run.stderr
+    assert_nothing_left(run)
+    # The bug: "worker pid N ignored SIGTERM; sending SIGKILL", and the grace period spent.
+    assert "ignored SIGTERM" not in run.stderr, run.stderr
+    assert exited_at - signalled_at < TERMINATE_GRACE_S
