@@ -155,7 +155,7 @@ def test_four_workers_hold_a_two_gib_data_set_once(tmp_path):
                                    f"{factory}:make_model", "--strategy", "hogwild",
                                    "--workers", "4", "--epochs", "1", "--steps-per-epoch", "5",
                                    "--quiet"], "big", env=env)
-    whole_run = TreeMemorySampler(process.pid)
+    whole_run = TreeMemorySampler(process.pid, interval_s=0.05)
     whole_run.start()
     training = None
     try:
@@ -163,7 +163,7 @@ def test_four_workers_hold_a_two_gib_data_set_once(tmp_path):
                        or process.poll() is not None, 300)
         if started and process.poll() is None:
             # From here on every worker exists and trains: the data must be there once.
-            training = TreeMemorySampler(process.pid)
+            training = TreeMemorySampler(process.pid, interval_s=0.05)
             training.start()
         process.wait(timeout=300)
     finally:

@@ -54,7 +54,7 @@ class TrainConfig:
     checkpoint_every: int | None = None
     steps_per_epoch: int | None = None   # cut epochs short: quick looks and benchmarks
     max_restarts: int = 0
-    eval_batch_size: int = 1000
+    eval_batch_size: int = 128
     quiet: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -3,6 +3,7 @@ supervised worker processes, or as one rank of a job started by torchrun."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from contextlib import contextmanager
@@ -111,8 +112,16 @@ def train_on_workers(job: Job) -> None:
                             seconds_since_beat=board.seconds_since_beat,
                             on_message=on_message, on_tick=on_tick)
     board.beat_all()
-    with _environment(child_environment(layout.threads)):
-        outcome = supervisor.run(worker_entry, [(plan,)] * layout.workers)
+    if layout.start_method == "fork":
+        # Forked workers share the parent's Python objects copy-on-write; a collection in a
+        # worker writes to every object header it visits and copies those pages. Frozen
+        # objects are never visited, so they stay shared.
+        gc.freeze()
+    try:
+        with _environment(child_environment(layout.threads)):
+            outcome = supervisor.run(worker_entry, [(plan,)] * layout.workers)
+    finally:
+        gc.unfreeze()
     if not outcome.ok:
         raise WorkerFailedError(describe_failures(outcome.failures), outcome.failures)
 
