@@ -102,6 +102,7 @@ def test_sixteen_sync_workers_on_few_cores_finish_correctly_and_reproducibly(tmp
 BIG_FACTORY = textwrap.dedent('''
     import multiprocessing
     import os
+    import time
 
     import torch
     import torch.nn as nn
@@ -125,7 +126,14 @@ BIG_FACTORY = textwrap.dedent('''
         def forward(self, x):
             if not self.started and multiprocessing.parent_process() is not None:
                 self.started = True
-                open(os.path.join(os.environ["MARK_DIR"], f"started-{os.getpid()}"), "w").close()
+                marks = os.environ["MARK_DIR"]
+                open(os.path.join(marks, f"started-{os.getpid()}"), "w").close()
+                # Hold the first step until the test has measured every worker alive.
+                deadline = time.monotonic() + 120
+                while not os.path.exists(os.path.join(marks, "release")):
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("the test never released the workers")
+                    time.sleep(0.01)
             return self.linear(x.flatten(1))
 
 
@@ -165,6 +173,8 @@ def test_four_workers_hold_a_two_gib_data_set_once(tmp_path):
             # From here on every worker exists and trains: the data must be there once.
             training = TreeMemorySampler(process.pid, interval_s=0.05)
             training.start()
+            poll(lambda: training.peak_processes >= 5 or process.poll() is not None, 60)
+        (tmp_path / "release").touch()
         process.wait(timeout=300)
     finally:
         if process.poll() is None:
