@@ -33,6 +33,9 @@ import psutil
 
 from common import machine_info, write_json
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from run_watch import poll, shm_entries  # noqa: E402
+
 SETTLE_S = 5.0
 # The same misbehaving factories as the fault tests use.
 FACTORY_FILE = Path(__file__).resolve().parents[1] / "tests" / "faulty_workload.py"
@@ -55,22 +58,6 @@ CASES = [
     ("SIGINT, worker stuck in native code", "sync", [], {"FAULT": "native-hang"},
      signal.SIGINT),
 ]
-
-
-def shm_entries() -> set[str]:
-    try:
-        return set(os.listdir("/dev/shm"))
-    except FileNotFoundError:
-        return set()
-
-
-def poll(condition, timeout: float, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value or None
-        time.sleep(interval)
 
 
 def markers(folder: Path, prefix: str) -> dict[int, float]:

@@ -27,6 +27,7 @@ import pytest
 
 from mptrain import checkpoint as checkpoints
 from mptrain.launch.supervisor import TERMINATE_GRACE_S
+from run_watch import poll, shm_entries  # noqa: E402
 
 SHM = Path("/dev/shm")
 STARTUP_S = 60.0   # deadline for workers to take their first step (torch import on 2 cores)
@@ -35,23 +36,6 @@ LEFTOVER_S = 5.0   # parent exit -> every process of the run gone, /dev/shm as b
 
 # The data and model factories the runs use; copied into tmp_path for each run.
 FACTORY_FILE = Path(__file__).with_name("faulty_workload.py")
-
-
-def shm_entries() -> set[str]:
-    try:
-        return set(os.listdir(SHM))
-    except FileNotFoundError:
-        return set()
-
-
-def poll(condition, timeout: float, interval: float = 0.02):
-    """Return condition()'s first truthy value, or None when ``timeout`` passes first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value or None
-        time.sleep(interval)
 
 
 def _default_sigint() -> None:

@@ -11,7 +11,6 @@ import resource
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import psutil
@@ -19,28 +18,12 @@ import pytest
 import torch
 
 from mptrain.bench.memory import TreeMemorySampler
+from run_watch import poll, shm_entries  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 SHM = Path("/dev/shm")
 GIB = 2**30
-
-
-def shm_entries() -> set[str]:
-    try:
-        return set(os.listdir(SHM))
-    except FileNotFoundError:
-        return set()
-
-
-def poll(condition, timeout: float, interval: float = 0.05):
-    """Return condition()'s first truthy value, or None when ``timeout`` passes first."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value or time.monotonic() > deadline:
-            return value or None
-        time.sleep(interval)
 
 
 def start_cli(folder: Path, args: list[str], name: str, **popen) -> subprocess.Popen:
