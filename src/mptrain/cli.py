@@ -14,7 +14,7 @@ import click
 
 from .config import OPTIMIZERS, STRATEGIES, TrainConfig, load_config_file
 from .errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
-from .launch.lifecycle import leave
+from .launch.lifecycle import exit_after_cleanup, leave
 from .launch.world import detect_external_world
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
@@ -255,6 +255,21 @@ def main(argv=None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def console() -> None:
+    """The ``mptrain`` command: ``main`` then a quick exit (``main`` itself returns, so tests
+    and embedding code can call it)."""
+    try:
+        code = main()
+    except SystemExit as done:
+        code = done.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    exit_after_cleanup(code)
 
 
 def _raise_interrupted(signum, frame):
