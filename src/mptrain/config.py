@@ -54,7 +54,9 @@ class TrainConfig:
     checkpoint_every: int | None = None
     steps_per_epoch: int | None = None   # cut epochs short: quick looks and benchmarks
     max_restarts: int = 0
-    eval_batch_size: int = 128
+    # Each worker's heap keeps its largest batch's activations (the allocator is tuned not
+    # to give memory back): evaluating in training-sized batches adds nothing per worker.
+    eval_batch_size: int = 64
     quiet: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import Dataset, IterableDataset, TensorDataset
 
-from mptrain.data.shared import SharedTensorDataset, materialize
+from mptrain.data.shared import RowSource, SharedTensorDataset, materialize
 from mptrain.errors import UserError
 
 
@@ -175,3 +175,51 @@ def test_nbytes():
     data = SharedTensorDataset(torch.zeros(4, 3, dtype=torch.float32),
                                torch.zeros(4, dtype=torch.int64))
     assert data.nbytes == 4 * 3 * 4 + 4 * 8
+
+
+def _counting_source(rows=25, chunk=10):
+    """A RowSource whose row i is all i, recording which ranges were filled."""
+    calls = []
+
+    def fill(out, start):
+        calls.append((start, len(out)))
+        out.copy_(torch.arange(start, start + len(out), dtype=torch.float32).view(-1, 1, 1)
+                  .expand_as(out))
+
+    return RowSource((rows, 2, 3), torch.float32, fill, rows_per_chunk=chunk), calls
+
+
+def test_row_source_is_built_straight_into_shared_memory_in_chunks():
+    source, calls = _counting_source()
+    data = SharedTensorDataset(source, torch.arange(25))
+    assert len(data) == 25 and data.input_shape == (2, 3)
+    assert data.nbytes == 25 * 6 * 4 + 25 * 8
+    data.share_memory_()
+    assert calls == [(0, 10), (10, 10), (20, 5)]
+    assert data.is_shared
+    assert torch.equal(data.inputs[:, 0, 0], torch.arange(25, dtype=torch.float32))
+
+
+def test_row_source_head_builds_only_the_rows_asked_for():
+    source, calls = _counting_source()
+    data = SharedTensorDataset(source, torch.arange(25))
+    head = data.head(2)
+    assert calls == [(0, 2)] and head.shape == (2, 2, 3)
+    assert torch.equal(head[:, 0, 0], torch.tensor([0.0, 1.0]))
+
+
+def test_row_source_is_built_privately_on_first_use():
+    source, calls = _counting_source()
+    data = SharedTensorDataset(source, torch.arange(25))
+    inputs, targets = data.batch(torch.tensor([3, 21]))
+    assert torch.equal(inputs[:, 1, 2], torch.tensor([3.0, 21.0]))
+    assert torch.equal(targets, torch.tensor([3, 21]))
+    assert not data.inputs.is_shared()
+    data.batch(torch.tensor([0]))
+    assert len(calls) == 3  # built once
+
+
+def test_row_source_with_the_wrong_number_of_targets():
+    source, _ = _counting_source()
+    with pytest.raises(UserError, match="25 inputs but 3 targets"):
+        SharedTensorDataset(source, torch.arange(3))

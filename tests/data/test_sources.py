@@ -9,7 +9,7 @@ import torch
 
 from mptrain.data.shared import SharedTensorDataset
 from mptrain.data.sources import (CLASSIFICATION, MNIST_MEAN, MNIST_STD, REGRESSION, DataBundle,
-                                  infer_task, load_data)
+                                  digits_60k, infer_task, load_data)
 from mptrain.errors import UserError
 
 
@@ -337,3 +337,20 @@ def test_infer_task(targets, expected):
 def test_infer_task_refuses_bad_class_targets(targets, needle):
     with pytest.raises(UserError, match=needle):
         infer_task(targets)
+
+
+@pytest.mark.parametrize("name", ["mnist", "digits-60k"])
+def test_inputs_built_in_shared_memory_equal_private_ones(tmp_path, name):
+    folder = None
+    if name == "mnist":
+        write_tiny_mnist(tmp_path)
+        folder = str(tmp_path)
+        shared, private = load_data(name, folder), load_data(name, folder)
+    else:
+        shared, private = digits_60k(300, 50), digits_60k(300, 50)
+    shared.share_memory_()
+    private.materialize_()
+    assert shared.train.is_shared and shared.test.is_shared
+    assert not private.train.inputs.is_shared()
+    assert torch.equal(shared.train.inputs, private.train.inputs)
+    assert torch.equal(shared.test.inputs, private.test.inputs)

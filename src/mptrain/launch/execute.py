@@ -49,6 +49,7 @@ class Job:
 
 
 def train_in_process(job: Job) -> None:
+    job.bundle.materialize_()
     tune_malloc()
     previous_threads = torch.get_num_threads()
     apply_threads(job.layout.threads)
@@ -63,6 +64,7 @@ def train_under_launcher(job: Job, world) -> None:
     """This process is one rank of a torchrun job: train here, gather reports to rank 0."""
     import torch.distributed as dist
 
+    job.bundle.materialize_()
     tune_malloc()
     apply_threads(job.layout.threads)
     if job.config.device == "cuda":

@@ -25,7 +25,7 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
     model.eval()
     try:
         with torch.no_grad():
-            output = model(bundle.train.inputs[:2])
+            output = model(bundle.train.head(2))
     except Exception as err:
         raise UserError(f"the model cannot take the data's inputs of shape "
                         f"{tuple(bundle.input_shape)}: {type(err).__name__}: {err}") from None

@@ -7,6 +7,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 import torch
@@ -16,6 +17,9 @@ from ..data.sources import CLASSIFICATION
 from ..launch.tuning import usable_cores
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
+
+if TYPE_CHECKING:
+    from ..runner import FitResult
 
 
 def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
