@@ -283,3 +283,23 @@ def test_devices_json(capsys):
     out, _ = capsys.readouterr()
     report = json.loads(out)
     assert "cpus" in report and report["cpus"]["usable"] >= 1
+
+
+CONSOLE = ("import atexit, sys\n"
+           "from mptrain.cli import console\n"
+           "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+           "sys.argv = ['mptrain', *sys.argv[1:]]\n"
+           "console()\n"
+           "print('not reached')\n")
+
+
+@pytest.mark.parametrize("args, code", [(["--version"], 0),
+                                        (["run", "--data", "nope"], 2)])
+def test_console_exits_with_main_code_after_the_exit_handlers(tmp_path, args, code):
+    done = subprocess.run([sys.executable, "-c", CONSOLE, *args], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=50)
+    assert done.returncode == code
+    assert "exit handler ran" in done.stdout
+    assert "not reached" not in done.stdout
+    if code:
+        assert done.stderr.startswith("mptrain: error: unknown data set 'nope'")
