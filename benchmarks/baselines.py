@@ -139,15 +139,19 @@ RATIOS = [
 ]
 
 
-def run_cases(cases, repeats):
+def run_cases(cases, repeats, memory_repeats=1):
+    """Timed repeats first, without memory sampling (reading every process's page tables
+    five times a second costs a 2-core machine several percent, and more for trees with more
+    processes), then ``memory_repeats`` sampled ones that give the PSS column only."""
     results = {case["name"]: {"runs": [], "skipped": False, "failures": 0} for case in cases}
-    for repeat in range(repeats):
+    for repeat in range(repeats + memory_repeats):
+        sampled = repeat >= repeats
         for case in cases:
             entry = results[case["name"]]
             if entry["skipped"]:
                 continue
             with tempfile.TemporaryDirectory() as out:
-                measured = run_measured(case["command"](out))
+                measured = run_measured(case["command"](out), sample_memory=sampled)
                 row = case["parse"](out) if measured["returncode"] == 0 else None
             if measured["returncode"] == 0 and row is None:
                 entry["skipped"] = True
@@ -159,11 +163,13 @@ def run_cases(cases, repeats):
                       f"{measured['output'][-2000:]}")
                 continue
             row.update(wall_s=measured["wall_s"], peak_pss_bytes=measured["peak_pss_bytes"],
-                       peak_rss_bytes=measured["peak_rss_bytes"])
+                       peak_rss_bytes=measured["peak_rss_bytes"], memory_sampled=sampled)
             entry["runs"].append(row)
-            print(f"  repeat {repeat + 1}/{repeats} {case['name']:<28} wall {row['wall_s']:6.1f} s"
+            label = "memory" if sampled else f"repeat {repeat + 1}/{repeats}"
+            memory = f"  PSS {row['peak_pss_bytes'] / 2**20:,.0f} MiB" if sampled else ""
+            print(f"  {label} {case['name']:<28} wall {row['wall_s']:6.1f} s"
                   f"  {row['samples_per_s']:>7,.0f} samples/s  acc {100 * row['accuracy'][-1]:.2f}%"
-                  f"  PSS {row['peak_pss_bytes'] / 2**20:,.0f} MiB", flush=True)
+                  f"{memory}", flush=True)
     return results
 
 
@@ -180,7 +186,9 @@ def table(cases, results):
           f"{'1st step s':>11}{'acc %':>8}{'PSS MiB':>9}")
     for case in cases:
         entry = results[case["name"]]
-        runs = entry["runs"]
+        timed = [r for r in entry["runs"] if not r["memory_sampled"]]
+        sampled = [r for r in entry["runs"] if r["memory_sampled"]]
+        runs = timed or sampled
         wall = summarize([r["wall_s"] for r in runs])
         row = {"case": case["name"], "group": case["group"], "kind": case["kind"],
                "skipped": entry["skipped"], "failures": entry["failures"],
@@ -188,7 +196,8 @@ def table(cases, results):
                "samples_per_s": summarize([r["samples_per_s"] for r in runs]),
                "first_step_s": summarize([r["first_step_s"] for r in runs]),
                "final_accuracy": summarize([r["accuracy"][-1] for r in runs]),
-               "peak_pss_bytes": summarize([r["peak_pss_bytes"] for r in runs]), "runs": runs}
+               "peak_pss_bytes": summarize([r["peak_pss_bytes"] for r in sampled]),
+               "runs": entry["runs"]}
         rows.append(row)
         if not runs:
             print(f"{case['name']:<29}{'skipped' if entry['skipped'] else 'failed':>8}")
@@ -229,6 +238,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="one repeat")
     parser.add_argument("--groups", default="sync,ddp,hogwild",
                         help="comma-separated subset of sync, ddp, hogwild")
+    parser.add_argument("--memory-repeats", type=int, default=1,
+                        help="extra runs per case with memory sampling, for the PSS column "
+                             "only (0: no PSS)")
     parser.add_argument("--json", default="benchmarks/results/baselines.json")
     args = parser.parse_args()
     repeats = 1 if args.quick else args.repeats
@@ -240,7 +252,7 @@ def main():
 
     cases = build_cases(data_dir, groups)
     print(f"{len(cases)} cases, {repeats} repeat(s):")
-    rows = table(cases, run_cases(cases, repeats))
+    rows = table(cases, run_cases(cases, repeats, args.memory_repeats))
     found = ratios(rows)
     write_json(args.json, {"machine": machine_info(), "repeats": repeats,
                            "groups": sorted(groups), "rows": rows, "ratios": found})

@@ -21,6 +21,8 @@ from pathlib import Path
 from common import machine_info, mnist_dir, run_measured, summarize, write_json
 
 PYTHON = sys.executable
+# The efficiency reference: the faster of these two single-thread, single-process cases.
+REFERENCE_CASES = ("plain loop (1 thread)", "mptrain single (1 thread)")
 
 
 def mptrain_case(name, data_dir, strategy, workers, epochs, batch_size, threads=1,
@@ -74,7 +76,8 @@ def run_cases(cases, repeats, sample_memory=True):
                     print(f"  {case['name']}: FAILED\n{measured['output'][-2000:]}")
                     continue
                 row = case["parse"](out, measured)
-                row.update(wall_s=measured["wall_s"], peak_pss_bytes=measured["peak_pss_bytes"],
+                row.update(repeat=repeat, wall_s=measured["wall_s"],
+                           peak_pss_bytes=measured["peak_pss_bytes"],
                            peak_rss_bytes=measured["peak_rss_bytes"])
                 results[case["name"]].append(row)
                 print(f"  repeat {repeat + 1}/{repeats} {case['name']:<24} "
@@ -85,10 +88,22 @@ def run_cases(cases, repeats, sample_memory=True):
     return results
 
 
-def table(cases, results, reference):
+def paired_references(results, names=REFERENCE_CASES) -> dict:
+    """repeat -> the faster single-thread figure of that repeat."""
+    by_repeat = {}
+    for name in names:
+        for run in results.get(name, []):
+            by_repeat[run["repeat"]] = max(by_repeat.get(run["repeat"], 0), run["samples_per_s"])
+    return by_repeat
+
+
+def table(cases, results, reference, paired=None):
+    """``paired``: repeat -> reference of that repeat. The machine drifts by 10-35% over
+    minutes; a case and the reference of the same repeat ran seconds apart, so the median of
+    the per-repeat ratios is less exposed to drift than the ratio of the two medians."""
     rows = []
-    print(f"\n{'case':<26}{'samples/s':>12}{'(min-max)':>20}{'eff.':>7}{'1st step s':>11}"
-          f"{'PSS MiB':>9}{'faults/ep':>11}{'acc':>8}")
+    print(f"\n{'case':<26}{'samples/s':>12}{'(min-max)':>20}{'eff.':>7}{'paired eff.':>20}"
+          f"{'1st step s':>11}{'PSS MiB':>9}{'faults/ep':>11}{'acc':>8}")
     for case in cases:
         runs = results[case["name"]]
         speed = summarize([r["samples_per_s"] for r in runs])
@@ -97,8 +112,11 @@ def table(cases, results, reference):
         faults = summarize([r["minor_faults_per_epoch"] for r in runs])
         accuracy = summarize([r["accuracy"][-1] for r in runs])
         efficiency = speed["median"] / (2 * reference) if speed["median"] and reference else None
+        pairs = summarize([r["samples_per_s"] / (2 * paired[r["repeat"]]) for r in runs
+                           if paired and paired.get(r["repeat"])])
         row = {"case": case["name"], "strategy": case["strategy"], "workers": case["workers"],
                "samples_per_s": speed, "efficiency_vs_2_cores": efficiency,
+               "paired_efficiency": pairs,
                "first_step_s": first, "peak_pss_bytes": pss, "minor_faults_per_epoch": faults,
                "final_accuracy": accuracy, "runs": runs}
         rows.append(row)
@@ -106,8 +124,11 @@ def table(cases, results, reference):
             print(f"{case['name']:<26}{'failed':>12}")
             continue
         span = f"({speed['min']:,.0f}-{speed['max']:,.0f})"
+        paired_text = (f"{pairs['median']:.2f} ({pairs['min']:.2f}-{pairs['max']:.2f})"
+                       if pairs["n"] else "-")
         print(f"{case['name']:<26}{speed['median']:>12,.0f}{span:>20}"
               f"{efficiency if efficiency is not None else float('nan'):>7.2f}"
+              f"{paired_text:>20}"
               f"{first['median']:>11.2f}{(pss['median'] or float('nan')) / 2**20:>9,.0f}"
               f"{faults['median'] if faults['median'] is not None else float('nan'):>11,.0f}"
               f"{100 * accuracy['median']:>7.2f}%")
@@ -124,6 +145,8 @@ def main():
     parser.add_argument("--accuracy", action="store_true",
                         help="also run sync/hogwild/ddp with 4 workers for 3 epochs on "
                              "mptrain's MNIST defaults and print per-epoch accuracy")
+    parser.add_argument("--seeds", default="0",
+                        help="comma-separated seeds for --accuracy (e.g. 0,1,2)")
     parser.add_argument("--json", default="benchmarks/results/strategies.json")
     args = parser.parse_args()
     data_dir = mnist_dir(args.data_dir)
@@ -138,10 +161,11 @@ def main():
     # No memory sampling here: it slows the runs it measures (see common.run_measured).
     speed_results = run_cases(speed_cases, args.repeats, sample_memory=False)
     reference = max(summarize([r["samples_per_s"] for r in speed_results[name]])["median"] or 0
-                    for name in ("plain loop (1 thread)", "mptrain single (1 thread)"))
+                    for name in REFERENCE_CASES)
     print(f"\nreference single-thread samples/s: {reference:,.0f} "
           f"(2-core limit {2 * reference:,.0f})")
-    speed_rows = table(speed_cases, speed_results, reference)
+    speed_rows = table(speed_cases, speed_results, reference,
+                       paired=paired_references(speed_results))
 
     print("\nwhole-tree memory (sync, 1 / 2 / 4 workers; sampled, so slower):")
     # One thread each: every count then forks (no fork server in the tree), like for like.
@@ -156,8 +180,9 @@ def main():
     accuracy_rows = []
     if args.accuracy:
         print("\naccuracy with mptrain's MNIST defaults, 4 workers, 3 epochs:")
-        accuracy_cases = [mptrain_case(f"{s} x4 defaults", data_dir, s, 4, 3, b,
-                                       extra=()) for s in ("sync", "hogwild", "ddp")]
+        accuracy_cases = [mptrain_case(f"{s} x4 seed {seed}", data_dir, s, 4, 3, b,
+                                       extra=("--seed", seed))
+                          for seed in args.seeds.split(",") for s in ("sync", "hogwild", "ddp")]
         accuracy_results = run_cases(accuracy_cases, 1)
         for case in accuracy_cases:
             for run in accuracy_results[case["name"]]:
