@@ -177,10 +177,13 @@ def doctor(clean):
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS))
 @click.option("--timeout", type=float, default=3600, show_default=True,
               help="Seconds one run may take.")
+@click.option("--memory/--no-memory", default=True, show_default=True,
+              help="One more run per cell for peak RSS/PSS of its process tree (sampling "
+                   "slows a run, so the timed runs are not sampled).")
 @click.option("--out", help="Write bench.json, bench.csv and bench.png here.")
 def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeats,
           threads_per_worker, time_to_accuracy, eval_every, batch_size, lr, optimizer,
-          timeout, out):
+          timeout, memory, out):
     """Compare strategies x worker counts on the same work: time, throughput, speed-up,
     scaling efficiency, accuracy and whole-tree memory."""
     from rich.console import Console
@@ -198,7 +201,8 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
         strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
         workers=_int_list(workers_list, "--workers"), epochs=epochs, steps=steps,
         repeats=repeats, threads=threads_per_worker, target_accuracy=time_to_accuracy,
-        eval_every=eval_every, run_options=tuple(run_options), timeout_s=timeout)
+        eval_every=eval_every, run_options=tuple(run_options), timeout_s=timeout,
+        memory=memory)
     out_dir = prepare_out_dir(out) if out else None
     # A table piped to a file or CI log keeps its columns instead of wrapping at 80.
     console = Console(highlight=False, soft_wrap=True,
@@ -208,7 +212,8 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     machine = machine_info()
     console.print(f"{machine['usable_cores']} usable cores · torch {machine['torch']} · "
                   "efficiency = samples/s / (workers x single-thread samples/s) · "
-                  "speedup is over single with its default threads")
+                  "speedup is over single with its default threads"
+                  + (" · memory from one more, sampled run per cell" if memory else ""))
     if out_dir is not None:
         write_bench_files(out_dir, machine, {k: v for k, v in vars(settings).items()}, rows,
                           records)

@@ -30,7 +30,8 @@ def test_bench_writes_table_json_csv_and_plot(tmp_path, capsys):
     assert {"usable_cores", "torch", "start_method"} <= set(report["machine"])
     labels = [cell["label"] for cell in report["cells"]]
     assert labels == ["single (1 thread)", "single x1", "sync x2"]
-    assert len(report["runs"]) == 2 * len(labels)
+    assert len(report["runs"]) == 3 * len(labels)  # 2 timed, 1 sampled for memory
+    assert sum(run["memory_sampled"] for run in report["runs"]) == len(labels)
     sync = report["cells"][2]
     assert sync["samples_per_s"]["n"] == 2 and sync["efficiency"] > 0
     assert sync["peak_pss_bytes"]["median"] > 0

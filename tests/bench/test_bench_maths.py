@@ -3,7 +3,7 @@
 import pytest
 
 from mptrain.bench.execute import RunRecord
-from mptrain.bench.matrix import Cell, expand, interleave, worker_counts
+from mptrain.bench.matrix import Cell, expand, interleave, memory_pass, worker_counts
 from mptrain.bench.report import cell_rows
 from mptrain.bench.stats import efficiency, speedup, spread, time_to_accuracy
 
@@ -30,6 +30,11 @@ def test_expand_drops_single_when_it_equals_the_reference():
 def test_interleave_is_round_robin():
     a, b, c = Cell("single", 1), Cell("sync", 2), Cell("ddp", 2)
     assert interleave([a, b, c], 2) == [(0, a), (0, b), (0, c), (1, a), (1, b), (1, c)]
+
+
+def test_memory_pass_is_one_more_run_per_cell_numbered_after_the_timed_ones():
+    a, b = Cell("single", 1), Cell("sync", 2)
+    assert memory_pass([a, b], 3) == [(3, a), (3, b)]
 
 
 def test_spread_ignores_missing_values():
@@ -63,3 +68,21 @@ def test_cell_rows_derive_speedup_and_efficiency_from_medians():
     assert rows["sync x2"]["efficiency"] == pytest.approx(19_800 / 22_000)
     assert rows["sync x2"]["speedup"] == pytest.approx(19_800 / 16_000)
     assert rows["sync x2"]["failed"] == 1 and rows["sync x2"]["error"] == "boom"
+
+
+def test_times_come_from_timed_runs_and_memory_from_sampled_ones():
+    ref, sync = Cell("single", 1, 1, True), Cell("sync", 2)
+    timed = [RunRecord(sync, r, ok=True, samples_per_s=speed)
+             for r, speed in enumerate((20_000, 21_000))]
+    sampled = RunRecord(sync, 2, ok=True, samples_per_s=15_000, peak_rss_bytes=900,
+                        peak_pss_bytes=600, memory_sampled=True)
+    failed_memory_run = RunRecord(ref, 2, ok=False, error="boom", memory_sampled=True)
+    records = [record(ref, 10_000), *timed, sampled, failed_memory_run]
+    rows = {row["label"]: row for row in cell_rows([ref, sync], records)}
+    assert rows["sync x2"]["samples_per_s"] == {"median": 20_500, "min": 20_000,
+                                                "max": 21_000, "n": 2}
+    assert rows["sync x2"]["runs"] == 2
+    assert rows["sync x2"]["peak_pss_bytes"]["median"] == 600
+    assert rows["sync x2"]["peak_rss_bytes"]["median"] == 900
+    assert rows["single (1 thread)"]["peak_pss_bytes"]["n"] == 0
+    assert rows["single (1 thread)"]["failed"] == 1

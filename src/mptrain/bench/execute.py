@@ -1,5 +1,9 @@
 """Run one bench cell: ``mptrain run`` in a fresh process (so start-up is measured honestly),
-its whole process tree sampled for memory."""
+either timed, or with its whole process tree sampled for memory.
+
+The two are separate runs: reading a tree's PSS walks the page tables of every process and
+holds their memory locks; at 2 Hz it cost a 2-worker MNIST run 10-20% of its samples/s.
+"""
 
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ class RunRecord:
     time_to_accuracy_s: float | None = None
     peak_rss_bytes: int | None = None
     peak_pss_bytes: int | None = None
+    memory_sampled: bool = False   # a memory run: its times are not reported
     epochs: list = field(default_factory=list)
 
 
@@ -59,15 +64,16 @@ def command_for(cell: Cell, workload: Workload, out: Path) -> list[str]:
     return command
 
 
-def run_cell(cell: Cell, repeat: int, workload: Workload) -> RunRecord:
+def run_cell(cell: Cell, repeat: int, workload: Workload, sample_memory: bool = False
+             ) -> RunRecord:
     with tempfile.TemporaryDirectory(prefix="mptrain-bench-") as folder:
         out = Path(folder) / "run"
         started = time.monotonic()
         process = subprocess.Popen(command_for(cell, workload, out), stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)
-        # 2 Hz: each PSS sample walks the tree's page tables and slows the run a little.
-        sampler = TreeMemorySampler(process.pid, interval_s=0.5)
-        sampler.start()
+        sampler = TreeMemorySampler(process.pid, interval_s=0.2) if sample_memory else None
+        if sampler is not None:
+            sampler.start()
         try:
             output, _ = process.communicate(timeout=workload.timeout_s)
         except subprocess.TimeoutExpired:
@@ -84,12 +90,13 @@ def run_cell(cell: Cell, repeat: int, workload: Workload) -> RunRecord:
                 process.wait()
             raise
         finally:
-            sampler.stop()
+            if sampler is not None:
+                sampler.stop()
         wall_s = time.monotonic() - started
         summary_path = out / "summary.json"
         if process.returncode != 0 or not summary_path.is_file():
             lines = [line for line in output.strip().splitlines() if line.strip()]
-            return RunRecord(cell, repeat, ok=False, wall_s=wall_s,
+            return RunRecord(cell, repeat, ok=False, wall_s=wall_s, memory_sampled=sample_memory,
                              error=lines[-1] if lines else f"exit code {process.returncode}")
         summary = json.loads(summary_path.read_text())
         epochs = [json.loads(line) for line in
@@ -110,5 +117,6 @@ def record_from(cell, repeat, summary, epochs, wall_s, sampler, workload) -> Run
         final_train_loss=summary.get("final_train_loss"),
         time_to_accuracy_s=(time_to_accuracy(epochs, workload.target_accuracy, offset)
                             if workload.target_accuracy is not None else None),
-        peak_rss_bytes=sampler.peak_rss or None, peak_pss_bytes=sampler.peak_pss or None,
-        epochs=epochs)
+        peak_rss_bytes=(sampler.peak_rss or None) if sampler else None,
+        peak_pss_bytes=(sampler.peak_pss or None) if sampler else None,
+        memory_sampled=sampler is not None, epochs=epochs)

@@ -42,3 +42,9 @@ def expand(strategies: list[str], workers: list[int], threads: int | None) -> li
 def interleave(cells: list[Cell], repeats: int) -> list[tuple[int, Cell]]:
     """A B C A B C ...: machine drift during the bench hits every cell alike."""
     return [(repeat, cell) for repeat in range(repeats) for cell in cells]
+
+
+def memory_pass(cells: list[Cell], repeats: int) -> list[tuple[int, Cell]]:
+    """One more run per cell, after the timed ones, numbered after them: the runs whose
+    process tree is sampled for memory (sampling slows the run it measures)."""
+    return [(repeats, cell) for cell in cells]

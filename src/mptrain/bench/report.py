@@ -16,7 +16,10 @@ from .stats import efficiency, speedup, spread
 
 def cell_rows(cells: list[Cell], records: list) -> list[dict]:
     """One row per cell: medians with min-max over its repeats, and the derived ratios."""
-    by_cell = {cell: [r for r in records if r.cell == cell] for cell in cells}
+    timed = [r for r in records if not r.memory_sampled]
+    sampled = [r for r in records if r.memory_sampled]
+    by_cell = {cell: [r for r in timed if r.cell == cell] for cell in cells}
+    memory_by_cell = {cell: [r for r in sampled if r.cell == cell and r.ok] for cell in cells}
     reference = spread([r.samples_per_s for r in by_cell[cells[0]] if r.ok])["median"]
     single = next((c for c in cells if c.strategy == "single" and not c.reference), cells[0])
     single_speed = spread([r.samples_per_s for r in by_cell[single] if r.ok])["median"]
@@ -27,8 +30,9 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
         rows.append({
             "strategy": cell.strategy, "workers": cell.workers, "threads": cell.threads,
             "label": cell.label, "reference": cell.reference,
-            "runs": len(by_cell[cell]), "failed": len(by_cell[cell]) - len(ok),
-            "error": next((r.error for r in by_cell[cell] if not r.ok), None),
+            "runs": len(by_cell[cell]),
+            "failed": sum(not r.ok for r in records if r.cell == cell),
+            "error": next((r.error for r in records if r.cell == cell and not r.ok), None),
             "startup_s": spread([r.startup_s for r in ok]),
             "epoch_s": spread([r.epoch_s for r in ok]),
             "samples_per_s": speed,
@@ -37,8 +41,8 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
             "test_accuracy": spread([r.test_accuracy for r in ok]),
             "test_loss": spread([r.test_loss for r in ok]),
             "time_to_accuracy_s": spread([r.time_to_accuracy_s for r in ok]),
-            "peak_rss_bytes": spread([r.peak_rss_bytes for r in ok]),
-            "peak_pss_bytes": spread([r.peak_pss_bytes for r in ok]),
+            "peak_rss_bytes": spread([r.peak_rss_bytes for r in memory_by_cell[cell]]),
+            "peak_pss_bytes": spread([r.peak_pss_bytes for r in memory_by_cell[cell]]),
         })
     return rows
 

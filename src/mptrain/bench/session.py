@@ -17,7 +17,7 @@ from ..data.sources import load_data
 from ..errors import UserError
 from ..launch.tuning import usable_cores
 from .execute import RunRecord, Workload, run_cell
-from .matrix import Cell, expand, interleave, worker_counts
+from .matrix import Cell, expand, interleave, memory_pass, worker_counts
 from .report import cell_rows
 
 BENCH_STRATEGIES = ("single", "hogwild", "sync", "ddp")
@@ -38,6 +38,7 @@ class BenchSettings:
     eval_every: int | None
     run_options: tuple[str, ...]   # further `mptrain run` flags: batch size, lr, ...
     timeout_s: float = 3600.0
+    memory: bool = True            # one extra run per cell, sampled for peak RSS/PSS
 
     def __post_init__(self):
         unknown = [s for s in self.strategies if s not in BENCH_STRATEGIES]
@@ -85,7 +86,9 @@ def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
 def run_bench(settings: BenchSettings, console: Console | None = None
               ) -> tuple[list[dict], list[RunRecord], list[Cell]]:
     cells, workload = plan(settings)
-    schedule = interleave(cells, settings.repeats)
+    schedule = [(repeat, cell, False) for repeat, cell in interleave(cells, settings.repeats)]
+    if settings.memory:
+        schedule += [(repeat, cell, True) for repeat, cell in memory_pass(cells, settings.repeats)]
     records: list[RunRecord] = []
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total} runs"), TimeElapsedColumn(),
@@ -96,10 +99,10 @@ def run_bench(settings: BenchSettings, console: Console | None = None
         run_cell(cells[0], -1, Workload(workload.run_options, 1, steps_per_epoch=5,
                                         timeout_s=workload.timeout_s))
         progress.advance(task)
-        for repeat, cell in schedule:
-            progress.update(task, description=f"{cell.label:<20} repeat "
-                                              f"{repeat + 1}/{settings.repeats}")
-            records.append(run_cell(cell, repeat, workload))
+        for repeat, cell, sample_memory in schedule:
+            step = "memory" if sample_memory else f"repeat {repeat + 1}/{settings.repeats}"
+            progress.update(task, description=f"{cell.label:<20} {step}")
+            records.append(run_cell(cell, repeat, workload, sample_memory))
             progress.advance(task)
     return cell_rows(cells, records), records, cells
 
