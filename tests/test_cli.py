@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 
+import psutil
 import pytest
 import torch
 
@@ -303,3 +304,21 @@ def test_console_exits_with_main_code_after_the_exit_handlers(tmp_path, args, co
     assert "not reached" not in done.stdout
     if code:
         assert done.stderr.startswith("mptrain: error: unknown data set 'nope'")
+
+
+def test_command_leaves_no_fork_server_behind(tmp_path):
+    # Two threads for one worker: its worker comes from a fork server, which must not
+    # outlive the command (its own teardown would take CPU from whatever runs next).
+    # Output to a file, not a pipe: reading a pipe to its end would wait for the server too.
+    log = tmp_path / "log"
+    with log.open("w") as handle:
+        done = subprocess.run([sys.executable, "-m", "mptrain", "run", "--strategy", "sync",
+                               "--workers", "1", "--threads-per-worker", "2", "--epochs",
+                               "1", "--steps-per-epoch", "2"], stdout=handle,
+                              stderr=subprocess.STDOUT, cwd=tmp_path, timeout=100)
+    assert done.returncode == 0, log.read_text()
+    assert "start method forkserver" in log.read_text()
+    left = [p.info for p in psutil.process_iter(["pid", "ppid", "cmdline"])
+            if "multiprocessing.forkserver" in " ".join(p.info["cmdline"] or [])
+            and p.info["ppid"] != os.getpid()]
+    assert left == []
