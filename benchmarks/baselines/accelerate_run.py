@@ -130,18 +130,8 @@ def train(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
-    parser.add_argument("--lr", type=float, help="default 0.001 for adam, 0.01 for sgd")
-    parser.add_argument("--momentum", type=float, default=0.5, help="sgd only")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.lr is None:
-        args.lr = 0.001 if args.optimizer == "adam" else 0.01
+    mnist_tensors.add_training_arguments(parser)
+    args = mnist_tensors.parse_training_arguments(parser)
     if "LOCAL_RANK" not in os.environ:  # started by hand: become the launcher
         sys.exit(launch(args))
     train(args)

@@ -115,19 +115,9 @@ class Timings(L.Callback):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir")
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=64)
+    mnist_tensors.add_training_arguments(parser)
     parser.add_argument("--strategy", default="ddp", choices=("ddp", "ddp_spawn"))
-    parser.add_argument("--optimizer", default="adam", choices=("adam", "sgd"))
-    parser.add_argument("--lr", type=float, help="default 0.001 for adam, 0.01 for sgd")
-    parser.add_argument("--momentum", type=float, default=0.5, help="sgd only")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.lr is None:
-        args.lr = 0.001 if args.optimizer == "adam" else 0.01
+    args = mnist_tensors.parse_training_arguments(parser)
     os.environ.setdefault(STARTED_ENV, str(psutil.Process().create_time()))
     started = float(os.environ[STARTED_ENV])
 

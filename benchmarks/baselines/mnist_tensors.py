@@ -46,3 +46,24 @@ def emit(result: dict, json_path: str | None) -> None:
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)
         Path(json_path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def add_training_arguments(parser, *, workers: int = 2, epochs: int = 1,
+                           optimizer: str = "adam", seed: int = 0) -> None:
+    """The flags every baseline takes; each passes the defaults of the code it imitates."""
+    parser.add_argument("--data-dir")
+    parser.add_argument("--workers", type=int, default=workers)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--optimizer", default=optimizer, choices=("adam", "sgd"))
+    parser.add_argument("--lr", type=float, help="default 0.001 for adam, 0.01 for sgd")
+    parser.add_argument("--momentum", type=float, default=0.5, help="sgd only")
+    parser.add_argument("--seed", type=int, default=seed)
+    parser.add_argument("--json")
+
+
+def parse_training_arguments(parser):
+    args = parser.parse_args()
+    if args.lr is None:
+        args.lr = 0.001 if args.optimizer == "adam" else 0.01
+    return args

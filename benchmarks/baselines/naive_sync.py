@@ -57,19 +57,9 @@ def average(states):
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir")
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
-    parser.add_argument("--lr", type=float, help="default 0.01 for sgd, 0.001 for adam")
-    parser.add_argument("--momentum", type=float, default=0.5)
+    mnist_tensors.add_training_arguments(parser, workers=4, epochs=3, optimizer="sgd", seed=1)
     parser.add_argument("--start-method", default="fork", choices=("fork", "spawn"))
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--json")
-    args = parser.parse_args()
-    if args.lr is None:
-        args.lr = 0.01 if args.optimizer == "sgd" else 0.001
+    args = mnist_tensors.parse_training_arguments(parser)
     started = psutil.Process().create_time()
 
     torch.manual_seed(args.seed)
