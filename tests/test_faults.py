@@ -276,7 +276,10 @@ def test_a_stopped_run_exits_at_once_and_resumes_from_its_checkpoint(start_run, 
     assert_nothing_left(run)
 
     saved = checkpoints.load(out)
-    assert 1 <= saved.epoch < 50 and saved.world_size == 2 and saved.strategy == strategy
+    # A checkpoint the run completed: its own history reaches its epoch, every worker's
+    # optimizer and RNG state is in it.
+    assert len(saved.metrics) == saved.epoch >= 1
+    assert len(saved.ranks) == 2
     assert f"last checkpoint: epoch {saved.epoch} in " in run.stderr, run.stderr
     epochs = saved.epoch + 2
     resumed = start_run(None, ["--resume", str(out), "--epochs", str(epochs)],

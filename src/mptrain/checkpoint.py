@@ -41,13 +41,17 @@ def decode_worker_state(payload: bytes) -> dict:
 @dataclass
 class Checkpoint:
     epoch: int                  # epochs completed = the epoch to resume at
-    world_size: int
     strategy: str
     config: dict
     run: dict                   # data, data_dir, model: what to rebuild the run from
     model: dict
     ranks: list[dict]           # per rank: optimizer, rng
     metrics: list[dict]
+
+    @property
+    def world_size(self) -> int:
+        """One entry of ``ranks`` per worker that trained."""
+        return len(self.ranks)
 
     def as_dict(self) -> dict:
         return {"format": FORMAT, "version": VERSION, "epoch": self.epoch,
@@ -63,7 +67,7 @@ def assemble(epoch: int, payloads: list[bytes], strategy: str, config: dict, run
     if model is None:
         raise ValueError("rank 0 sent no model state")
     ranks = [{"optimizer": s["optimizer"], "rng": s["rng"]} for s in states]
-    return Checkpoint(epoch=epoch, world_size=len(states), strategy=strategy, config=config,
+    return Checkpoint(epoch=epoch, strategy=strategy, config=config,
                       run=run, model=model, ranks=ranks, metrics=metrics)
 
 
@@ -94,6 +98,6 @@ def load(location: str | Path) -> Checkpoint:
     if data.get("version") != VERSION:
         raise UserError(f"{path} has checkpoint version {data.get('version')}, this mptrain "
                         f"reads version {VERSION}")
-    return Checkpoint(epoch=data["epoch"], world_size=data["world_size"],
+    return Checkpoint(epoch=data["epoch"],
                       strategy=data["strategy"], config=data["config"], run=data["run"],
                       model=data["model"], ranks=data["ranks"], metrics=data["metrics"])
