@@ -1,0 +1,75 @@
+"""Command line: parse flags, hand over, present errors.
+
+No training logic lives here. Every user mistake becomes one line on stderr and exit code 2.
+Each sub-command is a module of this package (``run``, ``bench``, ``partitions``, ``tools``).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import click
+
+from ..errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
+from ..launch.lifecycle import exit_after_cleanup
+from . import bench, run, tools  # noqa: F401  (each registers its command)
+from .app import cli
+
+# click >= 8.2 raises this for a bare `mptrain`; older versions print the help themselves.
+_NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def main(argv=None) -> int:
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    try:
+        cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
+    except _NO_ARGS_IS_HELP as err:
+        click.echo(err.ctx.get_help() if err.ctx else "usage: mptrain COMMAND --help")
+        return 0
+    except click.exceptions.UsageError as err:
+        hint = f" (see: mptrain {err.ctx.info_name if err.ctx else ''} --help)".replace(
+            "mptrain mptrain", "mptrain")
+        _fail(err.format_message() + hint, 2)
+    except click.exceptions.Abort:
+        _fail("interrupted", 130)
+    except UserError as err:
+        _fail(str(err), err.exit_code)
+    except WorkerFailedError as err:
+        _fail(str(err), err.exit_code)
+    except RunInterrupted as err:
+        click.echo(f"mptrain: {err}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted; every worker was stopped", 130)
+    except Interrupted as stop:
+        _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
+    except click.exceptions.Exit as done:
+        return done.exit_code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def console() -> None:
+    """The ``mptrain`` command: ``main`` then a quick exit (``main`` itself returns, so tests
+    and embedding code can call it)."""
+    try:
+        code = main()
+    except SystemExit as done:
+        code = done.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    exit_after_cleanup(code)
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+def _fail(message: str, code: int):
+    click.echo(f"mptrain: error: {message}", err=True)
+    sys.exit(code)

@@ -1,0 +1,90 @@
+"""``mptrain bench``: strategies x worker counts, side by side."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..config import OPTIMIZERS
+from ..errors import UserError
+from .app import cli
+
+
+@cli.command()
+@click.option("--data", default="digits-60k", show_default=True,
+              help="Any data set `mptrain run` accepts.")
+@click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
+@click.option("--model", help="Model (default: the data set's own).")
+@click.option("--strategies", default="single,hogwild,sync,ddp", show_default=True,
+              help="Comma-separated strategies to compare.")
+@click.option("--workers", "workers_list", help="Comma-separated worker counts "
+                                                "(default: 1, 2 and the usable cores).")
+@click.option("--epochs", type=int, default=1, show_default=True, help="Work per run.")
+@click.option("--steps", type=int, help="Quick look: only N steps per worker per epoch.")
+@click.option("--repeats", type=int, default=3, show_default=True,
+              help="Runs per cell, interleaved (A B C A B C).")
+@click.option("--threads-per-worker", type=int, help="Default: usable cores // workers.")
+@click.option("--time-to-accuracy", type=float,
+              help="Also report seconds until test accuracy first reaches this (e.g. 0.97).")
+@click.option("--eval-every", type=int, help="With --time-to-accuracy: evaluate every N "
+                                             "steps per worker instead of every epoch.")
+@click.option("--batch-size", type=int)
+@click.option("--lr", type=float)
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS))
+@click.option("--timeout", type=float, default=3600, show_default=True,
+              help="Seconds one run may take.")
+@click.option("--memory/--no-memory", default=True, show_default=True,
+              help="One more run per cell for peak RSS/PSS of its process tree (sampling "
+                   "slows a run, so the timed runs are not sampled).")
+@click.option("--out", help="Write bench.json, bench.csv and bench.png here.")
+def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeats,
+          threads_per_worker, time_to_accuracy, eval_every, batch_size, lr, optimizer,
+          timeout, memory, out):
+    """Compare strategies x worker counts on the same work: time, throughput, speed-up,
+    scaling efficiency, accuracy and whole-tree memory."""
+    from rich.console import Console
+
+    from ..bench.report import render_table, write_bench_files
+    from ..bench.session import BenchSettings, machine_info, run_bench
+    from ..report.outputs import prepare_out_dir
+
+    run_options = []
+    for flag, value in (("--batch-size", batch_size), ("--lr", lr), ("--optimizer", optimizer)):
+        if value is not None:
+            run_options += [flag, str(value)]
+    settings = BenchSettings(
+        data=data, data_dir=data_dir, model=model,
+        strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
+        workers=_int_list(workers_list, "--workers"), epochs=epochs, steps=steps,
+        repeats=repeats, threads=threads_per_worker, target_accuracy=time_to_accuracy,
+        eval_every=eval_every, run_options=tuple(run_options), timeout_s=timeout,
+        memory=memory)
+    out_dir = prepare_out_dir(out) if out else None
+    # A table piped to a file or CI log keeps its columns instead of wrapping at 80.
+    console = Console(highlight=False, soft_wrap=True,
+                      width=None if sys.stdout.isatty() else 180)
+    rows, records, _ = run_bench(settings, console)
+    console.print(render_table(rows, time_to_accuracy))
+    machine = machine_info()
+    console.print(f"{machine['usable_cores']} usable cores · torch {machine['torch']} · "
+                  "efficiency = samples/s / (workers x single-thread samples/s) · "
+                  "speedup is over single with its default threads"
+                  + (" · memory from one more, sampled run per cell" if memory else ""))
+    if out_dir is not None:
+        write_bench_files(out_dir, machine, {k: v for k, v in vars(settings).items()}, rows,
+                          records)
+        console.print(f"wrote {out_dir}/bench.json bench.csv bench.png")
+    if any(row["failed"] for row in rows):
+        raise click.exceptions.Exit(1)
+
+
+def _int_list(text, flag):
+    if not text:
+        return None
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"{flag} takes comma-separated integers, e.g. 1,2,4") from None
+
+
