@@ -1,0 +1,101 @@
+"""What a client partition looks like: size and label spread per client, and a PNG of each
+client's label mix, so a user can see how skewed ``--partition`` makes the clients before
+spending a federated run on it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .outputs import atomic_write
+
+MAX_BARS = 100  # past this the bars are thinner than a pixel at the figure's size
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Smallest, median and largest of one per-client quantity."""
+
+    min: int
+    median: float
+    max: int
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """``labels`` is None for regression data, where there are no labels to count."""
+
+    clients: int
+    samples: Spread
+    labels: Spread | None
+
+
+def partition_stats(parts: list[torch.Tensor], labels: torch.Tensor | None = None
+                    ) -> PartitionStats:
+    """Per-client sample counts and, given class ``labels``, distinct labels per client."""
+    sizes = [len(part) for part in parts]
+    distinct = None
+    if labels is not None:
+        distinct = _spread([int(torch.unique(labels[part]).numel()) for part in parts])
+    return PartitionStats(clients=len(parts), samples=_spread(sizes), labels=distinct)
+
+
+def stats_rows(stats: PartitionStats) -> list[tuple[str, str, str, str]]:
+    """Table rows (quantity, min, median, max) as text, for whatever renders the table."""
+    rows = [("samples per client", *_texts(stats.samples))]
+    if stats.labels is not None:
+        rows.append(("distinct labels per client", *_texts(stats.labels)))
+    return rows
+
+
+def plot_label_mix(path: Path, parts: list[torch.Tensor], targets: torch.Tensor,
+                   num_classes: int | None) -> None:
+    """One stacked bar per client (the first ``MAX_BARS``), one colour per label; plain
+    sample-count bars when ``num_classes`` is None (regression)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = parts[:MAX_BARS]
+    x = range(len(shown))
+    figure, axis = plt.subplots(figsize=(max(6.0, min(16.0, 0.15 * len(shown) + 3)), 4.5))
+    if num_classes is None:
+        axis.bar(x, [len(part) for part in shown], width=0.9, color="tab:blue")
+    else:
+        counts = torch.stack([torch.bincount(targets[part], minlength=num_classes)
+                              for part in shown]).numpy()
+        colours = plt.get_cmap("tab10" if num_classes <= 10 else "tab20" if num_classes <= 20
+                               else "viridis")
+        bottom = counts[:, 0] * 0
+        for label in range(num_classes):
+            axis.bar(x, counts[:, label], bottom=bottom, width=0.9, label=str(label),
+                     color=colours(label if num_classes <= 20 else label / (num_classes - 1)))
+            bottom = bottom + counts[:, label]
+        if num_classes <= 20:  # a legend of hundreds of labels hides the plot
+            axis.legend(title="label", loc="upper left", bbox_to_anchor=(1.0, 1.0),
+                        fontsize="small")
+    capped = f" (first {len(shown)} of {len(parts)} clients)" if len(parts) > len(shown) else ""
+    axis.set_xlim(-0.6, len(shown) - 0.4)
+    axis.set(xlabel="client", ylabel="samples",
+             title=f"label mix per client{capped}" if num_classes else
+             f"samples per client{capped}")
+    axis.grid(axis="y", alpha=0.3)
+    figure.tight_layout()
+    atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
+    plt.close(figure)
+
+
+def _spread(values: list[int]) -> Spread:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return Spread(min=ordered[0], median=float(median), max=ordered[-1])
+
+
+def _texts(spread: Spread) -> tuple[str, str, str]:
+    median = spread.median
+    middle = f"{int(median):,}" if median.is_integer() else f"{median:,.1f}"
+    return f"{spread.min:,}", middle, f"{spread.max:,}"

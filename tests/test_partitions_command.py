@@ -1,0 +1,73 @@
+"""`mptrain partitions` in-process: the table, the PNG, and bad input as one line, exit 2."""
+
+import pytest
+
+from mptrain.cli import main
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def fail(argv, capsys):
+    """Run ``main(argv)``, expecting a user error; return its one stderr line."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out, err = capsys.readouterr()
+    assert info.value.code == 2, err
+    assert err.startswith("mptrain: error: ") and len(err.splitlines()) == 1, err
+    assert "Traceback" not in err and out == ""
+    return err
+
+
+def test_default_is_iid_over_100_clients_of_digits(capsys):
+    assert main(["partitions"]) == 0
+    out = capsys.readouterr().out
+    assert "samples per client" in out and "distinct labels per client" in out
+    assert "data digits" in out and "100 clients" in out and "partition iid" in out
+    row = next(line for line in out.splitlines() if "samples per client" in line)
+    assert [cell.strip() for cell in row.split("│")[2:5]] == ["14", "14", "15"]  # 1,438 / 100
+
+
+def test_shards_show_at_most_two_labels_and_out_writes_a_png(tmp_path, capsys):
+    out_dir = tmp_path / "figures"
+    assert main(["partitions", "--clients", "20", "--partition", "shards:2", "--seed", "3",
+                 "--out", str(out_dir)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "distinct labels" in line)
+    assert int(row.split("│")[4]) <= 4  # digits' classes are not multiples of the shard size
+    png = out_dir / "partitions.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"wrote {png}" in out
+    assert [p.name for p in out_dir.iterdir()] == ["partitions.png"]  # no temp files left
+
+
+def test_regression_data_shows_sizes_only(tmp_path, capsys):
+    assert main(["partitions", "--data", "linreg", "--clients", "8", "--out",
+                 str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "samples per client" in out and "distinct labels" not in out
+    assert (tmp_path / "partitions.png").is_file()
+
+
+def test_help_explains_the_partition_syntax(capsys):
+    assert main(["partitions", "--help"]) == 0
+    out = capsys.readouterr().out
+    for word in ("iid", "dirichlet:ALPHA", "dirichlet:ALPHA:MIN", "shards:K",
+                 "path/file.py:function", "function(targets, clients, seed)"):
+        assert word in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--partition", "random"], "unknown --partition 'random'"),
+    (["--partition", "dirichlet:-1"], "ALPHA must be a number > 0"),
+    (["--clients", "0"], "--clients must be a whole number >= 1"),
+    (["--clients", "5000"], "more than the 1438 training samples"),
+    (["--data", "linreg", "--clients", "4", "--partition", "shards:2"], "needs class labels"),
+    (["--clients", "abc"], "'abc' is not a valid integer"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert message in fail(["partitions", *argv], capsys)
+
+
+def test_bad_spec_is_refused_before_out_is_created(tmp_path, capsys):
+    fail(["partitions", "--partition", "shards", "--out", str(tmp_path / "never")], capsys)
+    assert not (tmp_path / "never").exists()
