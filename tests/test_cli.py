@@ -166,7 +166,7 @@ def captured_run(monkeypatch):
 
 
 @pytest.mark.parametrize("file_text, flags, expected", [
-    ("", [], {"strategy": "single", "quiet": False, "epochs": None, "share_optimizer_state": False,
+    ("", [], {"strategy": "single", "quiet": False, "epochs": 10, "share_optimizer_state": False,
               "data": "digits", "model": "digits-cnn", "out": None}),
     ('[run]\nquiet = true\nstrategy = "hogwild"\nshare-optimizer-state = true\nworkers = 3\n'
      'data = "linreg"\nmodel = "mlp"\nout = "from-file"\n',
@@ -199,10 +199,15 @@ def write_config(tmp_path, text):
     (lambda t: ["--data", "bogus"], "unknown data set 'bogus'"),
     (lambda t: ["--model", "bogus"], "unknown model 'bogus'"),
     (lambda t: ["--strategy", "bogus"], "Invalid value for '--strategy'"),
-    (lambda t: ["--strategy", "fedavg"], "not available yet"),
+    (lambda t: ["--strategy", "dp"], "Invalid value for '--strategy'"),
+    (lambda t: ["--strategy", "fedavg", "--epochs", "2"], "use --rounds"),
+    (lambda t: ["--strategy", "fedavg", "--partition", "shards:0"], "shards:K"),
+    (lambda t: ["--strategy", "fedavg", "--clients", "5000"], "clients"),
+    (lambda t: ["--strategy", "sync", "--ddp-backend", "gloo"], "--strategy ddp"),
+    (lambda t: ["--strategy", "ddp", "--ddp-backend", "nccl"], "nccl needs --device cuda"),
     (lambda t: ["--epochs", "0"], "--epochs must be a positive integer"),
     (lambda t: ["--epochs", "abc"], "Invalid value for '--epochs'"),
-    (lambda t: ["--lr", "-1"], "--lr must be a positive number"),
+    (lambda t: ["--lr", "-1"], "--lr must be > 0"),
     (lambda t: ["--batch-size", "0"], "--batch-size must be a positive integer"),
     (lambda t: ["--strategy", "single", "--workers", "2"], "--workers"),
     (lambda t: ["--data", "mnist"], "--data mnist needs --data-dir"),
@@ -214,7 +219,9 @@ def write_config(tmp_path, text):
     (lambda t: ["--config", str(t / "missing.toml")], "does not exist"),
     (lambda t: ["--config", write_config(t, "epochs = 0\n")], "--epochs must be"),
     (lambda t: ["--no-such-flag"], "No such option"),
-], ids=["data", "model", "strategy-choice", "strategy-unavailable", "epochs-0", "epochs-abc",
+], ids=["data", "model", "strategy-choice", "strategy-unavailable",
+        "fedavg-epochs", "fedavg-partition", "fedavg-too-many-clients", "backend-not-ddp",
+        "nccl-on-cpu", "epochs-0", "epochs-abc",
         "lr", "batch-size", "single-workers", "mnist-no-dir", "mnist-missing-dir",
         "data-dir-without-mnist", "import-string", "invalid-toml", "unknown-key",
         "missing-config", "bad-value-in-config", "unknown-flag"])

@@ -1,11 +1,12 @@
-"""Tests for mptrain.config: validation, default resolution and TOML config files."""
+"""Tests for mptrain.config: validation, building from settings over data-set defaults,
+refusal of settings that would do nothing, and TOML config files."""
 
 import dataclasses
 
 import pytest
 
-from mptrain.config import (AVAILABLE_STRATEGIES, CONFIG_FILE_KEYS, TrainConfig,
-                            TrainingDefaults, load_config_file, resolve)
+from mptrain.config import (CONFIG_FILE_KEYS, ONLY_FOR, STRATEGIES, TrainConfig,
+                            TrainingDefaults, applicable_settings, load_config_file)
 from mptrain.errors import UserError
 
 
@@ -45,6 +46,23 @@ from mptrain.errors import UserError
     ({"seed": 1.0}, "seed"),
     ({"worker_timeout": 0}, "worker-timeout"),
     ({"strategy": "single", "workers": 2}, "workers"),
+    ({"strategy": "dp"}, "strategy"),
+    ({"ddp_backend": "nccl", "strategy": "ddp", "workers": 2}, "nccl"),
+    ({"rounds": 0}, "rounds"),
+    ({"clients": 0}, "clients"),
+    ({"clients_per_round": 0}, "clients-per-round"),
+    ({"client_fraction": 0}, "client-fraction"),
+    ({"client_fraction": 1.5}, "client-fraction"),
+    ({"local_epochs": 0}, "local-epochs"),
+    ({"prox_mu": -1}, "prox-mu"),
+    ({"server_lr": 0}, "server-lr"),
+    ({"server_momentum": 1}, "server-momentum"),
+    ({"eval_every": 0}, "eval-every"),
+    ({"target_accuracy": 1.5}, "target-accuracy"),
+    ({"strategy": "fedavg", "workers": 2, "clients": 5, "clients_per_round": 6},
+     "clients-per-round"),
+    ({"strategy": "fedavg", "workers": 2, "clients_per_round": 5, "client_fraction": 0.1},
+     "client-fraction"),
 ])
 def test_bad_values_are_user_errors_naming_the_flag(changes, flag):
     with pytest.raises(UserError) as info:
@@ -54,13 +72,10 @@ def test_bad_values_are_user_errors_naming_the_flag(changes, flag):
     assert "\n" not in message
 
 
-@pytest.mark.parametrize("strategy", ["fedavg", "dp"])
-def test_planned_strategies_are_not_available_yet(strategy):
-    with pytest.raises(UserError, match="not available yet") as info:
-        TrainConfig(strategy=strategy)
-    assert repr(strategy) in str(info.value)
-    for available in AVAILABLE_STRATEGIES:
-        assert available in str(info.value)
+def test_help_offers_only_strategies_that_exist():
+    from mptrain.strategies import STRATEGY_CLASSES
+
+    assert tuple(STRATEGY_CLASSES) == STRATEGIES
 
 
 def test_single_with_workers_names_the_alternatives():
@@ -78,6 +93,8 @@ def test_single_with_workers_names_the_alternatives():
     {"epochs": 1, "batch_size": 1, "lr": 1e-9, "momentum": 0.0, "optimizer": "adam"},
     {"momentum": 0.999, "weight_decay": 0, "seed": 0, "worker_timeout": 0.5},
     {"start_method": "spawn", "device": "cpu"},
+    {"strategy": "fedavg", "workers": 2, "clients": 10, "clients_per_round": 10},
+    {"strategy": "fedavg", "workers": 2, "client_fraction": 0.5, "clients_per_round": None},
 ])
 def test_good_values_are_accepted(changes):
     config = TrainConfig(**changes)
@@ -97,8 +114,8 @@ def test_replace_validates_again():
 
 
 DEFAULTS = TrainingDefaults(epochs=7, batch_size=16, lr=0.3, momentum=0.5, optimizer="adam",
-                            lr_decay=0.9, sync_every=4)
-KNOBS = [f.name for f in dataclasses.fields(TrainingDefaults)]
+                            lr_decay=0.9, lr_schedule="cosine", sync_every=4)
+KNOBS = [f.name for f in dataclasses.fields(TrainingDefaults) if f.name != "federated"]
 # Explicit settings that differ from DEFAULTS, falsy ones included.
 SETTINGS = {"epochs": 2, "batch_size": 5, "lr": 0.25, "momentum": 0.0, "optimizer": "sgd",
             "lr_decay": 1.0, "lr_schedule": "step", "sync_every": 1}
@@ -108,42 +125,98 @@ def test_every_knob_has_a_test_setting():
     assert set(KNOBS) == set(SETTINGS)
 
 
-def test_resolve_fills_every_unset_knob():
-    resolved = resolve(TrainConfig(strategy="sync"), DEFAULTS)
+def test_defaults_fill_every_unset_knob():
+    config = TrainConfig.from_settings({"strategy": "sync"}, DEFAULTS)
     for name in KNOBS:
-        assert getattr(resolved, name) == getattr(DEFAULTS, name), name
-    assert resolved.workers == 2
+        assert getattr(config, name) == getattr(DEFAULTS, name), name
+    assert config.workers == 2
 
 
-def test_resolve_keeps_what_is_set_even_when_falsy():
-    config = TrainConfig(strategy="hogwild", workers=3, **SETTINGS)
-    assert resolve(config, DEFAULTS) == config
+def test_settings_win_over_defaults_even_when_falsy():
+    config = TrainConfig.from_settings({"strategy": "sync", "workers": 3, **SETTINGS}, DEFAULTS)
+    for name, value in SETTINGS.items():
+        assert getattr(config, name) == value, name
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
-def test_resolve_fills_only_what_is_none(name):
-    resolved = resolve(TrainConfig(**{name: SETTINGS[name]}), DEFAULTS)
-    assert getattr(resolved, name) == SETTINGS[name]
+def test_each_setting_replaces_only_its_default(name):
+    config = TrainConfig.from_settings({"strategy": "sync", name: SETTINGS[name]}, DEFAULTS)
+    assert getattr(config, name) == SETTINGS[name]
     for other in set(KNOBS) - {name}:
-        assert getattr(resolved, other) == getattr(DEFAULTS, other), other
+        assert getattr(config, other) == getattr(DEFAULTS, other), other
 
 
-def test_resolve_without_default_sync_every_leaves_it_unset():
-    resolved = resolve(TrainConfig(), TrainingDefaults())
-    assert resolved.sync_every is None
-    assert resolved.workers == 1
+def test_none_means_not_said():
+    assert TrainConfig.from_settings({"strategy": "sync", "lr": None}, DEFAULTS).lr == DEFAULTS.lr
+
+
+def test_sync_every_default_applies_to_sync_only():
+    assert TrainConfig.from_settings({"strategy": "ddp"}, DEFAULTS).sync_every is None
+    assert TrainConfig.from_settings({}, TrainingDefaults()).sync_every is None
 
 
 @pytest.mark.parametrize("strategy, workers", [("single", 1), ("hogwild", 2), ("sync", 2),
-                                               ("ddp", 2)])
-def test_resolve_default_workers(strategy, workers):
-    assert resolve(TrainConfig(strategy=strategy), TrainingDefaults()).workers == workers
+                                               ("ddp", 2), ("fedavg", 2)])
+def test_default_workers(strategy, workers):
+    assert TrainConfig.from_settings({"strategy": strategy}).workers == workers
 
 
-def test_resolve_does_not_touch_the_input():
-    config = TrainConfig()
-    resolve(config, DEFAULTS)
-    assert config.epochs is None and config.workers is None
+def test_fedavg_takes_the_federated_recipe():
+    federated = dict(TrainingDefaults().federated, rounds=7, lr=0.2)
+    config = TrainConfig.from_settings({"strategy": "fedavg"},
+                                       TrainingDefaults(lr=0.001, federated=federated))
+    assert (config.rounds, config.lr, config.units, config.unit) == (7, 0.2, 7, "round")
+    assert config.sampled_clients == federated["clients_per_round"]
+
+
+def test_client_fraction_replaces_the_default_count():
+    config = TrainConfig.from_settings({"strategy": "fedavg", "clients": 50,
+                                        "client_fraction": 0.1})
+    assert config.clients_per_round is None and config.sampled_clients == 5
+
+
+@pytest.mark.parametrize("name, strategy, value, instead", [
+    ("epochs", "fedavg", 3, "--rounds"),
+    ("rounds", "sync", 3, "--epochs"),
+    ("sync_every", "ddp", 2, "--strategy sync"),
+    ("sync_every", "hogwild", 2, "--strategy sync"),
+    ("share_optimizer_state", "sync", True, "--strategy hogwild"),
+    ("ddp_backend", "sync", "gloo", "--strategy ddp"),
+    ("ddp_backend", "hogwild", "gloo", "--strategy ddp"),
+    ("max_restarts", "single", 2, "--strategy sync or ddp"),
+    ("clients", "sync", 10, "--strategy fedavg"),
+    ("partition", "ddp", "shards:2", "--strategy fedavg"),
+])
+def test_settings_that_would_do_nothing_are_refused(name, strategy, value, instead):
+    with pytest.raises(UserError) as info:
+        TrainConfig.from_settings({"strategy": strategy, name: value})
+    message = str(info.value)
+    assert f"--{name.replace('_', '-')} does nothing with --strategy {strategy}" in message
+    assert instead in message and "\n" not in message
+
+
+def test_a_setting_given_at_its_default_is_not_refused():
+    # Config files and scripts often spell defaults out; that changes nothing, so it passes.
+    TrainConfig.from_settings({"strategy": "sync", "ddp_backend": "auto",
+                               "share_optimizer_state": False})
+
+
+def test_every_strategy_restricted_setting_names_real_strategies():
+    for name, strategies in ONLY_FOR.items():
+        assert set(strategies) <= set(STRATEGIES), name
+
+
+def test_unknown_settings_are_refused():
+    with pytest.raises(UserError, match="unknown setting"):
+        TrainConfig.from_settings({"epoch": 3})
+
+
+def test_applicable_settings_drop_what_the_strategy_does_not_use():
+    config = TrainConfig.from_settings({"strategy": "fedavg", "rounds": 3}).as_dict()
+    settings = applicable_settings(config)
+    assert "epochs" not in settings and "sync_every" not in settings
+    assert settings["rounds"] == 3
+    assert TrainConfig.from_settings(settings).rounds == 3
 
 
 @pytest.mark.parametrize("text", [
@@ -164,7 +237,7 @@ def test_load_config_file(tmp_path, text):
 def test_load_config_file_values_build_a_config(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('strategy = "sync"\nworkers = 3\nsync-every = 2\noptimizer = "adam"\n')
-    config = TrainConfig(**load_config_file(str(path)))
+    config = TrainConfig.from_settings(load_config_file(str(path)))
     assert (config.strategy, config.workers, config.sync_every, config.optimizer) == \
         ("sync", 3, 2, "adam")
 
@@ -196,7 +269,7 @@ def test_unknown_key_lists_known_keys(tmp_path, text, key):
 
 def test_config_file_keys_are_the_flags():
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert CONFIG_FILE_KEYS == (fields - {"extra"}) | {"data", "model", "data_dir", "out"}
+    assert CONFIG_FILE_KEYS == fields | {"data", "model", "data_dir", "out"}
 
 
 @pytest.mark.parametrize("text", ["epochs = \n", "epochs 3\n", "[run\n", "lr = 0.1\nlr = 0.2\n"],

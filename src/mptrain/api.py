@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from .checkpoint import Checkpoint
 from .checkpoint import load as load_checkpoint
-from .config import TrainConfig, TrainingDefaults, resolve
+from .config import TrainConfig, TrainingDefaults, applicable_settings
 from .data.shared import materialize
 from .data.sources import DataBundle, infer_task
 from .errors import UserError
@@ -19,8 +19,8 @@ from .launch.start_method import choose_start_method
 from .launch.tuning import threads_per_worker
 from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
-from .report.outputs import prepare_out_dir
-from .runner import FitResult, run_training
+from .result import FitResult
+from .runner import run_training
 
 GUARD_HELP = (
     "mptrain started worker processes with the 'spawn' start method, which re-imports your "
@@ -29,48 +29,81 @@ GUARD_HELP = (
     "multiprocessing docs, 'Safe importing of main module')")
 
 
-def fit(model: nn.Module, train_data, test_data=None, *, strategy: str = "single",
-        workers: int | None = None, epochs: int | None = None, batch_size: int | None = None,
-        lr: float | None = None, momentum: float | None = None, optimizer: str | None = None,
-        seed: int = 0, out: str | Path | None = None, quiet: bool = True,
-        resume: str | Path | None = None, **options) -> FitResult:
-    """Train ``model`` on ``train_data`` with ``strategy`` and return a :class:`FitResult`.
+def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
+        quiet: bool = True, resume: str | Path | Checkpoint | None = None,
+        model_name: str | None = None, source: dict | None = None,
+        presenter: ConsolePresenter | None = None, **settings) -> FitResult:
+    """Train ``model`` on ``train_data`` and return a :class:`FitResult`.
 
     ``train_data``/``test_data`` are map-style datasets of ``(input, target)`` pairs (or a
     :class:`~mptrain.data.sources.DataBundle`); they are stacked into tensors and put in
     shared memory once. Integer targets train a classifier, float targets a regressor.
-    Further keyword options are those of :class:`~mptrain.config.TrainConfig`
-    (``threads_per_worker``, ``sync_every``, ``share_optimizer_state``, ...).
-    ``resume`` is the --out folder of an earlier run with ``checkpoint_every``.
+    ``settings`` are those of :class:`~mptrain.config.TrainConfig` (``strategy``,
+    ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
+    ``clients_per_round``, ``partition``, ...); what is not given comes from the checkpoint
+    when resuming, else from the data set's defaults. ``resume`` is the --out folder of an
+    earlier run with ``checkpoint_every`` (or a loaded checkpoint).
+    ``model_name`` and ``source`` (how to rebuild the data and model: ``data``,
+    ``data_dir``, ``model``) are recorded in checkpoints so that ``mptrain run --resume``
+    can rebuild the run; the CLI passes them.
     """
     refuse_inside_spawned_import()
-    config = TrainConfig(strategy=strategy, workers=workers, epochs=epochs,
-                         batch_size=batch_size, lr=lr, momentum=momentum, optimizer=optimizer,
-                         seed=seed, quiet=quiet, **options)
     if not isinstance(model, nn.Module):
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
+    checkpoint = resume if isinstance(resume, Checkpoint) or resume is None \
+        else load_checkpoint(resume)
+    given = {k: v for k, v in settings.items() if v is not None}
+    refuse_process_settings_under_launcher(given)
+    if checkpoint is not None:
+        given = {**applicable_settings(checkpoint.config), **given}
+    given["quiet"] = quiet
+    check_settings(given)
+
     bundle = train_data if isinstance(train_data, DataBundle) else \
         bundle_from_datasets(train_data, test_data)
-    checkpoint = load_checkpoint(resume) if resume is not None else None
-    return train_bundle(config, bundle, model, type(model).__name__, out=out,
-                        resume=checkpoint)
+    config = TrainConfig.from_settings(given, bundle.defaults)
+    return train_bundle(config, bundle, model, model_name or type(model).__name__, out=out,
+                        presenter=presenter, resume=checkpoint, run_info=source)
+
+
+def check_settings(given: dict) -> None:
+    """Refuse bad settings before any data is built (the data set's defaults cannot make a
+    bad setting good)."""
+    config = TrainConfig.from_settings(given)
+    if config.strategy == "fedavg":
+        from .data.partitions import parse_partition
+
+        parse_partition(config.partition)
 
 
 def train_bundle(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name: str,
                  out: str | Path | None = None, presenter: ConsolePresenter | None = None,
                  resume: Checkpoint | None = None, run_info: dict | None = None) -> FitResult:
-    config = resolve(config, bundle.defaults)
     if config.checkpoint_every and out is None:
         raise UserError("--checkpoint-every needs --out DIR, the folder the checkpoint "
                         "is written to")
-    out_dir = prepare_out_dir(out) if out is not None else None
-    if config.strategy != "single" and detect_external_world() is None:
-        threads = threads_per_worker(config.workers or 1, config.threads_per_worker)
+    if not config.strategy == "single" and detect_external_world() is None:
+        threads = threads_per_worker(config.workers, config.threads_per_worker)
         method, _ = choose_start_method(config.start_method, config.device, threads)
         if method != "fork":
             check_spawn_ready(model)
     return run_training(config, bundle, model, model_name, presenter=presenter,
-                        out_dir=out_dir, resume=resume, run_info=run_info)
+                        out=out, resume=resume, run_info=run_info)
+
+
+def refuse_process_settings_under_launcher(given: dict) -> None:
+    """Under torchrun the launcher owns the processes; mptrain's own process settings would
+    be ignored, so they are refused instead."""
+    world = detect_external_world()
+    if world is None:
+        return
+    owned = {"workers": "--nproc-per-node (and --nnodes) of torchrun",
+             "start_method": "nothing: torchrun starts the processes",
+             "sharing_strategy": "nothing: ranks share no tensors through mptrain"}
+    for name, instead in owned.items():
+        if name in given:
+            raise UserError(f"--{name.replace('_', '-')} does nothing under {world.launcher}, "
+                            f"which starts the processes itself; use {instead}")
 
 
 def bundle_from_datasets(train_data, test_data) -> DataBundle:

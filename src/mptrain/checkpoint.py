@@ -1,9 +1,10 @@
 """Checkpoints: written atomically at epoch ends, loaded without unpickling arbitrary objects.
 
 A checkpoint holds what an exact resume needs: the model the strategy produced, every
-rank's optimizer state and RNG state, the next epoch, and the run's settings. Data order
-and learning rate are functions of (seed, epoch), so they need no saving. Each worker
-serialises its own part (``worker_state``) and the parent writes one file.
+rank's own state (optimizer and RNG for the epoch strategies, the server's momentum for
+fedavg), the next round, and the run's settings. Data order, sampled clients and learning
+rate are functions of (seed, round), so they need no saving. Each worker serialises its own
+part (its program's ``state()``) and the parent writes one file.
 """
 
 from __future__ import annotations
@@ -17,21 +18,11 @@ from pathlib import Path
 import torch
 
 from .errors import UserError
-from .report.outputs import atomic_write
+from .files import atomic_write
 
 FORMAT = "mptrain-checkpoint"
 VERSION = 1
 FILENAME = "checkpoint.pt"
-
-
-def worker_state(rank: int, model, optimizer) -> bytes:
-    """This rank's part of a checkpoint, as bytes (tensors must not travel as shared handles)."""
-    state = {"rank": rank, "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state()}
-    if model is not None:
-        state["model"] = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
 
 
 def decode_worker_state(payload: bytes) -> dict:
@@ -40,12 +31,12 @@ def decode_worker_state(payload: bytes) -> dict:
 
 @dataclass
 class Checkpoint:
-    epoch: int                  # epochs completed = the epoch to resume at
+    epoch: int                  # rounds (epochs) completed = the round to resume at
     strategy: str
     config: dict
     run: dict                   # data, data_dir, model: what to rebuild the run from
     model: dict
-    ranks: list[dict]           # per rank: optimizer, rng
+    ranks: list[dict]           # per rank: what its worker program's state() holds
     metrics: list[dict]
 
     @property
@@ -66,7 +57,7 @@ def assemble(epoch: int, payloads: list[bytes], strategy: str, config: dict, run
     model = states[0].get("model")
     if model is None:
         raise ValueError("rank 0 sent no model state")
-    ranks = [{"optimizer": s["optimizer"], "rng": s["rng"]} for s in states]
+    ranks = [{k: v for k, v in s.items() if k not in ("rank", "model")} for s in states]
     return Checkpoint(epoch=epoch, strategy=strategy, config=config,
                       run=run, model=model, ranks=ranks, metrics=metrics)
 
@@ -101,3 +92,39 @@ def load(location: str | Path) -> Checkpoint:
     return Checkpoint(epoch=data["epoch"],
                       strategy=data["strategy"], config=data["config"], run=data["run"],
                       model=data["model"], ranks=data["ranks"], metrics=data["metrics"])
+
+
+class CheckpointKeeper:
+    """Assembles checkpoints from the ranks' parts; keeps the latest in memory (for
+    restarts) and on disk (with --out and --checkpoint-every)."""
+
+    def __init__(self, config, run_info: dict, out_dir: Path | None,
+                 resume: Checkpoint | None):
+        self.config, self.run_info = config, run_info
+        self.out_dir = out_dir if config.checkpoint_every else None
+        self.every = config.checkpoint_every or (1 if config.max_restarts else None)
+        self.latest = resume
+        self.saved_path: Path | None = None
+
+    def offer(self, done: int, reports, history) -> None:
+        """Keep a checkpoint after round ``done`` if every rank sent its part."""
+        payloads = [r.checkpoint for r in reports]
+        if not payloads or any(p is None for p in payloads):
+            return
+        self.latest = assemble(done, payloads, self.config.strategy, self.config.as_dict(),
+                               self.run_info, [m.as_dict() for m in history])
+        if self.out_dir is not None:
+            self.saved_path = save(self.out_dir, self.latest)
+
+
+def check_resumable(resume: Checkpoint | None, config, workers: int) -> None:
+    """Refuse to resume a checkpoint with another strategy or (epoch strategies: per-rank
+    optimizer states) another number of workers."""
+    if resume is None:
+        return
+    if resume.strategy != config.strategy:
+        raise UserError(f"the checkpoint was written by strategy {resume.strategy!r}; "
+                        f"resume with --strategy {resume.strategy}")
+    if resume.world_size != workers and config.strategy != "fedavg":
+        raise UserError(f"the checkpoint holds the state of {resume.world_size} workers; "
+                        f"resume with --workers {resume.world_size}")

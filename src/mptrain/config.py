@@ -1,15 +1,19 @@
 """Run settings: one frozen, validated dataclass shared by the CLI, ``fit()`` and the workers.
 
-Training knobs that depend on the data set (epochs, lr, ...) are ``None`` here until
-:func:`resolve` fills them from the data set's recommended defaults, so that precedence is
-always: data-set defaults < config file < command-line flags / ``fit()`` arguments.
+A :class:`TrainConfig` is always complete: it is built by :meth:`TrainConfig.from_settings`
+from what the user said (a plain dict: flags, config file, ``fit()`` keywords) over what the
+data set recommends (:class:`TrainingDefaults`), so precedence is always
+data-set defaults < checkpoint (when resuming) < config file < flags / ``fit()`` arguments.
+
+The choice lists live here, once; the CLI, the bench and the strategies read them from here.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -20,109 +24,47 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-STRATEGIES = ("single", "hogwild", "sync", "ddp", "fedavg", "dp")
-AVAILABLE_STRATEGIES = ("single", "hogwild", "sync", "ddp")
+STRATEGIES = ("single", "hogwild", "sync", "ddp", "fedavg")
 OPTIMIZERS = ("sgd", "adam")
+LR_SCHEDULES = ("step", "cosine")
 DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
+START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 
+PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
+                     "'package.module:function' / 'path/to/file.py:function'")
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything a run needs to know, after defaults are resolved."""
+PARTITION_HELP = (
+    "How samples are split among clients: 'iid' (random, equal sizes); 'dirichlet:ALPHA' "
+    "(label skew: each class spread over clients by Dirichlet(ALPHA) proportions, smaller "
+    "ALPHA = more skew, e.g. 0.5; 'dirichlet:ALPHA:MIN' sets the smallest client size); "
+    "'shards:K' (sort by label, deal K shards per client: at most ~K labels each); or "
+    "'package.module:function' / 'path/to/file.py:function' called as "
+    "function(targets, clients, seed) and returning one index list per client.")
 
-    strategy: str = "single"
-    workers: int | None = None
-    epochs: int | None = None
-    batch_size: int | None = None
-    lr: float | None = None
-    momentum: float | None = None
-    optimizer: str | None = None
-    lr_decay: float | None = None
-    lr_schedule: str | None = None
-    weight_decay: float = 0.0
-    seed: int = 0
-    threads_per_worker: int | None = None
-    sync_every: int | None = None
-    share_optimizer_state: bool = False
-    ddp_backend: str = "auto"
-    device: str = "cpu"
-    start_method: str | None = None
-    worker_timeout: float = 300.0
-    sharing_strategy: str = "auto"
-    checkpoint_every: int | None = None
-    steps_per_epoch: int | None = None   # cut epochs short: quick looks and benchmarks
-    max_restarts: int = 0
-    # Each worker's heap keeps its largest batch's activations (the allocator is tuned not
-    # to give memory back): evaluating in training-sized batches adds nothing per worker.
-    eval_batch_size: int = 64
-    quiet: bool = False
-    extra: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise UserError(
-                f"unknown strategy {self.strategy!r}; choose one of: {', '.join(STRATEGIES)}"
-            )
-        if self.strategy not in AVAILABLE_STRATEGIES:
-            raise UserError(
-                f"strategy {self.strategy!r} is not available yet in this version of mptrain; "
-                f"use one of: {', '.join(AVAILABLE_STRATEGIES)}"
-            )
-        for name in ("workers", "epochs", "batch_size", "threads_per_worker", "sync_every",
-                     "eval_batch_size", "checkpoint_every", "steps_per_epoch"):
-            value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool)
-                                      or value < 1):
-                raise UserError(f"--{_flag(name)} must be a positive integer, got {value!r}")
-        if self.lr is not None and not (_is_number(self.lr) and self.lr > 0):
-            raise UserError(f"--lr must be a positive number, got {self.lr!r}")
-        if self.momentum is not None and not (_is_number(self.momentum)
-                                              and 0 <= self.momentum < 1):
-            raise UserError(f"--momentum must be in [0, 1), got {self.momentum!r}")
-        if self.lr_decay is not None and not (_is_number(self.lr_decay)
-                                              and 0 < self.lr_decay <= 1):
-            raise UserError(f"--lr-decay must be in (0, 1], got {self.lr_decay!r}")
-        if self.lr_schedule is not None and self.lr_schedule not in ("step", "cosine"):
-            raise UserError(f"unknown --lr-schedule {self.lr_schedule!r}; choose step or cosine")
-        if not (_is_number(self.weight_decay) and self.weight_decay >= 0):
-            raise UserError(f"--weight-decay must be >= 0, got {self.weight_decay!r}")
-        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
-            raise UserError(
-                f"unknown optimizer {self.optimizer!r}; choose one of: {', '.join(OPTIMIZERS)}"
-            )
-        if self.ddp_backend not in DDP_BACKENDS:
-            raise UserError(f"unknown --ddp-backend {self.ddp_backend!r}; choose one of: "
-                            f"{', '.join(DDP_BACKENDS)}")
-        if self.device not in DEVICES:
-            raise UserError(f"unknown --device {self.device!r}; choose one of: "
-                            f"{', '.join(DEVICES)}")
-        if self.start_method not in (None, "fork", "spawn", "forkserver"):
-            raise UserError(f"unknown --start-method {self.start_method!r}; "
-                            "choose fork, spawn or forkserver")
-        if not isinstance(self.max_restarts, int) or self.max_restarts < 0:
-            raise UserError(f"--max-restarts must be a non-negative integer, "
-                            f"got {self.max_restarts!r}")
-        if self.sharing_strategy not in SHARING_STRATEGIES:
-            raise UserError(f"unknown --sharing-strategy {self.sharing_strategy!r}; choose "
-                            f"one of: {', '.join(SHARING_STRATEGIES)}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
-        if not (_is_number(self.worker_timeout) and self.worker_timeout > 0):
-            raise UserError(f"--worker-timeout must be a positive number of seconds, "
-                            f"got {self.worker_timeout!r}")
-        if self.strategy == "single" and self.workers not in (None, 1):
-            raise UserError(f"strategy 'single' runs one process but --workers is "
-                            f"{self.workers}; use --strategy hogwild|sync|ddp for more workers")
-
-    def replace(self, **changes) -> "TrainConfig":
-        return dataclasses.replace(self, **changes)
-
-    def as_dict(self) -> dict:
-        data = dataclasses.asdict(self)
-        data["extra"] = dict(self.extra)
-        return data
+#: Settings that mean something for some strategies only; given for another, they are refused
+#: rather than silently ignored.
+ONLY_FOR = {
+    "sync_every": ("sync",),
+    "share_optimizer_state": ("hogwild",),
+    "ddp_backend": ("ddp",),
+    "max_restarts": ("hogwild", "sync", "ddp", "fedavg"),
+    "steps_per_epoch": ("single", "hogwild", "sync", "ddp"),
+    "epochs": ("single", "hogwild", "sync", "ddp"),
+    "rounds": ("fedavg",),
+    "clients": ("fedavg",),
+    "clients_per_round": ("fedavg",),
+    "client_fraction": ("fedavg",),
+    "local_epochs": ("fedavg",),
+    "partition": ("fedavg",),
+    "prox_mu": ("fedavg",),
+    "server_lr": ("fedavg",),
+    "server_momentum": ("fedavg",),
+    "accept_failures": ("fedavg",),
+}
+_INSTEAD = {"epochs": "--rounds", "rounds": "--epochs", "steps_per_epoch": "--rounds with "
+            "fewer --clients-per-round", "max_restarts": "--strategy sync or ddp"}
 
 
 @dataclass(frozen=True)
@@ -137,24 +79,181 @@ class TrainingDefaults:
     lr_decay: float = 1.0  # learning rate multiplied by this after every epoch
     lr_schedule: str = "step"
     sync_every: int | None = None  # None: once per epoch
+    #: fedavg's own recipe (McMahan et al. 2017: plain client SGD, small batches); the
+    #: epoch strategies' recipe (Adam halved every epoch) does not fit rounds.
+    federated: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {
+        "rounds": 20, "clients": 100, "clients_per_round": 10, "batch_size": 32,
+        "lr": 0.05, "momentum": 0.0, "optimizer": "sgd", "lr_decay": 1.0})
+
+    def for_strategy(self, strategy: str) -> dict:
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                  if f.name != "federated"}
+        if strategy == "fedavg":
+            values.update(self.federated)
+            values["sync_every"] = None
+        elif strategy != "sync":
+            values["sync_every"] = None
+        return values
 
 
-def resolve(config: TrainConfig, defaults: TrainingDefaults) -> TrainConfig:
-    """Fill every unset data-dependent knob from the data set's recommendation."""
-    changes = {}
-    for name in ("epochs", "batch_size", "lr", "momentum", "optimizer", "lr_decay",
-                 "lr_schedule"):
-        if getattr(config, name) is None:
-            changes[name] = getattr(defaults, name)
-    if config.sync_every is None and defaults.sync_every is not None:
-        changes["sync_every"] = defaults.sync_every
-    if config.workers is None:
-        changes["workers"] = 1 if config.strategy == "single" else 2
-    return config.replace(**changes)
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs to know, complete and validated."""
+
+    strategy: str = "single"
+    workers: int = 1
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 0.01
+    momentum: float = 0.0
+    optimizer: str = "sgd"
+    lr_decay: float = 1.0
+    lr_schedule: str = "step"
+    weight_decay: float = 0.0
+    seed: int = 0
+    threads_per_worker: int | None = None   # None: usable cores // workers
+    sync_every: int | None = None           # None: once per epoch
+    share_optimizer_state: bool = False
+    ddp_backend: str = "auto"
+    device: str = "cpu"
+    start_method: str | None = None         # None: chosen per run (launch.start_method)
+    worker_timeout: float = 300.0
+    sharing_strategy: str = "auto"
+    checkpoint_every: int | None = None     # in epochs, or rounds for fedavg
+    steps_per_epoch: int | None = None      # cut epochs short: quick looks and benchmarks
+    max_restarts: int = 0
+    eval_every: int = 1                     # evaluate every N epochs / rounds (and at the end)
+    target_accuracy: float | None = None    # stop at the first evaluation that reaches it
+    # Each worker's heap keeps its largest batch's activations (the allocator is tuned not
+    # to give memory back): evaluating in training-sized batches adds nothing per worker.
+    eval_batch_size: int = 64
+    quiet: bool = False
+    # -- fedavg ------------------------------------------------------------------------------
+    rounds: int = 20
+    clients: int = 100
+    clients_per_round: int | None = None    # None: from client_fraction
+    client_fraction: float | None = None    # None with clients_per_round None: 10 clients
+    local_epochs: int = 1
+    partition: str = "iid"
+    prox_mu: float = 0.0
+    server_lr: float = 1.0
+    server_momentum: float = 0.0
+    accept_failures: bool = False
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"unknown strategy {self.strategy!r}; choose one of: "
+                            f"{', '.join(STRATEGIES)}")
+        for name in ("workers", "epochs", "batch_size", "threads_per_worker", "sync_every",
+                     "eval_batch_size", "checkpoint_every", "steps_per_epoch", "eval_every",
+                     "rounds", "clients", "clients_per_round", "local_epochs"):
+            value = getattr(self, name)
+            if value is not None and not (_is_int(value) and value >= 1):
+                raise UserError(f"--{_flag(name)} must be a positive integer, got {value!r}")
+        _check_number(self.lr, "lr", low=0, low_open=True)
+        _check_number(self.momentum, "momentum", low=0, high=1, high_open=True)
+        _check_number(self.lr_decay, "lr-decay", low=0, low_open=True, high=1)
+        _check_number(self.weight_decay, "weight-decay", low=0)
+        _check_number(self.worker_timeout, "worker-timeout", low=0, low_open=True)
+        _check_number(self.prox_mu, "prox-mu", low=0)
+        _check_number(self.server_lr, "server-lr", low=0, low_open=True)
+        _check_number(self.server_momentum, "server-momentum", low=0, high=1, high_open=True)
+        if self.client_fraction is not None:
+            _check_number(self.client_fraction, "client-fraction", low=0, low_open=True, high=1)
+        if self.target_accuracy is not None:
+            _check_number(self.target_accuracy, "target-accuracy", low=0, low_open=True,
+                          high=1)
+        _check_choice(self.optimizer, "optimizer", OPTIMIZERS)
+        _check_choice(self.lr_schedule, "lr-schedule", LR_SCHEDULES)
+        _check_choice(self.ddp_backend, "ddp-backend", DDP_BACKENDS)
+        _check_choice(self.device, "device", DEVICES)
+        _check_choice(self.sharing_strategy, "sharing-strategy", SHARING_STRATEGIES)
+        if self.start_method is not None:
+            _check_choice(self.start_method, "start-method", START_METHODS)
+        if not _is_int(self.max_restarts) or self.max_restarts < 0:
+            raise UserError(f"--max-restarts must be a non-negative integer, "
+                            f"got {self.max_restarts!r}")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
+        if not isinstance(self.partition, str) or not self.partition:
+            raise UserError(f"--partition must be a name such as iid, got {self.partition!r}")
+        if self.strategy == "single" and self.workers != 1:
+            raise UserError(f"strategy 'single' runs one process but --workers is "
+                            f"{self.workers}; use --strategy hogwild|sync|ddp for more workers")
+        if self.ddp_backend == "nccl" and self.device != "cuda":
+            raise UserError("--ddp-backend nccl needs --device cuda; on CPU use "
+                            "--ddp-backend auto (shared memory) or gloo")
+        if self.strategy == "fedavg":
+            if self.clients_per_round is not None and self.client_fraction is not None:
+                raise UserError("give --clients-per-round or --client-fraction, not both")
+            if self.sampled_clients > self.clients:
+                raise UserError(f"--clients-per-round {self.sampled_clients} is more than "
+                                f"--clients {self.clients}; sample at most every client")
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any],
+                      defaults: TrainingDefaults | None = None) -> "TrainConfig":
+        """The complete config: ``settings`` (what the user said, ``None`` = not said) over
+        the data set's ``defaults`` for the chosen strategy.
+
+        Settings that the chosen strategy would ignore are refused, naming what to use.
+        """
+        given = {k: v for k, v in settings.items() if v is not None}
+        unknown = sorted(set(given) - set(SETTING_NAMES))
+        if unknown:
+            raise UserError(f"unknown setting(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(sorted(SETTING_NAMES))}")
+        strategy = given.get("strategy", "single")
+        for name, strategies in ONLY_FOR.items():
+            if name in given and strategy in STRATEGIES and strategy not in strategies \
+                    and given[name] != getattr(cls, name, None):
+                instead = _INSTEAD.get(name, "--strategy " + " or ".join(strategies))
+                raise UserError(f"--{_flag(name)} does nothing with --strategy {strategy}; "
+                                f"use {instead}")
+        values = (defaults or TrainingDefaults()).for_strategy(strategy)
+        values = {k: v for k, v in values.items() if k in SETTING_NAMES}
+        values["workers"] = 1 if strategy == "single" else 2
+        if "client_fraction" in given:
+            values.pop("clients_per_round", None)  # the user chose the other way to say it
+        values.update(given)
+        return cls(**values)
+
+    @property
+    def sampled_clients(self) -> int:
+        """Clients trained per fedavg round (at least one)."""
+        if self.clients_per_round is not None:
+            return self.clients_per_round
+        if self.client_fraction is not None:
+            return max(1, math.ceil(self.client_fraction * self.clients))
+        return min(10, self.clients)
+
+    @property
+    def units(self) -> int:
+        """Units of work in the run: epochs, or rounds for fedavg."""
+        return self.rounds if self.strategy == "fedavg" else self.epochs
+
+    @property
+    def unit(self) -> str:
+        return "round" if self.strategy == "fedavg" else "epoch"
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
-CONFIG_FILE_KEYS = frozenset(f.name for f in dataclasses.fields(TrainConfig)) - {"extra"} | {
-    "data", "model", "data_dir", "out"}
+SETTING_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
+
+
+def applicable_settings(config: Mapping[str, Any]) -> dict:
+    """The settings of a complete config (a checkpoint's) that its strategy uses: what a
+    resumed run takes over without tripping the refusal of settings that do nothing."""
+    strategy = config.get("strategy", "single")
+    return {k: v for k, v in config.items()
+            if k in SETTING_NAMES and k != "quiet" and v is not None
+            and strategy in ONLY_FOR.get(k, (strategy,))}
+CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | {"data", "model", "data_dir", "out"}
 
 
 def load_config_file(path: str | Path) -> dict:
@@ -189,5 +288,31 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
+
+
+def _check_choice(value, flag: str, choices) -> None:
+    if value not in choices:
+        raise UserError(f"unknown --{flag} {value!r}; choose one of: {', '.join(choices)}")
+
+
+def _check_number(value, flag: str, low=None, high=None, low_open=False, high_open=False):
+    ok = _is_number(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        left = "(" if low_open else "["
+        right = ")" if high_open else "]"
+        if high is None:
+            bound = f"> {low}" if low_open else f">= {low}"
+        else:
+            bound = f"in {left}{low}, {high}{right}"
+        raise UserError(f"--{flag} must be {bound}, got {value!r}")

@@ -40,3 +40,8 @@ class RunInterrupted(Exception):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class ClientFailedError(RuntimeError):
+    """A simulated federated client raised during its local training (names client, round
+    and rank; ``--accept-failures`` drops such clients instead)."""

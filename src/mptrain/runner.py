@@ -1,141 +1,97 @@
-"""Run one training job: decide its layout, train (in this process, on supervised workers, or
-as a torchrun rank), collect per-epoch metrics, keep checkpoints, restart failed workers,
-stop cleanly on Ctrl-C, write outputs. ``fit()`` and the CLI both end up here."""
+"""One training run, start to end, in the order things happen: plan the layout, check
+everything that can be checked before a process starts, say what will happen, train (with
+the restart policy of ``launch.restarts``), write the outputs. Each step is someone else's
+job; this module only puts them in order. ``fit()`` (and so the CLI) ends up here."""
 
 from __future__ import annotations
 
 import copy
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.nn as nn
 
-from . import checkpoint as checkpoints
+from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .config import TrainConfig
 from .data.sources import DataBundle
-from .errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
-from .launch.execute import (Job, samples_per_epoch, train_in_process, train_on_workers,
-                             train_under_launcher)
-from .launch.layout import choose_sharing, plan_layout
-from .launch.preflight import check_device, check_model_fits_data, check_workload
-from .launch.tuning import usable_cores
+from .launch.execute import Job, train_job
+from .launch.layout import plan_layout, preflight
+from .launch.restarts import run_with_restarts
 from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
-from .report.metrics import EpochCollector, EpochMetrics
-from .report.outputs import write_jsonl
+from .report.metrics import EpochMetrics
+from .report.outputs import prepare_out_dir
+from .report.recorder import RunRecorder
 from .report.summary import banner_lines, build_summary, result_lines, write_outputs
+from .result import FitResult
 from .strategies import make_strategy
 
 
-@dataclass
-class FitResult:
-    """What a run produced: the trained model, per-epoch metrics and the summary."""
-
-    model: nn.Module
-    config: TrainConfig
-    epochs: list[EpochMetrics] = field(default_factory=list)
-    summary: dict = field(default_factory=dict)
-    restarts: int = 0
-
-    @property
-    def test_accuracy(self) -> float | None:
-        return self.summary.get("test_accuracy")
-
-    @property
-    def test_mse(self) -> float | None:
-        return self.summary.get("test_mse")
-
-
 def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name: str,
-                 presenter: ConsolePresenter | None = None, out_dir: Path | None = None,
-                 resume: checkpoints.Checkpoint | None = None,
+                 presenter: ConsolePresenter | None = None, out: str | Path | None = None,
+                 resume: Checkpoint | None = None,
                  run_info: dict | None = None) -> FitResult:
     started = time.monotonic()
     world = detect_external_world()
     if world is not None and world.rank != 0:
-        presenter, out_dir = ConsolePresenter(quiet=True), None  # rank 0 speaks and writes
+        presenter, out = ConsolePresenter(quiet=True), None  # rank 0 speaks and writes
     presenter = presenter or ConsolePresenter(quiet=config.quiet)
     strategy = make_strategy(config)
     layout = plan_layout(config, strategy, world)
-    check_device(config)
-    check_model_fits_data(model, bundle)
-    warnings = check_workload(config, bundle, layout.workers, usable_cores())
-    if layout.start_method is not None:
-        choose_sharing(config, layout, bundle, model, strategy)
+    check_resumable(resume, config, layout.workers)
+    warnings = preflight(config, bundle, model, strategy, layout)
+    out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
+    keeper = CheckpointKeeper(config, run_info or {}, out_dir, resume)
     if resume is not None:
-        _check_resumable(resume, config, layout.workers)
         model.load_state_dict(resume.model)
-    presenter.banner(banner_lines(config, bundle, model, model_name, layout))
+    presenter.banner(banner_lines(config, bundle, model, model_name, layout)
+                     + strategy.describe(layout))
     for warning in warnings:
         presenter.note(warning)
 
     result = FitResult(model=model, config=config)
     if resume is not None:
-        result.epochs = [EpochMetrics(**row) for row in resume.metrics]
-    keeper = _CheckpointKeeper(config, strategy, run_info or {}, out_dir, resume)
-    per_epoch = samples_per_epoch(len(bundle.train), layout.workers, config)
-    collector = EpochCollector(layout.workers, bundle.task, run_started=started)
-
-    def on_report(report) -> None:
-        metrics, reports = collector.add(report)
-        if metrics is None:
-            return
-        result.epochs.append(metrics)
-        presenter.end_epoch(metrics, config.epochs)
-        keeper.offer(metrics.epoch, reports, result.epochs)
-        if out_dir is not None:
-            write_jsonl(out_dir / "metrics.jsonl", [m.as_dict() for m in result.epochs])
-        if metrics.epoch < config.epochs:
-            presenter.start_epoch(metrics.epoch + 1, config.epochs, per_epoch)
-
+        result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
+    recorder = RunRecorder(config, strategy, bundle.task, presenter, keeper, out_dir,
+                           layout.workers, strategy.samples_per_round(len(bundle.train),
+                                                                      layout.workers),
+                           started, result.epochs)
     initial_state = copy.deepcopy(model.state_dict()) if config.max_restarts else None
-    try:
-        while True:
-            latest = keeper.latest
-            if latest is not None:
-                model.load_state_dict(latest.model)
-            elif initial_state is not None:
-                model.load_state_dict(initial_state)
-            job = Job(config=config, bundle=bundle, model=model, strategy=strategy,
-                      layout=layout, presenter=presenter, on_report=on_report,
-                      start_epoch=latest.epoch if latest else 0,
-                      rank_states=latest.ranks if latest else None,
-                      checkpoint_every=keeper.every)
-            del result.epochs[job.start_epoch:]
-            collector.reset()
-            if job.start_epoch < config.epochs:
-                presenter.start_epoch(job.start_epoch + 1, config.epochs, per_epoch)
-            try:
-                if world is not None:
-                    train_under_launcher(job, world)
-                elif strategy.uses_worker_processes:
-                    train_on_workers(job)
-                else:
-                    train_in_process(job)
-                break
-            except WorkerFailedError as failure:
-                if result.restarts >= config.max_restarts:
-                    raise
-                result.restarts += 1
-                presenter.close()
-                restart_epoch = keeper.latest.epoch if keeper.latest else job.start_epoch
-                presenter.note(f"{failure.headline}; restarting the workers from epoch "
-                               f"{restart_epoch} "
-                               f"(restart {result.restarts} of {config.max_restarts})")
-    except (KeyboardInterrupt, Interrupted) as stop:
+
+    def attempt() -> None:
+        latest = keeper.latest
+        if latest is not None:
+            model.load_state_dict(latest.model)
+        elif initial_state is not None:
+            model.load_state_dict(initial_state)
+        done = latest.epoch if latest else 0
+        recorder.start(done)
+        train_job(Job(config=config, bundle=bundle, model=model, strategy=strategy,
+                      layout=layout, presenter=presenter, on_report=recorder.on_report,
+                      start_epoch=done, rank_states=latest.ranks if latest else None,
+                      checkpoint_every=keeper.every), world)
+
+    def on_restart(failure, restarts: int) -> None:
         presenter.close()
-        signum = stop.signum if isinstance(stop, Interrupted) else signal.SIGINT
-        raise RunInterrupted(_stop_message(signum, len(result.epochs), config, keeper,
-                                           out_dir), 128 + signum) from None
+        done = keeper.latest.epoch if keeper.latest else 0
+        presenter.note(f"{failure.headline}; restarting the workers from {config.unit} "
+                       f"{done} (restart {restarts} of {config.max_restarts})")
+
+    def describe_stop(signum: int) -> str:
+        presenter.close()
+        return _stop_message(signum, len(result.epochs), config, keeper, out_dir)
+
+    try:
+        result.restarts = run_with_restarts(attempt, config.max_restarts, on_restart,
+                                            describe_stop)
     finally:
         presenter.close()
 
     wall_s = time.monotonic() - started
+    first = recorder.first_step_at
     result.summary = build_summary(config, bundle, model, model_name, layout, result.epochs,
-                                   wall_s, collector.first_step_at - started
-                                   if collector.first_step_at else None)
+                                   wall_s, first - started if first else None)
     result.summary["restarts"] = result.restarts
     if out_dir is not None:
         write_outputs(out_dir, result)
@@ -143,43 +99,12 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     return result
 
 
-class _CheckpointKeeper:
-    """Assembles checkpoints from the ranks' parts; keeps the latest in memory (for
-    restarts) and on disk (with --out and --checkpoint-every)."""
-
-    def __init__(self, config, strategy, run_info, out_dir, resume):
-        self.config, self.strategy, self.run_info = config, strategy, run_info
-        self.out_dir = out_dir if config.checkpoint_every else None
-        self.every = config.checkpoint_every or (1 if config.max_restarts else None)
-        self.latest = resume
-        self.saved_path: Path | None = None
-
-    def offer(self, epoch: int, reports, epochs: list[EpochMetrics]) -> None:
-        payloads = [r.checkpoint for r in reports]
-        if not payloads or any(p is None for p in payloads):
-            return
-        self.latest = checkpoints.assemble(
-            epoch, payloads, self.strategy.name, self.config.as_dict(), self.run_info,
-            [m.as_dict() for m in epochs])
-        if self.out_dir is not None:
-            self.saved_path = checkpoints.save(self.out_dir, self.latest)
-
-
-def _check_resumable(resume, config, workers) -> None:
-    if resume.strategy != config.strategy:
-        raise UserError(f"the checkpoint was written by strategy {resume.strategy!r}; resume "
-                        f"with --strategy {resume.strategy}")
-    if resume.world_size != workers:
-        raise UserError(f"the checkpoint holds the state of {resume.world_size} workers; "
-                        f"resume with --workers {resume.world_size}")
-
-
-def _stop_message(signum, epochs_done, config, keeper, out_dir) -> str:
+def _stop_message(signum, done, config, keeper, out_dir) -> str:
     name = signal.Signals(signum).name
-    where = f"stopped by {name} after {epochs_done} of {config.epochs} epochs; every " \
+    where = f"stopped by {name} after {done} of {config.units} {config.unit}s; every " \
             "worker was stopped"
     if keeper.saved_path is not None and keeper.latest is not None:
-        return (f"{where}; last checkpoint: epoch {keeper.latest.epoch} in "
+        return (f"{where}; last checkpoint: {config.unit} {keeper.latest.epoch} in "
                 f"{keeper.saved_path}; resume with: mptrain run --resume {out_dir}")
     return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 to be " \
            "able to resume)"

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mptrain.comm.reduce import flat_size, mean_in_rank_order, weighted_average
+from mptrain.comm.reduce import mean_in_rank_order, weighted_average
 
 
 def random_slots(world, numel, dtype=torch.float32, seed=0, mixed=False):
@@ -97,8 +97,3 @@ def test_weighted_average_needs_a_positive_total(weights):
 def test_weighted_average_needs_one_weight_per_tensor(count, weights):
     with pytest.raises(ValueError, match="one weight per tensor"):
         weighted_average([torch.ones(2)] * count, weights)
-
-
-def test_flat_size():
-    assert flat_size([torch.zeros(2, 3), torch.zeros(4), torch.zeros(())]) == 11
-    assert flat_size([]) == 0

@@ -23,13 +23,13 @@ import mptrain
 from mptrain.api import bundle_from_datasets
 from mptrain.comm.dist import DistSpec
 from mptrain.comm.shm import ShmGroupState
-from mptrain.config import TrainConfig, TrainingDefaults, resolve
+from mptrain.config import TrainConfig, TrainingDefaults
 from mptrain.data.sharding import batches, shard_indices
 from mptrain.engine.loop import WorkerSetup, train
 from mptrain.errors import WorkerFailedError
 from mptrain.launch.board import ProgressBoard
 from mptrain.launch.supervisor import Supervisor
-from mptrain.strategies.base import floating_state
+from mptrain.strategies.data_parallel import floating_state
 from mptrain.strategies.ddp import DDPStrategy
 from mptrain.strategies.hogwild import HogwildStrategy
 from mptrain.strategies.sync import SyncStrategy
@@ -240,8 +240,9 @@ def train_and_send_state(rank, channel, config, bundle, model, strategy, comm, b
     (RecordingDDP, dict(ddp_backend="gloo"), "gloo", "params"),
 ], ids=["sync-epoch", "sync-1", "sync-3", "ddp-shm", "ddp-gloo"])
 def test_replicas_are_bitwise_equal_across_ranks(strategy_class, options, comm, compare):
-    config = resolve(TrainConfig(strategy=strategy_class.name,
-                                 **{**RUN, "epochs": 1, **options}), TrainingDefaults())
+    config = TrainConfig.from_settings(dict(strategy=strategy_class.name,
+                                            **{**RUN, "epochs": 1, **options}),
+                                       TrainingDefaults())
     bundle = bundle_from_datasets(make_data(200), None).share_memory_()  # uneven last batch
     model = NormedNet()
     model.share_memory()
@@ -292,9 +293,10 @@ def hogwild_step_in_turn(rank, channel, model, strategy, group_state):
 ], ids=["own-optimizer-state", "shared-optimizer-state"])
 def test_hogwild_workers_all_write_the_one_shared_model(share_state, expected):
     world = 3
-    config = resolve(TrainConfig(strategy="hogwild", workers=world, lr=1.0,
-                                 momentum=0.5 if share_state else 0.0,
-                                 share_optimizer_state=share_state), TrainingDefaults())
+    config = TrainConfig.from_settings(dict(strategy="hogwild", workers=world, lr=1.0,
+                                            momentum=0.5 if share_state else 0.0,
+                                            share_optimizer_state=share_state),
+                                       TrainingDefaults())
     model = VectorModel(world)
     model.share_memory()
     strategy = HogwildStrategy(config)
@@ -329,7 +331,7 @@ def test_hogwild_trains_the_shared_model_and_the_loss_falls():
 @pytest.mark.parametrize("strategy", ["sync", "ddp"])
 def test_a_worker_raising_in_forward_fails_the_run_and_leaves_no_process(strategy):
     with pytest.raises(WorkerFailedError) as caught:
-        fit(ExplodingNet(), strategy, sync_every=1)
+        fit(ExplodingNet(), strategy, **({"sync_every": 1} if strategy == "sync" else {}))
 
     message = str(caught.value)
     assert "model exploded" in message

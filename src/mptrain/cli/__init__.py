@@ -6,14 +6,14 @@ Each sub-command is a module of this package (``run``, ``bench``, ``partitions``
 
 from __future__ import annotations
 
-import signal
 import sys
 
 import click
 
 from ..errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
 from ..launch.lifecycle import exit_after_cleanup
-from . import bench, run, tools  # noqa: F401  (each registers its command)
+from ..launch.restarts import sigterm_raises
+from . import bench, partitions, run, tools  # noqa: F401  (each registers its command)
 from .app import cli
 
 # click >= 8.2 raises this for a bare `mptrain`; older versions print the help themselves.
@@ -21,7 +21,11 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv=None) -> int:
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+    with sigterm_raises():
+        return _main(argv)
+
+
+def _main(argv) -> int:
     try:
         cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
     except _NO_ARGS_IS_HELP as err:
@@ -46,8 +50,6 @@ def main(argv=None) -> int:
         _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
     except click.exceptions.Exit as done:
         return done.exit_code
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return 0
 
 
@@ -64,10 +66,6 @@ def console() -> None:
         print(code, file=sys.stderr)
         code = 1
     exit_after_cleanup(code)
-
-
-def _raise_interrupted(signum, frame):
-    raise Interrupted(signum)
 
 
 def _fail(message: str, code: int):

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..config import OPTIMIZERS, STRATEGIES, TrainConfig, load_config_file
+from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, OPTIMIZERS, SHARING_STRATEGIES,
+                      PARTITION_HELP, START_METHODS, STRATEGIES, applicable_settings,
+                      load_config_file)
 from ..launch.lifecycle import leave
 from ..launch.world import detect_external_world
 from .app import cli
@@ -17,7 +19,8 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
 @cli.command()
 @click.option("--data", help="digits (default), linreg, mnist, or module:factory.")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
-@click.option("--model", help="digits-cnn, mnist-cnn, linear, mlp, or module:factory "
+@click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
+                              "or module:factory "
                               "(default: the data set's own).")
 @click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
 @click.option("--workers", type=int, help="Worker processes (default 2 for parallel strategies).")
@@ -28,7 +31,7 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="sgd or adam.")
 @click.option("--lr-decay", type=float,
               help="Multiply the learning rate by this after every epoch (1: constant).")
-@click.option("--lr-schedule", type=click.Choice(("step", "cosine")),
+@click.option("--lr-schedule", type=click.Choice(LR_SCHEDULES),
               help="step: constant within an epoch; cosine: annealed to 0 within each epoch.")
 @click.option("--weight-decay", type=float, help="L2 penalty (default 0).")
 @click.option("--seed", type=int, help="Seed for initialisation and shuffling (default 0).")
@@ -38,20 +41,37 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
                                              "(default: the data set's, else once per epoch).")
 @click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
               help="hogwild: one optimizer state in shared memory for all workers.")
-@click.option("--ddp-backend", type=click.Choice(("auto", "shm", "gloo", "nccl")),
+@click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),
               help="ddp: how gradients are averaged (auto: shared memory on one CPU machine).")
-@click.option("--device", type=click.Choice(("cpu", "cuda")), help="Where to train (cpu).")
-@click.option("--start-method", type=click.Choice(("fork", "spawn", "forkserver")),
+@click.option("--device", type=click.Choice(DEVICES), help="Where to train (cpu).")
+@click.option("--start-method", type=click.Choice(START_METHODS),
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--steps-per-epoch", type=int,
               help="Cut every epoch after N steps per worker (quick looks).")
 @click.option("--worker-timeout", type=float,
               help="Seconds without progress before a worker counts as hung (300).")
-@click.option("--sharing-strategy", type=click.Choice(("auto", "file_descriptor", "file_system")),
+@click.option("--sharing-strategy", type=click.Choice(SHARING_STRATEGIES),
               help="How tensors are shared between processes (auto: from the open-file "
                    "limit).")
 @click.option("--checkpoint-every", type=int,
-              help="Write an atomic checkpoint to --out every N epochs (and at the end).")
+              help="Write an atomic checkpoint to --out every N epochs/rounds (and at the end).")
+@click.option("--eval-every", type=int,
+              help="Evaluate on the test set every N epochs/rounds and at the end (1).")
+@click.option("--target-accuracy", type=float,
+              help="Stop at the first evaluation whose test accuracy reaches this (0-1).")
+@click.option("--rounds", type=int, help="fedavg: rounds of federated training.")
+@click.option("--clients", type=int, help="fedavg: simulated clients (default 100).")
+@click.option("--clients-per-round", type=int,
+              help="fedavg: clients sampled each round (default 10).")
+@click.option("--client-fraction", type=float,
+              help="fedavg: fraction of the clients sampled each round (instead of a count).")
+@click.option("--local-epochs", type=int, help="fedavg: epochs each client trains per round (1).")
+@click.option("--partition", help=PARTITION_HELP)
+@click.option("--prox-mu", type=float, help="fedavg: FedProx proximal term (0: plain FedAvg).")
+@click.option("--server-lr", type=float, help="fedavg: server learning rate (1).")
+@click.option("--server-momentum", type=float, help="fedavg: server momentum, FedAvgM (0).")
+@click.option("--accept-failures/--no-accept-failures", default=None,
+              help="fedavg: drop a client that raises from its round instead of stopping.")
 @click.option("--resume", type=click.Path(),
               help="Continue the run whose --out folder (or checkpoint file) this is.")
 @click.option("--max-restarts", type=int,
@@ -61,8 +81,13 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
 @click.option("--out", help="Write summary.json, metrics.jsonl, model.pt, curves.png here.")
 @click.option("--quiet", "-q", is_flag=True, default=None, help="Print nothing but errors.")
 def run(config_file, resume, **flags):
-    """Train a model; with no options, a CNN on the embedded handwritten digits."""
-    from ..api import train_bundle
+    """Train a model; with no options, a CNN on the embedded handwritten digits.
+
+    fedavg counts its work in --rounds (not --epochs): each round samples
+    --clients-per-round of --clients, each trains --local-epochs on its own data, and the
+    server averages them weighted by their sample counts.
+    """
+    from ..api import check_settings, fit
     from ..checkpoint import load as load_checkpoint
     from ..launch import warmup
 
@@ -71,33 +96,35 @@ def run(config_file, resume, **flags):
     from ..models import build_model
 
     checkpoint = load_checkpoint(resume) if resume else None
-    # Precedence: checkpoint < config file < flags (the data set's defaults fill the rest).
-    settings = _resumed_settings(checkpoint, resume) if checkpoint else {}
+    # Precedence: checkpoint < config file < flags (the data set's defaults fill the rest);
+    # fit() puts the checkpoint's settings under these.
+    settings = _resumed_locations(checkpoint, resume) if checkpoint else {}
     settings.update(load_config_file(config_file) if config_file else {})
     settings.update({k: v for k, v in flags.items() if v is not None})
     locations = {k: settings.pop(k, None) for k in RUN_FLAGS}
-    config = TrainConfig(**settings)
+    quiet = bool(settings.pop("quiet", False))
+    # A bad flag is refused before the data is built (over the checkpoint's own settings).
+    check_settings({**(applicable_settings(checkpoint.config) if checkpoint else {}),
+                    **settings})
     bundle = load_data(locations["data"] or "digits", locations["data_dir"])
     model_name = locations["model"] or bundle.default_model
-    model = build_model(model_name, bundle.input_shape, bundle.output_size, config.seed)
-    run_info = {"data": bundle.name if locations["data"] is None else locations["data"],
-                "data_dir": locations["data_dir"], "model": model_name}
-    train_bundle(config, bundle, model, model_name, out=locations["out"], resume=checkpoint,
-                 run_info=run_info)
+    seed = settings.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
+    model = build_model(model_name, bundle.input_shape, bundle.output_size, seed)
+    source = {"data": bundle.name if locations["data"] is None else locations["data"],
+              "data_dir": locations["data_dir"], "model": model_name}
+    fit(model, bundle, out=locations["out"], quiet=quiet, resume=checkpoint,
+        model_name=model_name, source=source, **settings)
     if detect_external_world() is not None:
         # gloo's teardown aborts now and then after the work is done; torchrun would
         # report that finished rank as failed.
         leave(0)
 
 
-def _resumed_settings(checkpoint, resume_path) -> dict:
-    settings = {k: v for k, v in checkpoint.config.items()
-                if k not in ("extra", "quiet") and v is not None}
-    settings.update({k: v for k, v in checkpoint.run.items() if v is not None})
+def _resumed_locations(checkpoint, resume_path) -> dict:
+    """Where the resumed run's data and model come from, and its --out folder."""
+    settings = {k: v for k, v in checkpoint.run.items() if v is not None}
     if "data_dir" in settings and settings.get("data") != "mnist":
         settings.pop("data_dir")
     settings["out"] = str(resume_path if Path(resume_path).is_dir()
                           else Path(resume_path).parent)
     return settings
-
-

@@ -30,7 +30,3 @@ def weighted_average(tensors: Sequence[torch.Tensor], weights: Sequence[float]) 
     for tensor, weight in zip(tensors, weights):
         result.add_(tensor.to(torch.float64), alpha=weight / total)
     return result.to(tensors[0].dtype)
-
-
-def flat_size(tensors: Sequence[torch.Tensor]) -> int:
-    return sum(t.numel() for t in tensors)

@@ -37,10 +37,6 @@ def batches(indices: torch.Tensor, batch_size: int):
     return torch.split(indices, batch_size)
 
 
-def steps_per_epoch(num_samples: int, world_size: int, batch_size: int) -> int:
-    return math.ceil(math.ceil(num_samples / world_size) / batch_size)
-
-
 def eval_shard(num_samples: int, world_size: int, rank: int) -> torch.Tensor:
     """A contiguous, unpadded slice of the test set, so every sample is evaluated once."""
     per_rank = math.ceil(num_samples / world_size)

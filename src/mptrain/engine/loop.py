@@ -1,28 +1,31 @@
-"""The training loop every worker runs, whatever the strategy.
+"""The driver every worker runs, whatever the strategy: round after round of the strategy's
+own work, then the parts every strategy shares -- evaluation, this rank's checkpoint part, a
+barrier, publishing, the report to the parent, and the stop at a target accuracy.
 
-It reads top to bottom like a plain PyTorch loop; the strategy's hooks are the only places
-where algorithms differ (see ``strategies.base``).
+A round is an epoch for the data-parallel strategies and a round of sampled clients for
+``fedavg``; what happens inside it is the strategy's worker program (``strategies.base``).
 """
 
 from __future__ import annotations
 
+import io
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ..checkpoint import worker_state
-from ..data.sharding import batches, eval_shard, shard_indices
-from .schedule import learning_rate
-from .task import evaluate, loss_fn
+from ..data.sharding import eval_shard
+from ..data.sources import CLASSIFICATION
+from .task import evaluate
 
 
 @dataclass(frozen=True)
 class EpochReport:
-    """What one rank did in one epoch; the parent combines the reports of all ranks."""
+    """What one rank did in one round (an epoch, or a fedavg round); the parent combines the
+    reports of all ranks."""
 
-    epoch: int
+    epoch: int                 # 0-based round index
     rank: int
     steps: int
     train_samples: int
@@ -35,6 +38,7 @@ class EpochReport:
     minor_faults: int
     evaluated_at: float = 0.0          # time.monotonic() when this rank's evaluation ended
     checkpoint: bytes | None = None   # this rank's part of a checkpoint, when one is due
+    extras: dict = field(default_factory=dict)   # strategy-specific (fedavg: clients, ...)
 
 
 @dataclass
@@ -51,77 +55,69 @@ class WorkerSetup:
     report: object          # callable(EpochReport)
     device: torch.device
     start_epoch: int = 0
-    resume_state: dict | None = None      # this rank's optimizer and RNG state
-    checkpoint_every: int | None = None   # epochs
+    resume_state: dict | None = None      # this rank's part of the checkpoint resumed from
+    checkpoint_every: int | None = None   # rounds
 
 
 def train(setup: WorkerSetup) -> None:
-    config, strategy, group = setup.config, setup.strategy, setup.group
-    train_data, test_data, task = setup.data.train, setup.data.test, setup.data.task
+    config, group = setup.config, setup.group
+    test_data, task = setup.data.test, setup.data.task
     torch.manual_seed(config.seed + setup.rank)
-
-    model = strategy.replica(setup.model, group, setup.device)
-    optimizer = strategy.optimizer(model)
+    program = setup.strategy.program(setup)
     if setup.resume_state is not None:
-        strategy.restore_optimizer(optimizer, setup.resume_state["optimizer"])
-        torch.set_rng_state(setup.resume_state["rng"])
+        program.load_state(setup.resume_state)
 
-    for epoch in range(setup.start_epoch, config.epochs):
-        shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
+    for index in range(setup.start_epoch, config.units):
         faults_before = _minor_faults()
-        started = time.monotonic()
-        if config.steps_per_epoch is not None:
-            shard = shard[:config.steps_per_epoch * config.batch_size]
-        steps_in_epoch = -(-len(shard) // config.batch_size)
-        loss_sum = torch.zeros((), dtype=torch.float64)
-        model.train()
-        steps = 0
-        for step, indices in enumerate(batches(shard, config.batch_size)):
-            lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
-                               steps_in_epoch)
-            for param_group in optimizer.param_groups:  # a function of (epoch, step): resumable
-                param_group["lr"] = lr
-            inputs, targets = train_data.batch(indices)
-            inputs, targets = inputs.to(setup.device), targets.to(setup.device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(task, model(inputs), targets)
-            loss.backward()
-            strategy.after_backward(model, group)
-            optimizer.step()
-            strategy.after_step(model, group, step)
-            loss_sum += loss.detach() * len(indices)  # no .item(): no per-step sync on GPU
-            setup.progress.advance(len(indices))
-            steps += 1
-        strategy.end_epoch(model, group, steps)
-        ended = time.monotonic()
-
+        work = program.train_round(index)
+        last = index + 1 == config.units
         eval_loss, correct, count = 0.0, 0, 0
-        if test_data is not None:
+        evaluating = test_data is not None and (last or (index + 1) % config.eval_every == 0)
+        if evaluating:
             indices = eval_shard(len(test_data), group.world_size, group.rank)
-            eval_loss, correct, count = evaluate(strategy.unwrap(model), test_data, indices,
+            eval_loss, correct, count = evaluate(program.eval_model(), test_data, indices,
                                                  task, config.eval_batch_size, setup.device,
                                                  beat=setup.progress.beat)
         evaluated_at = time.monotonic()
         checkpoint = None
-        if _checkpoint_due(setup.checkpoint_every, epoch, config.epochs):
+        if _checkpoint_due(setup.checkpoint_every, index, config.units):
             # Before the barrier: under hogwild nobody writes the shared parameters now.
-            checkpoint = worker_state(group.rank, strategy.unwrap(model)
-                                      if group.rank == 0 else None, optimizer)
-        # Nobody trains the next epoch (hogwild: writes shared parameters) while a peer
+            checkpoint = _encode({"rank": group.rank, **program.state()})
+        # Nobody trains the next round (hogwild: writes shared parameters) while a peer
         # still evaluates this one.
         group.barrier()
-        strategy.publish(model, setup.model, group)
+        program.publish(setup.model)
         setup.progress.beat()
         setup.report(EpochReport(
-            epoch=epoch, rank=group.rank, steps=steps, train_samples=len(shard),
-            train_loss_sum=float(loss_sum), train_started=started, train_ended=ended,
+            epoch=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
+            train_loss_sum=work.loss_sum, train_started=work.started, train_ended=work.ended,
             eval_loss_sum=eval_loss, eval_correct=correct, eval_count=count,
             minor_faults=_minor_faults() - faults_before, evaluated_at=evaluated_at,
-            checkpoint=checkpoint))
+            checkpoint=checkpoint, extras=work.extras))
+        if evaluating and config.target_accuracy is not None and task == CLASSIFICATION \
+                and _global_accuracy(group, correct, count) >= config.target_accuracy:
+            break  # every rank computed the same accuracy, so every rank stops here
 
 
-def _checkpoint_due(every: int | None, epoch: int, epochs: int) -> bool:
-    return every is not None and ((epoch + 1) % every == 0 or epoch + 1 == epochs)
+def _global_accuracy(group, correct: int, count: int) -> float:
+    """The test accuracy over every rank's slice, identical on every rank."""
+    totals = torch.tensor([float(correct), float(count)])
+    group.average_([totals])
+    # Means of integers: scaled back and rounded, they are the exact sums on every rank, so
+    # every rank (and the parent, from the reports) computes the same quotient.
+    correct_sum, count_sum = (round(v * group.world_size) for v in totals.tolist())
+    return correct_sum / count_sum if count_sum > 0 else 0.0
+
+
+def _encode(state: dict) -> bytes:
+    """This rank's checkpoint part as bytes (tensors must not travel as shared handles)."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def _checkpoint_due(every: int | None, index: int, units: int) -> bool:
+    return every is not None and ((index + 1) % every == 0 or index + 1 == units)
 
 
 def _minor_faults() -> int:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import math
 
-SCHEDULES = ("step", "cosine")
-
-
 def learning_rate(schedule: str, base_lr: float, decay: float, epoch: int, step: int,
                   steps_in_epoch: int) -> float:
     """``step``: ``base_lr * decay**epoch``, constant within an epoch.

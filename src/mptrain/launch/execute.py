@@ -1,4 +1,4 @@
-"""Three ways to run the training loop: in this process (``single``), on mptrain's own
+"""Three ways to run the training driver: in this process (``single``), on mptrain's own
 supervised worker processes, or as one rank of a job started by torchrun."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import torch
 
 from ..comm.dist import TorchDistGroup
 from ..comm.solo import SoloGroup
-from ..data.sharding import shard_indices
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
 from . import warmup
@@ -44,12 +43,29 @@ class Job:
         return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
                            strategy=self.strategy, group=group, progress=progress,
                            report=report, device=device, start_epoch=self.start_epoch,
-                           resume_state=self.rank_states[rank] if self.rank_states else None,
+                           resume_state=_rank_state(self.rank_states, rank),
                            checkpoint_every=self.checkpoint_every)
+
+
+def _rank_state(states: list | None, rank: int) -> dict | None:
+    if not states:
+        return None
+    return states[rank] if rank < len(states) else {}  # fedavg may resume on more workers
+
+
+def train_job(job: Job, world) -> None:
+    """One attempt at the whole run, wherever its ranks come from."""
+    if world is not None:
+        train_under_launcher(job, world)
+    elif job.strategy.in_process:
+        train_in_process(job)
+    else:
+        train_on_workers(job)
 
 
 def train_in_process(job: Job) -> None:
     job.bundle.materialize_()
+    job.strategy.prepare(job.model, job.bundle, job.layout)
     tune_malloc()
     previous_threads = torch.get_num_threads()
     apply_threads(job.layout.threads)
@@ -72,6 +88,7 @@ def train_under_launcher(job: Job, world) -> None:
         device = torch.device("cuda", world.local_rank)
     else:
         device = torch.device("cpu")
+    job.strategy.prepare(job.model, job.bundle, job.layout)
     group = TorchDistGroup.init(job.layout.comm, world.rank, world.world_size,
                                 job.config.worker_timeout, init_method="env://")
 
@@ -92,23 +109,22 @@ def train_on_workers(job: Job) -> None:
     # Everything workers share is put in shared memory once, here, before they start.
     job.bundle.share_memory_()
     job.model.share_memory()
-    job.strategy.prepare(job.model)
+    job.strategy.prepare(job.model, job.bundle, layout)
     board = ProgressBoard.create(layout.workers)
     plan = WorkerPlan(job=job, comm=make_comm(config, job.strategy, job.model, layout),
                       board=board)
     if layout.start_method == "fork":
         warmup.finish()  # workers inherit the imports; no thread may be importing at fork
-    per_epoch = samples_per_epoch(len(job.bundle.train), layout.workers, config)
-    reports_seen = []
+    per_epoch = job.strategy.samples_per_round(len(job.bundle.train), layout.workers)
+    reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 
     def on_message(rank, report):
-        reports_seen.append(report.epoch)
+        reported[0] += report.train_samples
         job.on_report(report)
 
     def on_tick():
-        done_epochs = len(reports_seen) // layout.workers
-        in_epoch = board.samples_done() - done_epochs * per_epoch
-        job.presenter.update(max(0, min(per_epoch, in_epoch)))
+        in_round = board.samples_done() - reported[0]
+        job.presenter.update(max(0, min(per_epoch, in_round)))
 
     supervisor = Supervisor(layout.start_method, heartbeat_timeout_s=config.worker_timeout,
                             seconds_since_beat=board.seconds_since_beat,
@@ -135,13 +151,6 @@ def describe_failures(failures) -> str:
             lines.append(f"--- traceback of worker rank {failure.rank} ---")
             lines.append(failure.traceback.rstrip())
     return "\n".join(lines)
-
-
-def samples_per_epoch(num_samples: int, workers: int, config) -> int:
-    shard = len(shard_indices(num_samples, workers, 0, 0, 0, shuffle=False))
-    if config.steps_per_epoch is not None:
-        shard = min(shard, config.steps_per_epoch * config.batch_size)
-    return shard * workers
 
 
 @contextmanager

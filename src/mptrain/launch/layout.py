@@ -13,10 +13,14 @@ from ..comm.shm import ShmGroupState
 from ..comm.solo import SoloSpec
 from ..config import TrainConfig
 from ..errors import UserError
+from .preflight import check_device, check_model_fits_data, check_workload
 from .sharing import check_shm_space, choose_sharing_strategy
 from .start_method import choose_start_method
 from .tuning import threads_per_worker, usable_cores
 from .world import ExternalWorld
+
+#: Strategies that run across processes torchrun starts (hogwild needs one machine's memory).
+UNDER_LAUNCHER = ("sync", "ddp", "fedavg")
 
 
 @dataclass
@@ -30,33 +34,46 @@ class RunLayout:
     comm: str
     sharing: str | None = None
     sharing_reason: str = ""
+    cores: int = 1
 
 
 
 def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:
     if world is not None:
-        if config.strategy not in ("sync", "ddp"):
+        if config.strategy not in UNDER_LAUNCHER:
             raise UserError(f"strategy {config.strategy!r} cannot run under {world.launcher}: "
-                            "only sync and ddp work across processes it starts (hogwild "
-                            "needs one machine's shared memory); use --strategy ddp or sync")
+                            f"only {', '.join(UNDER_LAUNCHER)} work across processes it starts "
+                            "(hogwild needs one machine's shared memory); use --strategy ddp "
+                            "or sync")
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
         threads = threads_per_worker(local, config.threads_per_worker)
         backend = "nccl" if config.device == "cuda" else "gloo"
         return RunLayout(world.world_size, threads, None, f"started by {world.launcher}",
-                         backend)
-    workers = config.workers or 1
+                         backend, cores=usable_cores())
+    workers = config.workers
     threads = threads_per_worker(workers, config.threads_per_worker)
-    if not strategy.uses_worker_processes:
-        return RunLayout(1, threads, None, "in this process", "none")
+    if strategy.in_process:
+        return RunLayout(1, threads, None, "in this process", "none", cores=usable_cores())
     method, reason = choose_start_method(config.start_method, config.device, threads)
-    return RunLayout(workers, threads, method, reason, comm_kind(config))
+    return RunLayout(workers, threads, method, reason, comm_kind(config), cores=usable_cores())
+
+
+def preflight(config, bundle, model, strategy, layout) -> list[str]:
+    """Everything that can be checked before a process starts; returns warnings to show."""
+    check_device(config)
+    check_model_fits_data(model, bundle)
+    warnings = check_workload(config, bundle, layout.workers, layout.cores)
+    strategy.check(bundle, model, layout)
+    if layout.start_method is not None:
+        choose_sharing(config, layout, bundle, model, strategy)
+    return warnings
 
 
 
 def choose_sharing(config, layout, bundle, model, strategy) -> None:
     """Pick the sharing strategy and check /dev/shm before anything is moved there."""
     tensors = list(model.parameters()) + list(model.buffers())
-    shared_count = len(tensors) * (2 if config.share_optimizer_state else 1) + 8
+    shared_count = strategy.shared_tensors(model) + 8  # + data, board, group
     layout.sharing, layout.sharing_reason = choose_sharing_strategy(config.sharing_strategy,
                                                                     shared_count)
     model_bytes = sum(t.numel() * t.element_size() for t in tensors)
@@ -77,7 +94,7 @@ def comm_kind(config: TrainConfig) -> str:
 
 def make_comm(config, strategy, model, layout):
     if layout.comm == "shm":
-        numel = max(strategy.comm_numel(model), 1)
+        numel = max(strategy.comm_numel(model), 2)  # 2: the target-accuracy check
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
                      torch.float32)
         return ShmGroupState.create(layout.workers, numel, dtype, config.worker_timeout,

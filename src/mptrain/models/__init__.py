@@ -9,9 +9,9 @@ import torch.nn as nn
 
 from ..errors import UserError
 from ..imports import is_import_string, load_object
-from .nets import MLP, DigitsCNN, MnistCNN
+from .nets import MLP, DigitsCNN, FedAvgCNN, Mnist2NN, MnistCNN
 
-BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "linear", "mlp")
+BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "mnist-2nn", "mnist-cnn-fedavg", "linear", "mlp")
 
 
 def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) -> nn.Module:
@@ -42,6 +42,11 @@ def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) 
             raise UserError("model 'mnist-cnn' has 10 outputs but the data has "
                             f"{output_size} classes; use --model mlp or your own model")
         return MnistCNN()
+    if name == "mnist-2nn":
+        return Mnist2NN(in_features, output_size)
+    if name == "mnist-cnn-fedavg":
+        _require_shape(name, input_shape, (1, 28, 28))
+        return FedAvgCNN(output_size)
     if name == "linear":
         return nn.Sequential(nn.Flatten(), nn.Linear(in_features, output_size)) \
             if len(input_shape) > 1 else nn.Linear(in_features, output_size)

@@ -53,3 +53,36 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x)
+
+
+class Mnist2NN(nn.Module):
+    """McMahan et al. 2017's "2NN": an MLP with two hidden layers of 200 ReLU units
+    (199,210 parameters on 28x28 inputs), the FedAvg paper's first MNIST model."""
+
+    def __init__(self, in_features: int = 784, num_classes: int = 10, hidden: int = 200):
+        super().__init__()
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(in_features, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, num_classes))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class FedAvgCNN(nn.Module):
+    """McMahan et al. 2017's MNIST CNN: two 5x5 convolutions (32, 64 channels) each followed
+    by 2x2 max pooling, a fully connected layer of 512 ReLU units and a linear output
+    (1,663,370 parameters; "same" padding as in the paper, so 28 -> 14 -> 7)."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, kernel_size=5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
+        self.fc1 = nn.Linear(64 * 7 * 7, 512)
+        self.fc2 = nn.Linear(512, num_classes)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)

@@ -23,7 +23,8 @@ class ConsolePresenter:
         for line in lines[1:]:
             self.console.print(f"  {line}")
 
-    def start_epoch(self, epoch: int, epochs: int, total_samples: int) -> None:
+    def start_epoch(self, epoch: int, epochs: int, total_samples: int,
+                    unit: str = "epoch") -> None:
         if self.quiet:
             return
         if self._progress is None:
@@ -32,7 +33,7 @@ class ConsolePresenter:
                 TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                 console=self.console, transient=True, refresh_per_second=8)
             self._progress.start()
-        self._task = self._progress.add_task(f"epoch {epoch}/{epochs}", total=total_samples,
+        self._task = self._progress.add_task(f"{unit} {epoch}/{epochs}", total=total_samples,
                                              rate="")
 
     def update(self, samples_done: int, rate: float | None = None) -> None:
@@ -40,13 +41,13 @@ class ConsolePresenter:
             self._progress.update(self._task, completed=samples_done,
                                   rate=f"{rate:,.0f} samples/s" if rate else "")
 
-    def end_epoch(self, metrics: EpochMetrics, epochs: int) -> None:
+    def end_epoch(self, metrics: EpochMetrics, epochs: int, unit: str = "epoch") -> None:
         if self._progress is not None and self._task is not None:
             self._progress.remove_task(self._task)
             self._task = None
         if self.quiet:
             return
-        self.console.print(format_epoch_line(metrics, epochs))
+        self.console.print(format_epoch_line(metrics, epochs, unit))
 
     def note(self, text: str) -> None:
         """Something the user must know even in --quiet mode (a restart, a fallback)."""
@@ -66,8 +67,12 @@ class ConsolePresenter:
             self.console.print(line)
 
 
-def format_epoch_line(m: EpochMetrics, epochs: int) -> str:
-    parts = [f"epoch {m.epoch:>{len(str(epochs))}}/{epochs}", f"train loss {m.train_loss:.4f}"]
+def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch") -> str:
+    parts = [f"{unit} {m.epoch:>{len(str(epochs))}}/{epochs}"]
+    if m.extras.get("clients") is not None:
+        parts.append(f"{m.extras['clients']} clients")
+    if m.train_loss is not None:
+        parts.append(f"train loss {m.train_loss:.4f}")
     if m.test_loss is not None:
         parts.append(f"test loss {m.test_loss:.4f}")
     if m.test_accuracy is not None:

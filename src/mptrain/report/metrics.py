@@ -1,8 +1,13 @@
-"""Combine the per-rank epoch reports into the numbers a person reads (pure functions)."""
+"""Combine the per-rank round reports into the numbers a person reads (pure functions).
+
+A round is an epoch, or a round of sampled clients for ``fedavg``; rows keep the key
+``epoch`` (the 1-based round number) for every strategy, and a strategy adds its own
+columns (``extras``: fedavg's ``round``, ``clients``, ``mean_client_loss``, ...).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
 from ..data.sources import CLASSIFICATION
@@ -11,7 +16,7 @@ from ..data.sources import CLASSIFICATION
 @dataclass(frozen=True)
 class EpochMetrics:
     epoch: int                  # 1-based, as printed
-    train_loss: float
+    train_loss: float | None   # None when every client of a fedavg round failed
     test_loss: float | None
     test_accuracy: float | None
     test_mse: float | None
@@ -21,12 +26,23 @@ class EpochMetrics:
     steps: int
     minor_faults: int
     elapsed_s: float | None = None   # run start to the end of this epoch's evaluation
+    extras: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        row = asdict(self)
+        row.update(row.pop("extras"))
+        return row
+
+    @classmethod
+    def from_dict(cls, row: dict) -> "EpochMetrics":
+        """Inverse of :meth:`as_dict` (rows kept in a checkpoint)."""
+        known = {f.name for f in fields(cls)} - {"extras"}
+        return cls(**{k: v for k, v in row.items() if k in known},
+                   extras={k: v for k, v in row.items() if k not in known})
 
 
-def combine(reports: Sequence, task: str, run_started: float | None = None) -> EpochMetrics:
+def combine(reports: Sequence, task: str, run_started: float | None = None,
+            extras: dict | None = None) -> EpochMetrics:
     """One epoch's metrics from every rank's ``EpochReport``.
 
     The epoch's time runs from the first rank's first step to the last rank's last step, so
@@ -45,23 +61,26 @@ def combine(reports: Sequence, task: str, run_started: float | None = None) -> E
         mse = test_loss
     return EpochMetrics(
         epoch=reports[0].epoch + 1,
-        train_loss=sum(r.train_loss_sum for r in reports) / samples,
+        train_loss=sum(r.train_loss_sum for r in reports) / samples if samples else None,
         test_loss=test_loss, test_accuracy=accuracy, test_mse=mse,
         samples_per_s=samples / seconds if seconds > 0 else float("inf"),
         epoch_s=seconds, train_samples=samples, steps=max(r.steps for r in reports),
         minor_faults=sum(r.minor_faults for r in reports),
         elapsed_s=(max(r.evaluated_at for r in reports) - run_started
                    if run_started is not None else None),
+        extras=dict(extras or {}),
     )
 
 
 class EpochCollector:
     """Buffers reports until every rank has reported an epoch, then yields its metrics."""
 
-    def __init__(self, world_size: int, task: str, run_started: float | None = None):
+    def __init__(self, world_size: int, task: str, run_started: float | None = None,
+                 extras=None):
         self._world_size = world_size
         self._task = task
         self._run_started = run_started
+        self._extras = extras or (lambda reports: {})  # the strategy's own columns
         self._pending: dict[int, list] = {}
         self.first_step_at: float | None = None
 
@@ -75,7 +94,7 @@ class EpochCollector:
             return None, []
         del self._pending[report.epoch]
         ranks.sort(key=lambda r: r.rank)
-        return combine(ranks, self._task, self._run_started), ranks
+        return combine(ranks, self._task, self._run_started, self._extras(ranks)), ranks
 
     def reset(self) -> None:
         """Forget partial epochs (after a restart, the workers redo them)."""

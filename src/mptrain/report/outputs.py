@@ -4,11 +4,11 @@ rename), so a crash or Ctrl-C never leaves a half-written file behind."""
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from pathlib import Path
 
 from ..errors import UserError
+from ..files import atomic_write
 
 
 def prepare_out_dir(path: str | Path) -> Path:
@@ -24,31 +24,6 @@ def prepare_out_dir(path: str | Path) -> Path:
         raise UserError(f"--out {out} is not writable ({err.strerror}); choose a directory "
                         "you can write to") from None
     return out
-
-
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(file_object)`` on a temp file next to ``path``, then rename it into place."""
-    path = Path(path)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from others
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_json(path: Path, data) -> None:

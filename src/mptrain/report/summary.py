@@ -14,12 +14,11 @@ import torch
 import torch.nn as nn
 
 from ..data.sources import CLASSIFICATION
-from ..launch.tuning import usable_cores
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
 
 if TYPE_CHECKING:
-    from ..runner import FitResult
+    from ..result import FitResult
 
 
 def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
@@ -28,30 +27,23 @@ def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
     first = f"strategy [bold]{config.strategy}[/bold]"
     if layout.start_method:
         first += f" · {layout.workers} workers × {layout.threads} thread(s) " \
-                 f"({usable_cores()} usable cores) · start method {layout.start_method} " \
+                 f"({layout.cores} usable cores) · start method {layout.start_method} " \
                  f"({layout.start_reason})"
     elif layout.comm in ("gloo", "nccl"):
         first += f" · {layout.workers} ranks {layout.start_reason} × {layout.threads} " \
                  f"thread(s) each"
     else:
-        first += f" · 1 process × {layout.threads} thread(s) ({usable_cores()} usable cores)"
+        first += f" · 1 process × {layout.threads} thread(s) ({layout.cores} usable cores)"
     lines = [first,
              f"data {bundle.name}: {len(bundle.train):,} train{test} samples, "
              f"{bundle.nbytes / 2**20:.1f} MiB"
              + (" in shared memory once" if layout.start_method else ""),
              f"model {model_name}: {params:,} parameters · optimizer {config.optimizer} "
              f"lr {config.lr:g}" + (f" momentum {config.momentum:g}" if config.momentum else "")
-             + f" · batch {config.batch_size} · {config.epochs} epochs · seed {config.seed}"]
+             + f" · batch {config.batch_size} · {config.units} {config.unit}s · seed "
+             f"{config.seed}"]
     if layout.sharing:
         lines.append(f"sharing strategy {layout.sharing} ({layout.sharing_reason})")
-    if config.strategy == "sync":
-        every = f"every {config.sync_every} steps" if config.sync_every else "once per epoch"
-        lines.append(f"parameters averaged {every}")
-    if config.strategy == "ddp":
-        lines.append(f"gradients averaged every step via {layout.comm}")
-    if config.strategy == "hogwild":
-        state = "shared" if config.share_optimizer_state else "per worker"
-        lines.append(f"lock-free updates to shared parameters; optimizer state {state}")
     return lines
 
 
@@ -64,7 +56,9 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
         "workers": layout.workers,
         "threads_per_worker": layout.threads,
         "start_method": layout.start_method,
-        "epochs": config.epochs,
+        "epochs": config.epochs if config.unit == "epoch" else None,
+        "unit": config.unit,
+        "rounds_done": len(epochs),
         "data": bundle.name,
         "model": model_name,
         "optimizer": config.optimizer,
@@ -74,6 +68,7 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
         "sync_every": config.sync_every,
         "seed": config.seed,
         "train_samples": len(bundle.train),
+        **(_federated(config) if config.strategy == "fedavg" else {}),
         "test_samples": len(bundle.test) if bundle.test is not None else 0,
     }
     if bundle.task == CLASSIFICATION:
@@ -90,14 +85,26 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
         "wall_s": wall_s,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cores": usable_cores(),
+        "cores": layout.cores,
         "logical_cpus": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
     })
+    if config.target_accuracy is not None:
+        reached = next((m.epoch for m in epochs if m.test_accuracy is not None
+                        and m.test_accuracy >= config.target_accuracy), None)
+        summary["target_accuracy"] = config.target_accuracy
+        summary[f"target_reached_at_{config.unit}"] = reached
     linear = _single_linear(model)
     if linear is not None and bundle.task != CLASSIFICATION:
         summary["weight"], summary["bias"] = linear
     return summary
+
+
+def _federated(config) -> dict:
+    return {"rounds": config.rounds, "clients": config.clients,
+            "clients_per_round": config.sampled_clients, "local_epochs": config.local_epochs,
+            "partition": config.partition, "prox_mu": config.prox_mu,
+            "server_lr": config.server_lr, "server_momentum": config.server_momentum}
 
 
 def _since_process_start(startup_s, wall_s):
@@ -136,7 +143,8 @@ def write_outputs(out_dir: Path, result: FitResult) -> None:
     if result.epochs:
         s = result.summary
         plot_curves(out_dir / "curves.png", [m.as_dict() for m in result.epochs],
-                    f"{s['data']} · {s['model']} · {s['strategy']} × {s['workers']}")
+                    f"{s['data']} · {s['model']} · {s['strategy']} × {s['workers']}",
+                    s.get("unit", "epoch"))
     write_json(out_dir / "summary.json", result.summary)
 
 

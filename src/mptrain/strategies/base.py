@@ -1,88 +1,96 @@
-"""The narrow interface every strategy implements.
+"""What every strategy is: a small parent-side class that owns its worker program.
 
-The training loop (``engine.loop``) is the same for all strategies; a strategy only decides
-the points where algorithms really differ:
-
-- ``prepare``      (parent, once)   what must live in shared memory before workers start;
-- ``replica``      (worker, once)   which model object this worker trains;
-- ``after_backward`` (every step)   e.g. DDP averages gradients here;
-- ``after_step``   (every step)     e.g. local SGD averages parameters every N steps;
-- ``end_epoch``    (every epoch)    make the model the strategy produces consistent;
-- ``publish``      (every epoch)    put that model where the parent can read it.
+The parent asks a strategy three things: what to put in shared memory before workers start
+(``prepare``), how big its collectives are (``comm_numel``) and how much work one round is
+(``samples_per_round``, for the progress bar). In each worker, ``program`` builds the
+:class:`WorkerProgram` that does one round of work at a time (an epoch for ``sync``/``ddp``,
+a round of sampled clients for ``fedavg``). Everything around the rounds -- evaluation,
+checkpoint parts, reports, progress, supervision -- is shared (``engine.loop``) and never
+rewritten per strategy.
 """
 
 from __future__ import annotations
 
-import copy
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 
-import torch
 import torch.nn as nn
 
-from ..comm.base import Group
 from ..config import TrainConfig
-from ..engine.optim import build_optimizer
+
+
+@dataclass
+class RoundWork:
+    """What one rank trained in one round; the driver adds evaluation and timing."""
+
+    steps: int
+    samples: int
+    loss_sum: float              # sum over samples of the training loss
+    started: float               # time.monotonic(): one clock for all processes
+    ended: float
+    extras: dict = field(default_factory=dict)   # strategy-specific, combined by the parent
+
+
+class WorkerProgram(ABC):
+    """One worker's side of an algorithm; built in the worker process by ``Strategy.program``."""
+
+    @abstractmethod
+    def train_round(self, index: int) -> RoundWork:
+        """Do round ``index`` (0-based) of the run's work."""
+
+    @abstractmethod
+    def eval_model(self) -> nn.Module:
+        """The model the run produces after this round, as this rank holds it."""
+
+    @abstractmethod
+    def state(self) -> dict:
+        """This rank's part of a checkpoint (tensors and plain values only)."""
+
+    @abstractmethod
+    def load_state(self, state: dict) -> None:
+        """Continue from ``state``, as written by :meth:`state`."""
+
+    def publish(self, shared_model: nn.Module) -> None:
+        """After a round, put the model where the parent reads it (rank 0 copies, by default
+        nothing: strategies that train the shared model itself have nothing to do)."""
 
 
 class Strategy:
     name = "base"
-    #: False for strategies that train in the calling process (``single``).
-    uses_worker_processes = True
+    #: True for strategies that train in the calling process (``single``).
+    in_process = False
 
     def __init__(self, config: TrainConfig):
         self.config = config
 
-    # -- parent side ------------------------------------------------------------------------
-    def prepare(self, model: nn.Module) -> None:
-        """Called in the parent before any worker starts; ``model`` is already shared."""
+    def prepare(self, model: nn.Module, data=None, layout=None) -> None:
+        """Called before any worker starts (in the parent; under torchrun in every rank):
+        put what the workers share next to ``model`` and ``data`` (already shared)."""
+
+    def check(self, data, model: nn.Module, layout) -> None:
+        """Refuse, in the parent and before anything starts, what this strategy cannot do
+        with this data and model (a ``UserError``)."""
 
     def comm_numel(self, model: nn.Module) -> int:
         """How many numbers one rank contributes to the largest collective."""
         return 0
 
-    # -- worker side ------------------------------------------------------------------------
-    def replica(self, model: nn.Module, group: Group, device: torch.device) -> nn.Module:
-        """A private copy by default: workers must not write each other's parameters."""
-        return copy.deepcopy(model).to(device)
+    def shared_tensors(self, model: nn.Module) -> int:
+        """How many tensors ``prepare`` and the model put in shared memory (each costs an
+        open file per process under the ``file_descriptor`` sharing strategy)."""
+        return len(list(model.parameters())) + len(list(model.buffers()))
 
-    def unwrap(self, replica: nn.Module) -> nn.Module:
-        """The plain module behind ``replica`` (for evaluation and publishing)."""
-        return replica
+    def samples_per_round(self, train_size: int, workers: int) -> int:
+        raise NotImplementedError
 
-    def optimizer(self, replica: nn.Module) -> torch.optim.Optimizer:
-        c = self.config
-        return build_optimizer(replica.parameters(), c.optimizer, c.lr, c.momentum,
-                               c.weight_decay)
+    def program(self, setup) -> WorkerProgram:
+        """This worker's program; ``setup`` is an ``engine.loop.WorkerSetup``."""
+        raise NotImplementedError
 
-    def restore_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
-        optimizer.load_state_dict(state)
+    def round_extras(self, reports) -> dict:
+        """Strategy-specific columns of one round's metrics, from every rank's report."""
+        return {}
 
-    def after_backward(self, replica: nn.Module, group: Group) -> None:
-        pass
-
-    def after_step(self, replica: nn.Module, group: Group, step: int) -> None:
-        pass
-
-    def end_epoch(self, replica: nn.Module, group: Group, steps: int) -> None:
-        pass
-
-    def publish(self, replica: nn.Module, shared_model: nn.Module, group: Group) -> None:
-        """Rank 0 copies its replica into the parent's shared model (all replicas are equal)."""
-        if group.rank == 0:
-            copy_model_state(self.unwrap(replica), shared_model)
-
-
-def floating_state(model: nn.Module) -> list[torch.Tensor]:
-    """Parameters and floating-point buffers (BatchNorm statistics): what averaging touches.
-
-    Integer buffers (``num_batches_tracked``) are equal on every rank in synchronous
-    strategies, since every rank takes the same number of steps.
-    """
-    tensors = [p.data for p in model.parameters()]
-    tensors += [b for b in model.buffers() if b.is_floating_point()]
-    return tensors
-
-
-@torch.no_grad()
-def copy_model_state(source: nn.Module, target: nn.Module) -> None:
-    for mine, theirs in zip(source.state_dict().values(), target.state_dict().values()):
-        theirs.copy_(mine)
+    def describe(self, layout) -> list[str]:
+        """Banner lines about what this strategy will do."""
+        return []

@@ -17,10 +17,10 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..comm.dist import TorchDistGroup
-from .base import Strategy
+from .data_parallel import DataParallelStrategy
 
 
-class DDPStrategy(Strategy):
+class DDPStrategy(DataParallelStrategy):
     name = "ddp"
 
     def comm_numel(self, model):
@@ -59,3 +59,6 @@ class DDPStrategy(Strategy):
         buffers = [b for b in replica.buffers()]
         if buffers:
             group.broadcast_(buffers, src=0)
+
+    def describe(self, layout):
+        return [f"gradients averaged every step via {layout.comm}"]

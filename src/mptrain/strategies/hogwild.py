@@ -14,17 +14,17 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from .base import Strategy
+from .data_parallel import DataParallelStrategy
 
 
-class HogwildStrategy(Strategy):
+class HogwildStrategy(DataParallelStrategy):
     name = "hogwild"
 
     def __init__(self, config):
         super().__init__(config)
         self.shared_optimizer_state: list[dict] | None = None
 
-    def prepare(self, model: nn.Module) -> None:
+    def prepare(self, model: nn.Module, data=None, layout=None) -> None:
         if self.config.share_optimizer_state:
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
@@ -55,6 +55,16 @@ class HogwildStrategy(Strategy):
 
     def publish(self, replica, shared_model, group):
         pass
+
+    def shared_tensors(self, model):
+        per_param = {"adam": 3, "sgd": 1 if self.config.momentum else 0}[self.config.optimizer]
+        extra = len(list(model.parameters())) * per_param if self.config.share_optimizer_state \
+            else 0
+        return super().shared_tensors(model) + extra
+
+    def describe(self, layout):
+        state = "shared" if self.config.share_optimizer_state else "per worker"
+        return [f"lock-free updates to shared parameters; optimizer state {state}"]
 
 
 def shared_optimizer_state(params: list[torch.Tensor], optimizer: str,

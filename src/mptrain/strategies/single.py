@@ -3,12 +3,12 @@
 import torch
 import torch.nn as nn
 
-from .base import Strategy
+from .data_parallel import DataParallelStrategy
 
 
-class SingleStrategy(Strategy):
+class SingleStrategy(DataParallelStrategy):
     name = "single"
-    uses_worker_processes = False
+    in_process = True
 
     def replica(self, model: nn.Module, group, device: torch.device) -> nn.Module:
         # The caller's model itself: nothing to share, nothing to copy back.

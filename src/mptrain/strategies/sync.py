@@ -12,10 +12,10 @@ The averaging itself is a :class:`~mptrain.comm.Group` collective and the math l
 
 from __future__ import annotations
 
-from .base import Strategy, floating_state
+from .data_parallel import DataParallelStrategy, floating_state
 
 
-class SyncStrategy(Strategy):
+class SyncStrategy(DataParallelStrategy):
     name = "sync"
 
     def comm_numel(self, model):
@@ -29,3 +29,7 @@ class SyncStrategy(Strategy):
         every = self.config.sync_every
         if every is None or steps % every != 0:
             group.average_(floating_state(replica))
+
+    def describe(self, layout):
+        every = self.config.sync_every
+        return [f"parameters averaged {f'every {every} steps' if every else 'once per epoch'}"]

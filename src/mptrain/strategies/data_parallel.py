@@ -1,0 +1,141 @@
+"""The data-parallel strategies' worker program: one round is one epoch over this rank's shard.
+
+``single``, ``hogwild``, ``sync`` and ``ddp`` all run this loop; they differ only at the few
+points a :class:`DataParallelStrategy` names (which replica a worker trains, what happens
+after backward, after a step and at the end of an epoch).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+import torch.nn as nn
+
+from ..comm.base import Group
+from ..data.sharding import batches, shard_indices
+from ..engine.optim import build_optimizer
+from ..engine.schedule import learning_rate
+from ..engine.task import loss_fn
+from .base import RoundWork, Strategy, WorkerProgram
+
+
+class DataParallelStrategy(Strategy):
+    """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics)."""
+
+    def samples_per_round(self, train_size, workers):
+        shard = len(shard_indices(train_size, workers, 0, 0, 0, shuffle=False))
+        if self.config.steps_per_epoch is not None:
+            shard = min(shard, self.config.steps_per_epoch * self.config.batch_size)
+        return shard * workers
+
+    def program(self, setup) -> WorkerProgram:
+        return EpochProgram(self, setup)
+
+    # -- the points where data-parallel algorithms differ ------------------------------------
+    def replica(self, model: nn.Module, group: Group, device: torch.device) -> nn.Module:
+        """A private copy by default: workers must not write each other's parameters."""
+        return copy.deepcopy(model).to(device)
+
+    def unwrap(self, replica: nn.Module) -> nn.Module:
+        """The plain module behind ``replica`` (for evaluation and publishing)."""
+        return replica
+
+    def optimizer(self, replica: nn.Module) -> torch.optim.Optimizer:
+        c = self.config
+        return build_optimizer(replica.parameters(), c.optimizer, c.lr, c.momentum,
+                               c.weight_decay)
+
+    def restore_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+    def after_backward(self, replica: nn.Module, group: Group) -> None:
+        pass
+
+    def after_step(self, replica: nn.Module, group: Group, step: int) -> None:
+        pass
+
+    def end_epoch(self, replica: nn.Module, group: Group, steps: int) -> None:
+        pass
+
+    def publish(self, replica: nn.Module, shared_model: nn.Module, group: Group) -> None:
+        """Rank 0 copies its replica into the parent's shared model (all replicas are equal)."""
+        if group.rank == 0:
+            copy_model_state(self.unwrap(replica), shared_model)
+
+
+class EpochProgram(WorkerProgram):
+    """A plain PyTorch training loop over this rank's shard of one epoch."""
+
+    def __init__(self, strategy: DataParallelStrategy, setup):
+        self.strategy, self.setup = strategy, setup
+        self.group = setup.group
+        self.model = strategy.replica(setup.model, setup.group, setup.device)
+        self.optimizer = strategy.optimizer(self.model)
+
+    def train_round(self, epoch: int) -> RoundWork:
+        config, strategy, group, setup = self.strategy.config, self.strategy, self.group, \
+            self.setup
+        model, optimizer, train_data = self.model, self.optimizer, setup.data.train
+        shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
+        if config.steps_per_epoch is not None:
+            shard = shard[:config.steps_per_epoch * config.batch_size]
+        started = time.monotonic()
+        steps_in_epoch = -(-len(shard) // config.batch_size)
+        loss_sum = torch.zeros((), dtype=torch.float64)
+        model.train()
+        steps = 0
+        for step, indices in enumerate(batches(shard, config.batch_size)):
+            lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
+                               steps_in_epoch)
+            for param_group in optimizer.param_groups:  # a function of (epoch, step): resumable
+                param_group["lr"] = lr
+            inputs, targets = train_data.batch(indices)
+            inputs, targets = inputs.to(setup.device), targets.to(setup.device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(setup.data.task, model(inputs), targets)
+            loss.backward()
+            strategy.after_backward(model, group)
+            optimizer.step()
+            strategy.after_step(model, group, step)
+            loss_sum += loss.detach() * len(indices)  # no .item(): no per-step sync on GPU
+            setup.progress.advance(len(indices))
+            steps += 1
+        strategy.end_epoch(model, group, steps)
+        return RoundWork(steps=steps, samples=len(shard), loss_sum=float(loss_sum),
+                         started=started, ended=time.monotonic())
+
+    def eval_model(self) -> nn.Module:
+        return self.strategy.unwrap(self.model)
+
+    def state(self) -> dict:
+        state = {"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}
+        if self.group.rank == 0:
+            state["model"] = {k: v.detach().cpu().clone()
+                              for k, v in self.eval_model().state_dict().items()}
+        return state
+
+    def load_state(self, state: dict) -> None:
+        self.strategy.restore_optimizer(self.optimizer, state["optimizer"])
+        torch.set_rng_state(state["rng"])
+
+    def publish(self, shared_model: nn.Module) -> None:
+        self.strategy.publish(self.model, shared_model, self.group)
+
+
+def floating_state(model: nn.Module) -> list[torch.Tensor]:
+    """Parameters and floating-point buffers (BatchNorm statistics): what averaging touches.
+
+    Integer buffers (``num_batches_tracked``) are equal on every rank in synchronous
+    strategies, since every rank takes the same number of steps.
+    """
+    tensors = [p.data for p in model.parameters()]
+    tensors += [b for b in model.buffers() if b.is_floating_point()]
+    return tensors
+
+
+@torch.no_grad()
+def copy_model_state(source: nn.Module, target: nn.Module) -> None:
+    for mine, theirs in zip(source.state_dict().values(), target.state_dict().values()):
+        theirs.copy_(mine)

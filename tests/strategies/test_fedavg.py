@@ -1,0 +1,224 @@
+"""Real runs of ``fedavg`` on tiny data: the same model whatever the number of workers, equal
+to a plain sequential FedAvg loop, client failures stopped or dropped, bitwise resume."""
+
+import copy
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset
+
+import mptrain
+from mptrain.comm.shm import ShmGroupState
+from mptrain.data.partitions import partition_clients
+from mptrain.errors import UserError, WorkerFailedError
+from mptrain.launch.supervisor import Supervisor
+from mptrain.strategies.federated import client_seed, sample_clients
+
+SAMPLES, FEATURES, CLASSES = 240, 6, 3
+RUN = dict(strategy="fedavg", rounds=3, clients=12, clients_per_round=4, batch_size=8,
+           lr=0.2, momentum=0.0, optimizer="sgd", seed=0, threads_per_worker=1, quiet=True)
+POISON = 1e6
+
+
+def make_data(poisoned_index=None):
+    generator = torch.Generator().manual_seed(1234)
+    inputs = torch.randn(SAMPLES, FEATURES, generator=generator)
+    teacher = torch.randn(FEATURES, CLASSES, generator=generator)
+    targets = (inputs @ teacher).argmax(dim=1)
+    if poisoned_index is not None:
+        inputs[poisoned_index] = POISON
+    return TensorDataset(inputs, targets)
+
+
+def make_test_data():
+    full = make_data()
+    return TensorDataset(full.tensors[0][:60], full.tensors[1][:60])
+
+
+def make_model(seed=7):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, CLASSES))
+
+
+class PoisonSensitive(nn.Module):
+    """Raises on the poisoned sample: the client that holds it fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = make_model()
+
+    def forward(self, x):
+        if (x.abs() >= POISON).any():
+            raise ValueError("poisoned sample")
+        return self.net(x)
+
+
+def state_of(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def fit(model, workers, data=None, **options):
+    return mptrain.fit(model, data or make_data(), make_test_data(),
+                       **{**RUN, "workers": workers, **options})
+
+
+def plain_fedavg(model, dataset, rounds, clients, per_round, batch_size, lr, seed):
+    """The textbook loop, one client after another, with mptrain's seeds for sampling and
+    batch order: what fedavg must compute."""
+    model = copy.deepcopy(model)
+    inputs, targets = dataset.tensors
+    parts = partition_clients("iid", targets, clients, seed)
+    for round_index in range(rounds):
+        results, weights = [], []
+        for client in sample_clients(clients, per_round, seed, round_index):
+            local = copy.deepcopy(model)
+            optimizer = torch.optim.SGD(local.parameters(), lr=lr)
+            generator = torch.Generator().manual_seed(client_seed(seed, round_index, client))
+            order = parts[client][torch.randperm(len(parts[client]), generator=generator)]
+            for batch in torch.split(order, batch_size):
+                optimizer.zero_grad()
+                F.cross_entropy(local(inputs[batch]), targets[batch]).backward()
+                optimizer.step()
+            results.append(state_of(local))
+            weights.append(len(parts[client]))
+        total = sum(weights)
+        model.load_state_dict({k: sum(r[k] * (w / total) for r, w in zip(results, weights))
+                               for k in results[0]})
+    return model
+
+
+@pytest.mark.timeout(120)
+def test_fedavg_equals_a_plain_sequential_loop():
+    initial = make_model()
+    result = fit(copy.deepcopy(initial), workers=2)
+    reference = plain_fedavg(initial, make_data(), RUN["rounds"], RUN["clients"],
+                             RUN["clients_per_round"], RUN["batch_size"], RUN["lr"], RUN["seed"])
+    for name, want in reference.state_dict().items():
+        got = result.model.state_dict()[name]
+        assert torch.allclose(got, want, rtol=0, atol=1e-6), name
+    assert not torch.allclose(result.model[0].weight, initial[0].weight)  # it trained
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("partition", ["iid", "dirichlet:0.5"])
+def test_same_seed_gives_the_bitwise_same_model_whatever_the_workers(partition):
+    initial = make_model()
+    one = fit(copy.deepcopy(initial), workers=1, partition=partition)
+    three = fit(copy.deepcopy(initial), workers=3, partition=partition)
+    for name, tensor in state_of(one.model).items():
+        assert torch.equal(tensor, state_of(three.model)[name]), name
+    rows = [m.as_dict() for m in three.rounds]
+    assert [r["round"] for r in rows] == [1, 2, 3]
+    assert all(r["clients"] == RUN["clients_per_round"] for r in rows)
+    assert all(r["mean_client_loss"] > 0 and r["failed_clients"] == [] for r in rows)
+
+
+@pytest.mark.timeout(120)
+def test_metrics_and_outputs_are_per_round(tmp_path):
+    result = fit(make_model(), workers=2, rounds=4, eval_every=2, out=tmp_path / "run")
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert [r["round"] for r in rows] == [1, 2, 3, 4]
+    assert [r["test_accuracy"] is not None for r in rows] == [False, True, False, True]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["unit"], summary["rounds"], summary["clients_per_round"]) == \
+        ("round", 4, RUN["clients_per_round"])
+    assert summary["test_accuracy"] == rows[-1]["test_accuracy"] == result.test_accuracy
+    assert (tmp_path / "run" / "curves.png").stat().st_size > 0
+
+
+@pytest.mark.timeout(120)
+def test_target_accuracy_stops_at_the_first_round_that_reaches_it():
+    full = fit(make_model(), workers=2, rounds=8)
+    accuracies = [m.test_accuracy for m in full.rounds]
+    target = accuracies[2]  # reached by round 3 at the latest
+    first = next(i for i, a in enumerate(accuracies) if a >= target) + 1
+    stopped = fit(make_model(), workers=2, rounds=8, target_accuracy=target)
+    assert len(stopped.rounds) == first < 8
+    assert stopped.summary["target_reached_at_round"] == first
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_client_stops_the_run_naming_client_round_and_rank():
+    parts = partition_clients("iid", make_data().tensors[1], RUN["clients"], RUN["seed"])
+    poisoned = int(parts[5][0])
+    with pytest.raises(WorkerFailedError) as caught:
+        fit(PoisonSensitive(), workers=2, data=make_data(poisoned), clients_per_round=12)
+    message = str(caught.value)
+    assert "client 5 failed in round 1 on worker rank" in message
+    assert "poisoned sample" in message
+    assert "--accept-failures" in message
+
+
+@pytest.mark.timeout(120)
+def test_accept_failures_drops_the_client_and_says_so(capsys):
+    parts = partition_clients("iid", make_data().tensors[1], RUN["clients"], RUN["seed"])
+    poisoned = int(parts[5][0])
+    result = fit(PoisonSensitive(), workers=2, data=make_data(poisoned), clients_per_round=12,
+                 accept_failures=True, quiet=False)
+    rows = [m.as_dict() for m in result.rounds]
+    assert all(r["failed_clients"] == [5] for r in rows)
+    assert all(r["clients"] == 12 for r in rows)
+    assert "dropped failing client(s) 5" in capsys.readouterr().err
+    # The other eleven clients trained: the model moved.
+    assert not torch.equal(result.model.net[0].weight, make_model()[0].weight)
+
+
+@pytest.mark.timeout(180)
+def test_resume_per_round_is_bitwise_identical(tmp_path):
+    initial = make_model()
+    whole = fit(copy.deepcopy(initial), workers=2, rounds=4, server_momentum=0.5,
+                server_lr=0.8)
+    fit(copy.deepcopy(initial), workers=2, rounds=2, server_momentum=0.5, server_lr=0.8,
+        out=tmp_path, checkpoint_every=1)
+    resumed = fit(copy.deepcopy(initial), workers=2, rounds=4, resume=tmp_path,
+                  out=tmp_path)
+    assert len(resumed.rounds) == 4
+    for name, tensor in state_of(whole.model).items():
+        assert torch.equal(tensor, state_of(resumed.model)[name]), name
+
+
+@pytest.mark.timeout(120)
+def test_fedprox_and_server_momentum_change_the_result():
+    initial = make_model()
+    plain = state_of(fit(copy.deepcopy(initial), workers=2).model)
+    prox = state_of(fit(copy.deepcopy(initial), workers=2, prox_mu=1.0).model)
+    momentum = state_of(fit(copy.deepcopy(initial), workers=2, server_momentum=0.9).model)
+    for other in (prox, momentum):
+        assert any(not torch.equal(plain[k], other[k]) for k in plain)
+
+
+@pytest.mark.parametrize("options, needle", [
+    (dict(clients=1000), "--clients 1000 is more than"),
+    (dict(partition="shards:50"), "shards"),
+    (dict(partition="dirichlet:0"), "dirichlet"),
+    (dict(clients_per_round=20), "--clients-per-round 20 is more than --clients 12"),
+    (dict(epochs=2), "use --rounds"),
+])
+def test_bad_federated_settings_are_one_line_user_errors(options, needle):
+    with pytest.raises(UserError) as caught:
+        fit(make_model(), workers=2, **options)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def _weighted_average_rank(rank, channel, group_state):
+    group = group_state.attach(rank)
+    tensors = [torch.full((3,), float(rank + 1))]
+    total = group.weighted_average_(tensors, weight=float(rank + 1))  # weights 1 and 2
+    channel.send((total, tensors[0].tolist()))
+
+
+@pytest.mark.timeout(60)
+def test_weighted_average_collective_across_processes():
+    state = ShmGroupState.create(2, 4, torch.float32, 30.0, oversubscribed=True)
+    seen = {}
+    result = Supervisor("fork", on_message=seen.__setitem__).run(
+        _weighted_average_rank, [(state,)] * 2)
+    assert result.ok, [f.describe() for f in result.failures]
+    for rank in range(2):
+        total, values = seen[rank]
+        assert total == pytest.approx(3.0)
+        assert values == pytest.approx([(1 * 1 + 2 * 2) / 3] * 3)
+
