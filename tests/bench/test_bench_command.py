@@ -19,28 +19,79 @@ def bench(args):
 @pytest.mark.timeout(300)
 def test_bench_writes_table_json_csv_and_plot(tmp_path, capsys):
     out = tmp_path / "bench"
-    code = bench(["--data", "digits", "--strategies", "single,sync", "--workers", "2",
-                  "--epochs", "1", "--steps", "3", "--repeats", "2",
-                  "--time-to-accuracy", "0.05", "--out", str(out)])
+    # 30 steps of digits reach 45-75% test accuracy (chance: 10%), so a 30% target fails if
+    # the cells stop learning.
+    code = bench(["--data", "digits", "--strategies", "sync", "--workers", "2",
+                  "--epochs", "1", "--steps", "30", "--repeats", "2",
+                  "--time-to-accuracy", "0.3", "--out", str(out)])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "sync x2" in printed and "single (1 thread)" in printed
+    assert "sync x2" in printed and "single (1 thread)" in printed and "s/epoch" in printed
+    assert "paired ratios" in printed
 
     report = json.loads((out / "bench.json").read_text())
-    assert {"usable_cores", "torch", "start_method"} <= set(report["machine"])
+    assert {"usable_cores", "torch"} <= set(report["machine"])
+    assert "start_method" not in report["machine"]  # per run and per cell instead
     labels = [cell["label"] for cell in report["cells"]]
-    assert labels == ["single (1 thread)", "single x1", "sync x2"]
+    assert labels == ["single (1 thread)", "sync x2"]
     assert len(report["runs"]) == 3 * len(labels)  # 2 timed, 1 sampled for memory
     assert sum(run["memory_sampled"] for run in report["runs"]) == len(labels)
-    sync = report["cells"][2]
-    assert sync["samples_per_s"]["n"] == 2 and sync["efficiency"] > 0
+    assert {run["start_method"] for run in report["runs"] if run["cell"] == "sync x2"} == {"fork"}
+    assert {run["start_method"] for run in report["runs"] if run["cell"] != "sync x2"} == {None}
+    for cell in report["cells"]:
+        assert cell["test_accuracy"]["min"] > 0.3
+        assert cell["time_to_accuracy_s"]["n"] == 2
+    sync = report["cells"][1]
+    assert sync["start_method"] == "fork" and report["cells"][0]["start_method"] is None
+    assert sync["samples_per_s"]["n"] == 2
+    assert sync["efficiency"]["n"] == 2 and sync["efficiency"]["median"] > 0
+    assert sync["efficiency"]["min"] <= sync["efficiency"]["median"] <= sync["efficiency"]["max"]
+    assert isinstance(sync["efficiency"]["unsteady"], bool)
+    # No `single x1` in the matrix: the speed-up is over the 1-thread reference too.
+    assert sync["efficiency_over"] == sync["speedup_over"] == "single (1 thread)"
+    assert sync["speedup"]["median"] == pytest.approx(2 * sync["efficiency"]["median"])
     assert sync["peak_pss_bytes"]["median"] > 0
-    assert sync["time_to_accuracy_s"]["n"] == 2
 
     rows = list(csv.DictReader((out / "bench.csv").open()))
-    assert [row["strategy"] for row in rows] == ["single", "single", "sync"]
-    assert {"samples_per_s", "speedup", "efficiency", "peak_pss_bytes"} <= set(rows[0])
+    assert [row["strategy"] for row in rows] == ["single", "sync"]
+    assert {"samples_per_s", "speedup", "efficiency", "efficiency_min", "efficiency_max",
+            "efficiency_unsteady", "start_method", "unit", "peak_pss_bytes"} <= set(rows[0])
+    assert rows[1]["start_method"] == "fork" and rows[1]["unit"] == "epoch"
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def fedavg_runs() -> bool:
+    """fedavg is a strategy and `mptrain run` takes --rounds (the lead's fedavg landed)."""
+    from mptrain import config
+    from mptrain.cli.run import run
+
+    strategies = getattr(config, "AVAILABLE_STRATEGIES", config.STRATEGIES)
+    return "fedavg" in strategies and any("--rounds" in p.opts for p in run.params)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not fedavg_runs(), reason="mptrain run has no fedavg yet")
+def test_fedavg_cells_run_rounds_against_their_own_reference(tmp_path, capsys):
+    out = tmp_path / "bench"
+    code = bench(["--data", "digits", "--strategies", "single,fedavg", "--workers", "2",
+                  "--epochs", "2", "--repeats", "1", "--clients", "20",
+                  "--clients-per-round", "4", "--local-epochs", "1", "--no-memory",
+                  "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "s/unit" in printed and "/round" in printed and "/epoch" in printed
+
+    report = json.loads((out / "bench.json").read_text())
+    cells = {cell["label"]: cell for cell in report["cells"]}
+    assert list(cells) == ["single (1 thread)", "single x1", "fedavg (1 thread)", "fedavg x2"]
+    fedavg = cells["fedavg x2"]
+    assert fedavg["unit"] == "round" and fedavg["failed"] == 0
+    assert fedavg["efficiency_over"] == "fedavg (1 thread)"
+    assert fedavg["efficiency"]["n"] == 1 and fedavg["efficiency"]["median"] > 0
+    assert fedavg["test_accuracy"]["median"] is not None
+    runs = [run for run in report["runs"] if run["cell"] == "fedavg x2"]
+    assert [row["round"] for row in runs[0]["epochs"]] == [1, 2]
 
 
 @pytest.mark.parametrize("args, message", [
@@ -49,6 +100,8 @@ def test_bench_writes_table_json_csv_and_plot(tmp_path, capsys):
     (["--repeats", "0"], "--repeats must be"),
     (["--time-to-accuracy", "97"], "fraction"),
     (["--data", "nope"], "unknown data set"),
+    (["--clients", "10"], "--clients applies to fedavg cells only"),
+    (["--strategies", "fedavg", "--steps", "3"], "--steps cannot be used with fedavg"),
 ])
 def test_bad_bench_input_is_one_line(args, message, capsys):
     assert bench(args) == 2

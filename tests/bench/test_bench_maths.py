@@ -1,11 +1,17 @@
 """The bench's pure parts: which cells, in which order, and the figures derived from runs."""
 
+from pathlib import Path
+
 import pytest
 
-from mptrain.bench.execute import RunRecord
-from mptrain.bench.matrix import Cell, expand, interleave, memory_pass, worker_counts
-from mptrain.bench.report import cell_rows
-from mptrain.bench.stats import efficiency, speedup, spread, time_to_accuracy
+from mptrain.bench.execute import RunRecord, Workload, command_for, record_from
+from mptrain.bench.matrix import (Cell, expand, interleave, memory_pass, reference_of,
+                                  speedup_baseline, worker_counts)
+from mptrain.bench.report import cell_rows, footnotes, render_table, time_header
+from mptrain.bench.session import BenchSettings
+from mptrain.bench.stats import (efficiency, is_unsteady, paired_ratios, speedup, spread,
+                                 time_to_accuracy)
+from mptrain.errors import UserError
 
 
 @pytest.mark.parametrize("requested, cores, expected", [
@@ -54,20 +60,159 @@ def test_time_to_accuracy_counts_start_up():
     assert time_to_accuracy(epochs, 0.99, run_start_offset_s=1.5) is None
 
 
-def record(cell, speed, ok=True):
-    return RunRecord(cell, 0, ok=ok, samples_per_s=speed if ok else None,
+def record(cell, speed, ok=True, repeat=0):
+    return RunRecord(cell, repeat, ok=ok, samples_per_s=speed if ok else None,
                      error=None if ok else "boom", test_accuracy=0.9 if ok else None)
 
 
-def test_cell_rows_derive_speedup_and_efficiency_from_medians():
+def test_cell_rows_pair_each_run_with_the_baseline_run_of_its_repeat():
     ref, single, sync = Cell("single", 1, 1, True), Cell("single", 1), Cell("sync", 2)
-    records = [record(ref, 10_000), record(ref, 12_000), record(ref, 11_000),
-               record(single, 16_000), record(sync, 19_800), record(sync, 0, ok=False)]
+    records = [record(ref, 10_000, repeat=0), record(ref, 12_000, repeat=1),
+               record(single, 16_000, repeat=0), record(single, 18_000, repeat=1),
+               record(sync, 19_800, repeat=0), record(sync, 0, ok=False, repeat=1)]
     rows = {row["label"]: row for row in cell_rows([ref, single, sync], records)}
     assert rows["single (1 thread)"]["samples_per_s"]["median"] == 11_000
-    assert rows["sync x2"]["efficiency"] == pytest.approx(19_800 / 22_000)
-    assert rows["sync x2"]["speedup"] == pytest.approx(19_800 / 16_000)
+    # Only repeat 0 has both runs: 19,800 against that repeat's 10,000, not the median 11,000.
+    assert rows["sync x2"]["efficiency"]["median"] == pytest.approx(19_800 / 20_000)
+    assert rows["sync x2"]["efficiency"]["n"] == 1
+    assert rows["sync x2"]["speedup"]["median"] == pytest.approx(19_800 / 16_000)
+    assert rows["sync x2"]["speedup_over"] == "single x1"
+    assert rows["sync x2"]["efficiency_over"] == "single (1 thread)"
+    assert rows["single (1 thread)"]["efficiency"]["median"] == 1
     assert rows["sync x2"]["failed"] == 1 and rows["sync x2"]["error"] == "boom"
+
+
+def test_machine_drift_cancels_in_the_paired_efficiency():
+    """Issue 10 item 11: the machine slowed from repeat to repeat, every cell alike; each
+    repeat's ratio is the true 0.95."""
+    ref, hogwild = Cell("single", 1, 1, True), Cell("hogwild", 2)
+    reference = [8_000, 6_400, 7_100]
+    records = [record(ref, speed, repeat=k) for k, speed in enumerate(reference)]
+    records += [record(hogwild, 0.95 * 2 * speed, repeat=k) for k, speed in enumerate(reference)]
+    row = cell_rows([ref, hogwild], records)[1]
+    assert row["efficiency"]["min"] == pytest.approx(0.95)
+    assert row["efficiency"]["max"] == pytest.approx(0.95)
+    assert not row["efficiency"]["unsteady"]
+
+
+def test_one_slow_reference_run_shows_as_spread_and_is_marked():
+    """The reference alone ran slow in repeat 1 (6.4k instead of 8k): that repeat's ratio is
+    off, the median is not, and the spread marks the figure as too wide to trust."""
+    ref, hogwild = Cell("single", 1, 1, True), Cell("hogwild", 2)
+    records = [record(ref, speed, repeat=k) for k, speed in enumerate((8_000, 6_400, 8_000))]
+    records += [record(hogwild, 15_200, repeat=k) for k in range(3)]
+    efficiency_ = cell_rows([ref, hogwild], records)[1]["efficiency"]
+    assert efficiency_["median"] == pytest.approx(0.95)
+    assert efficiency_["max"] == pytest.approx(15_200 / 12_800)
+    assert efficiency_["unsteady"]
+
+
+def test_paired_ratios_skip_repeats_where_either_run_failed():
+    stats = paired_ratios({0: 20.0, 1: 30.0, 2: None}, {0: 10.0, 2: 10.0}, speedup)
+    assert stats == {"median": 2.0, "min": 2.0, "max": 2.0, "n": 1, "unsteady": False}
+    assert paired_ratios({}, {0: 1.0}, speedup)["n"] == 0
+
+
+@pytest.mark.parametrize("ratios, unsteady", [
+    ([1.0, 1.05, 0.95], False),     # spread 0.10 of the median
+    ([1.0, 1.2, 0.99], True),       # 0.21
+    ([0.92, 1.1], False),           # 0.18
+    ([0.5], False),                 # one ratio: no spread to judge
+    ([], False),
+])
+def test_unsteady_when_paired_ratios_spread_over_a_fifth_of_their_median(ratios, unsteady):
+    assert is_unsteady(spread(ratios)) is unsteady
+    assert paired_ratios(dict(enumerate(ratios)), dict.fromkeys(range(len(ratios)), 1.0),
+                         speedup)["unsteady"] is unsteady
+
+
+def test_unsteady_figures_are_marked_in_the_table_and_named_below_it():
+    ref, sync = Cell("single", 1, 1, True), Cell("sync", 2)
+    records = [record(ref, 10_000, repeat=k) for k in range(3)]
+    records += [record(sync, speed, repeat=k) for k, speed in enumerate((14_000, 20_000, 18_000))]
+    rows = cell_rows([ref, sync], records)
+    assert rows[1]["efficiency"]["unsteady"] and not rows[0]["efficiency"]["unsteady"]
+    table = render_table(rows, None)
+    efficiency_column = next(c for c in table.columns if c.header == "eff.")
+    assert list(efficiency_column.cells)[1] == "[yellow]0.90 (0.70-1.00) ![/yellow]"
+    assert list(efficiency_column.cells)[0] == "1.00 (1.00-1.00)"
+    notes = footnotes(rows)
+    assert any(note.startswith("! too wide to trust") and "sync x2" in note for note in notes)
+
+
+@pytest.mark.parametrize("strategies, header", [
+    (["sync"], "s/epoch"), (["fedavg"], "s/round"), (["sync", "fedavg"], "s/unit"),
+])
+def test_time_column_names_its_unit(strategies, header):
+    cells = expand(strategies, [2], threads=None)
+    rows = cell_rows(cells, [record(cell, 1_000) for cell in cells])
+    assert time_header(rows) == header
+    assert {row["unit"] for row in rows} == {"round" if s == "fedavg" else "epoch"
+                                            for s in strategies}
+
+
+def test_fedavg_cells_get_their_own_single_thread_reference():
+    cells = expand(["sync", "fedavg"], [1, 2], threads=None)
+    assert [c.label for c in cells] == ["single (1 thread)", "sync x1", "sync x2",
+                                        "fedavg (1 thread)", "fedavg x1", "fedavg x2"]
+    fedavg2, sync2 = Cell("fedavg", 2), Cell("sync", 2)
+    assert reference_of(fedavg2, cells) == Cell("fedavg", 1, 1, True)
+    assert speedup_baseline(fedavg2, cells) == Cell("fedavg", 1)
+    assert reference_of(sync2, cells) == Cell("single", 1, 1, True)
+    # No `single x1` in the matrix: speed-up over the 1-thread reference instead.
+    assert speedup_baseline(sync2, cells) == Cell("single", 1, 1, True)
+
+
+def test_fedavg_alone_needs_no_single_reference_and_one_thread_runs_once():
+    cells = expand(["fedavg"], [1, 2], threads=1)
+    assert [c.label for c in cells] == ["fedavg (1 thread)", "fedavg x2, 1 thr"]
+    assert speedup_baseline(cells[1], cells) == cells[0]
+
+
+def test_fedavg_cells_run_rounds_with_the_fedavg_flags_and_no_steps():
+    workload = Workload(["--data", "digits"], epochs=3, steps_per_epoch=None,
+                        round_options=["--clients", "20", "--partition", "iid"])
+    command = command_for(Cell("fedavg", 2), workload, Path("out"))
+    assert command[command.index("--rounds") + 1] == "3" and "--epochs" not in command
+    assert command[-4:] == ["--clients", "20", "--partition", "iid"]
+    workload.steps_per_epoch = 5
+    assert "--steps-per-epoch" not in command_for(Cell("fedavg", 2), workload, Path("out"))
+    sync = command_for(Cell("sync", 2), workload, Path("out"))
+    assert "--epochs" in sync and "--clients" not in sync and "--steps-per-epoch" in sync
+
+
+def test_each_run_records_the_start_method_it_used():
+    workload = Workload([], epochs=1)
+    summary = {"train_samples_per_s": 100.0, "start_method": "spawn", "startup_s": 1.0}
+    run = record_from(Cell("sync", 2), 0, summary, [], 2.0, None, workload)
+    assert run.start_method == "spawn"
+    single = record_from(Cell("single", 1), 1, {**summary, "start_method": None}, [], 2.0,
+                         None, workload)
+    rows = {row["label"]: row for row in cell_rows([Cell("sync", 2), Cell("single", 1)],
+                                                   [run, single])}
+    assert rows["sync x2"]["start_method"] == "spawn"
+    assert rows["single x1"]["start_method"] is None
+
+
+def settings(**changes):
+    base = dict(data="digits", data_dir=None, model=None, strategies=("sync",), workers=None,
+                epochs=1, steps=None, repeats=1, threads=None, target_accuracy=None,
+                eval_every=None, run_options=())
+    return BenchSettings(**{**base, **changes})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(clients=10), "--clients applies to fedavg cells only"),
+    (dict(partition="iid", local_epochs=2), "--local-epochs, --partition applies to fedavg"),
+    (dict(strategies=("sync", "fedavg"), steps=3), "--steps cannot be used with fedavg"),
+    (dict(strategies=("fedavg",), eval_every=3), "--eval-every cannot be used with fedavg"),
+    (dict(strategies=("fedavg",), clients_per_round=0), "--clients-per-round must be"),
+    (dict(strategies=("sync", "bogus")), "unknown bogus"),
+])
+def test_bad_settings_are_one_line_user_errors(changes, message):
+    with pytest.raises(UserError) as error:
+        settings(**changes)
+    assert message in str(error.value) and "\n" not in str(error.value)
 
 
 def test_times_come_from_timed_runs_and_memory_from_sampled_ones():

@@ -25,10 +25,11 @@ class Workload:
     """What every cell trains: the ``mptrain run`` options shared by all cells."""
 
     run_options: list[str]
-    epochs: int
+    epochs: int                         # epochs per run; rounds for fedavg cells
     steps_per_epoch: int | None = None
     target_accuracy: float | None = None
     timeout_s: float = 3600.0
+    round_options: list[str] = field(default_factory=list)  # --clients ...: fedavg cells only
 
 
 @dataclass
@@ -47,19 +48,24 @@ class RunRecord:
     time_to_accuracy_s: float | None = None
     peak_rss_bytes: int | None = None
     peak_pss_bytes: int | None = None
+    start_method: str | None = None   # what the run used (summary.json); None: no workers
     memory_sampled: bool = False   # a memory run: its times are not reported
     epochs: list = field(default_factory=list)
 
 
 def command_for(cell: Cell, workload: Workload, out: Path) -> list[str]:
+    unit = "--rounds" if cell.unit == "round" else "--epochs"
     command = [sys.executable, "-m", "mptrain", "run", *workload.run_options,
-               "--strategy", cell.strategy, "--epochs", str(workload.epochs),
+               "--strategy", cell.strategy, unit, str(workload.epochs),
                "--quiet", "--out", str(out)]
     if cell.strategy != "single":
         command += ["--workers", str(cell.workers)]
     if cell.threads is not None:
         command += ["--threads-per-worker", str(cell.threads)]
-    if workload.steps_per_epoch is not None:
+    if cell.unit == "round":
+        command += workload.round_options
+    elif workload.steps_per_epoch is not None:
+        # A round has no steps per epoch to cut; the bench refuses --steps with fedavg.
         command += ["--steps-per-epoch", str(workload.steps_per_epoch)]
     return command
 
@@ -119,4 +125,5 @@ def record_from(cell, repeat, summary, epochs, wall_s, sampler, workload) -> Run
                             if workload.target_accuracy is not None else None),
         peak_rss_bytes=(sampler.peak_rss or None) if sampler else None,
         peak_pss_bytes=(sampler.peak_pss or None) if sampler else None,
+        start_method=summary.get("start_method"),
         memory_sampled=sampler is not None, epochs=epochs)

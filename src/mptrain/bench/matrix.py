@@ -1,8 +1,14 @@
-"""Which runs a bench makes, in which order (pure functions)."""
+"""Which runs a bench makes, in which order, and what each cell is compared with (pure
+functions)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+# Strategies whose unit of work is a round (sampled clients, local epochs, one aggregation)
+# rather than an epoch. Their cells run `--rounds`, and they are a different workload from an
+# epoch of `single`, so they get their own single-thread reference.
+ROUND_STRATEGIES = ("fedavg",)
 
 
 @dataclass(frozen=True)
@@ -15,9 +21,14 @@ class Cell:
     @property
     def label(self) -> str:
         if self.reference:
-            return "single (1 thread)"
+            return f"{self.strategy} (1 thread)"
         threads = f", {self.threads} thr" if self.threads else ""
         return f"{self.strategy} x{self.workers}{threads}"
+
+    @property
+    def unit(self) -> str:
+        """What `--epochs N` of the bench counts for this cell."""
+        return "round" if self.strategy in ROUND_STRATEGIES else "epoch"
 
 
 def worker_counts(requested: list[int] | None, cores: int) -> list[int]:
@@ -27,20 +38,43 @@ def worker_counts(requested: list[int] | None, cores: int) -> list[int]:
 
 
 def expand(strategies: list[str], workers: list[int], threads: int | None) -> list[Cell]:
-    """The cells of the matrix plus the single-thread reference, each once."""
-    cells = [Cell("single", 1, threads=1, reference=True)]
-    for strategy in strategies:
+    """The cells of the matrix, each once, with a single-thread reference per workload:
+    ``single (1 thread)`` first for the epoch strategies, ``fedavg (1 thread)`` ahead of the
+    fedavg cells. A cell identical to its reference (1 worker, 1 thread) is not run twice."""
+    epoch_strategies = [s for s in strategies if s not in ROUND_STRATEGIES]
+    cells = [Cell("single", 1, threads=1, reference=True)] if epoch_strategies else []
+    for strategy in [*epoch_strategies, *(s for s in strategies if s in ROUND_STRATEGIES)]:
+        if strategy in ROUND_STRATEGIES:
+            cells.append(Cell(strategy, 1, threads=1, reference=True))
         counts = [1] if strategy == "single" else workers
         for count in counts:
-            cell = Cell(strategy, count, threads)
-            if strategy == "single" and (threads or 0) == 1:
+            if count == 1 and (threads or 0) == 1 and \
+                    (strategy == "single" or strategy in ROUND_STRATEGIES):
                 continue  # identical to the reference
-            cells.append(cell)
+            cells.append(Cell(strategy, count, threads))
     return cells
 
 
+def reference_of(cell: Cell, cells: list[Cell]) -> Cell | None:
+    """The single-thread run that ``cell``'s efficiency divides by: the same workload in one
+    process with one thread."""
+    strategy = cell.strategy if cell.strategy in ROUND_STRATEGIES else "single"
+    return next((c for c in cells if c.reference and c.strategy == strategy), None)
+
+
+def speedup_baseline(cell: Cell, cells: list[Cell]) -> Cell | None:
+    """What ``cell``'s speed-up is over: one process with mptrain's default threads (``single
+    x1``; ``fedavg x1`` for fedavg), else, when that cell is not in the matrix (it equals the
+    reference under ``--threads-per-worker 1``, or 1 is not among the worker counts), the
+    single-thread reference."""
+    strategy = cell.strategy if cell.strategy in ROUND_STRATEGIES else "single"
+    return next((c for c in cells if not c.reference and c.strategy == strategy
+                 and c.workers == 1), reference_of(cell, cells))
+
+
 def interleave(cells: list[Cell], repeats: int) -> list[tuple[int, Cell]]:
-    """A B C A B C ...: machine drift during the bench hits every cell alike."""
+    """A B C A B C ...: machine drift during the bench hits every cell alike, and run k of
+    every cell belongs to repeat k (the pairs of the paired ratios)."""
     return [(repeat, cell) for repeat in range(repeats) for cell in cells]
 
 

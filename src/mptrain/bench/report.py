@@ -10,34 +10,38 @@ from pathlib import Path
 from rich.table import Table
 
 from ..report.outputs import atomic_write, write_json
-from .matrix import Cell
-from .stats import efficiency, speedup, spread
+from .matrix import Cell, reference_of, speedup_baseline
+from .stats import UNSTEADY_SPREAD, efficiency, paired_ratios, speedup, spread
 
 
 def cell_rows(cells: list[Cell], records: list) -> list[dict]:
-    """One row per cell: medians with min-max over its repeats, and the derived ratios."""
+    """One row per cell: medians with min-max over its repeats, and the speed-up and
+    efficiency as paired ratios (each run against its baseline's run of the same repeat)."""
     timed = [r for r in records if not r.memory_sampled]
     sampled = [r for r in records if r.memory_sampled]
     by_cell = {cell: [r for r in timed if r.cell == cell] for cell in cells}
     memory_by_cell = {cell: [r for r in sampled if r.cell == cell and r.ok] for cell in cells}
-    reference = spread([r.samples_per_s for r in by_cell[cells[0]] if r.ok])["median"]
-    single = next((c for c in cells if c.strategy == "single" and not c.reference), cells[0])
-    single_speed = spread([r.samples_per_s for r in by_cell[single] if r.ok])["median"]
+    speeds = {cell: {r.repeat: r.samples_per_s for r in by_cell[cell] if r.ok} for cell in cells}
     rows = []
     for cell in cells:
         ok = [r for r in by_cell[cell] if r.ok]
-        speed = spread([r.samples_per_s for r in ok])
+        reference, single = reference_of(cell, cells), speedup_baseline(cell, cells)
         rows.append({
             "strategy": cell.strategy, "workers": cell.workers, "threads": cell.threads,
-            "label": cell.label, "reference": cell.reference,
+            "label": cell.label, "reference": cell.reference, "unit": cell.unit,
             "runs": len(by_cell[cell]),
             "failed": sum(not r.ok for r in records if r.cell == cell),
             "error": next((r.error for r in records if r.cell == cell and not r.ok), None),
+            "start_method": _start_methods(r for r in records if r.cell == cell and r.ok),
             "startup_s": spread([r.startup_s for r in ok]),
             "epoch_s": spread([r.epoch_s for r in ok]),
-            "samples_per_s": speed,
-            "speedup": speedup(speed["median"], single_speed),
-            "efficiency": efficiency(speed["median"], cell.workers, reference),
+            "samples_per_s": spread([r.samples_per_s for r in ok]),
+            "speedup": paired_ratios(speeds[cell], speeds.get(single, {}), speedup),
+            "speedup_over": single.label if single else None,
+            "efficiency": paired_ratios(
+                speeds[cell], speeds.get(reference, {}),
+                lambda value, base, n=cell.workers: efficiency(value, n, base)),
+            "efficiency_over": reference.label if reference else None,
             "test_accuracy": spread([r.test_accuracy for r in ok]),
             "test_loss": spread([r.test_loss for r in ok]),
             "time_to_accuracy_s": spread([r.time_to_accuracy_s for r in ok]),
@@ -47,22 +51,29 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
     return rows
 
 
+def time_header(rows: list[dict]) -> str:
+    units = {row["unit"] for row in rows}
+    return f"s/{units.pop()}" if len(units) == 1 else "s/unit"
+
+
 def render_table(rows: list[dict], target: float | None) -> Table:
     table = Table(title="mptrain bench: medians (min-max) over repeats", title_style="bold")
-    for name in ("cell", "start s", "s/epoch", "samples/s", "speedup", "eff.",
+    for name in ("cell", "start s", time_header(rows), "samples/s", "speedup", "eff.",
                  "accuracy" if any(r["test_accuracy"]["n"] for r in rows) else "test loss",
                  *(["to {:.1%} s".format(target)] if target is not None else []),
                  "RSS MiB", "PSS MiB"):
         table.add_column(name, justify="left" if name == "cell" else "right")
+    mixed = time_header(rows) == "s/unit"
     for row in rows:
         if row["samples_per_s"]["n"] == 0:
             table.add_row(row["label"], f"[red]failed: {row['error']}[/red]")
             continue
         score = row["test_accuracy"] if row["test_accuracy"]["n"] else row["test_loss"]
         percent = row["test_accuracy"]["n"] > 0
-        cells = [row["label"], _num(row["startup_s"], "{:.2f}"), _num(row["epoch_s"], "{:.2f}"),
-                 _range(row["samples_per_s"]), _ratio(row["speedup"]),
-                 _ratio(row["efficiency"]),
+        per_unit = _num(row["epoch_s"], "{:.2f}") + (f" /{row['unit']}" if mixed else "")
+        cells = [row["label"], _num(row["startup_s"], "{:.2f}"), per_unit,
+                 _range(row["samples_per_s"]), _paired(row["speedup"]),
+                 _paired(row["efficiency"]),
                  _num(score, "{:.2%}" if percent else "{:.4f}")]
         if target is not None:
             tta = row["time_to_accuracy_s"]
@@ -72,26 +83,53 @@ def render_table(rows: list[dict], target: float | None) -> Table:
     return table
 
 
+def footnotes(rows: list[dict]) -> list[str]:
+    """What the ratios are over, the start methods used, and a warning for unsteady ones."""
+    notes = ["speedup and eff. are medians (min-max) of paired ratios: each run against the "
+             "baseline's run of the same repeat; eff. = samples/s / (workers x the 1-thread "
+             "reference's samples/s)"]
+    baselines = dict.fromkeys((row["speedup_over"], row["efficiency_over"]) for row in rows)
+    notes.append("; ".join(f"speedup over {speed}, efficiency over {eff}"
+                           for speed, eff in baselines))
+    methods = {row["label"]: row["start_method"] for row in rows if row["start_method"]}
+    if methods:
+        distinct = set(methods.values())
+        notes.append(f"workers started by {distinct.pop()}" if len(distinct) == 1 else
+                     "start methods: " + ", ".join(f"{k} {v}" for k, v in methods.items()))
+    unsteady = [row["label"] for row in rows
+                if row["speedup"]["unsteady"] or row["efficiency"]["unsteady"]]
+    if unsteady:
+        notes.append(f"! too wide to trust (paired ratios spread over "
+                     f"{UNSTEADY_SPREAD:.0%} of their median): {', '.join(unsteady)}; re-run "
+                     "with more --repeats on a quieter machine")
+    return notes
+
+
 def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict],
                       records: list) -> None:
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "bench.json", {"machine": machine, "settings": settings, "cells": rows,
                                     "runs": [_record_dict(r) for r in records]})
     text = io.StringIO()
-    fields = ["strategy", "workers", "threads", "runs", "failed", "startup_s", "epoch_s",
-              "samples_per_s", "samples_per_s_min", "samples_per_s_max", "speedup",
-              "efficiency", "test_accuracy", "test_loss", "time_to_accuracy_s",
-              "peak_rss_bytes", "peak_pss_bytes"]
+    fields = ["strategy", "workers", "threads", "unit", "start_method", "runs", "failed",
+              "startup_s", "epoch_s", "samples_per_s", "samples_per_s_min",
+              "samples_per_s_max", "speedup", "speedup_min", "speedup_max", "speedup_unsteady",
+              "efficiency", "efficiency_min", "efficiency_max", "efficiency_unsteady",
+              "test_accuracy", "test_loss", "time_to_accuracy_s", "peak_rss_bytes",
+              "peak_pss_bytes"]
     writer = csv.DictWriter(text, fieldnames=fields)
     writer.writeheader()
     for row in rows:
-        flat = {k: row[k] for k in ("strategy", "workers", "threads", "runs", "failed",
-                                    "speedup", "efficiency")}
-        for key in ("startup_s", "epoch_s", "samples_per_s", "test_accuracy", "test_loss",
-                    "time_to_accuracy_s", "peak_rss_bytes", "peak_pss_bytes"):
+        flat = {k: row[k] for k in ("strategy", "workers", "threads", "unit", "start_method",
+                                    "runs", "failed")}
+        for key in ("startup_s", "epoch_s", "samples_per_s", "speedup", "efficiency",
+                    "test_accuracy", "test_loss", "time_to_accuracy_s", "peak_rss_bytes",
+                    "peak_pss_bytes"):
             flat[key] = row[key]["median"]
-        flat["samples_per_s_min"] = row["samples_per_s"]["min"]
-        flat["samples_per_s_max"] = row["samples_per_s"]["max"]
+        for key in ("samples_per_s", "speedup", "efficiency"):
+            flat[f"{key}_min"], flat[f"{key}_max"] = row[key]["min"], row[key]["max"]
+        for key in ("speedup", "efficiency"):
+            flat[f"{key}_unsteady"] = row[key]["unsteady"]
         writer.writerow(flat)
     atomic_write(out / "bench.csv", lambda handle: handle.write(text.getvalue().encode()))
     plot_bench(out / "bench.png", rows)
@@ -116,10 +154,10 @@ def plot_bench(path: Path, rows: list[dict]) -> None:
                             label=strategy)
         key = "test_accuracy" if use_accuracy else "test_loss"
         score_axis.plot(workers, [r[key]["median"] for r in mine], marker="o", label=strategy)
-    reference = next((r for r in rows if r["reference"] and r["samples_per_s"]["n"]), None)
-    if reference:
-        speed_axis.axhline(reference["samples_per_s"]["median"], color="grey", linestyle=":",
-                           label="single, 1 thread")
+    for reference, style in zip((r for r in rows if r["reference"] and r["samples_per_s"]["n"]),
+                                (":", "--")):
+        speed_axis.axhline(reference["samples_per_s"]["median"], color="grey", linestyle=style,
+                           label=reference["label"])
     speed_axis.set(xlabel="workers", ylabel="train samples/s", title="throughput")
     score_axis.set(xlabel="workers", title="test accuracy" if use_accuracy else "test loss")
     for axis in (speed_axis, score_axis):
@@ -153,8 +191,20 @@ def _range(stats: dict) -> str:
     return f"{stats['median']:,.0f} ({stats['min']:,.0f}-{stats['max']:,.0f})"
 
 
-def _ratio(value) -> str:
-    return f"{value:.2f}" if value is not None else "-"
+def _paired(stats: dict) -> str:
+    """0.97, or 0.97 (0.95-0.99) over several repeats; a trailing ! when too wide to trust."""
+    if not stats["n"]:
+        return "-"
+    text = f"{stats['median']:.2f}"
+    if stats["n"] > 1:
+        text += f" ({stats['min']:.2f}-{stats['max']:.2f})"
+    return f"[yellow]{text} ![/yellow]" if stats["unsteady"] else text
+
+
+def _start_methods(records) -> str | None:
+    """The start methods the runs used, e.g. "fork"; None when no run started workers."""
+    methods = sorted({r.start_method for r in records if r.start_method})
+    return ", ".join(methods) or None
 
 
 def _mib(stats: dict) -> str:

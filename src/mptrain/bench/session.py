@@ -6,21 +6,24 @@ import math
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psutil
 import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from ..config import STRATEGIES
 from ..data.sources import load_data
 from ..errors import UserError
 from ..launch.tuning import usable_cores
 from .execute import RunRecord, Workload, run_cell
-from .matrix import Cell, expand, interleave, memory_pass, worker_counts
+from .matrix import ROUND_STRATEGIES, Cell, expand, interleave, memory_pass, worker_counts
 from .report import cell_rows
 
-BENCH_STRATEGIES = ("single", "hogwild", "sync", "ddp")
+# Bench flags passed to fedavg cells only, as the `mptrain run` flags of the same name.
+ROUND_FLAGS = {"clients": "--clients", "clients_per_round": "--clients-per-round",
+               "local_epochs": "--local-epochs", "partition": "--partition"}
 
 
 @dataclass(frozen=True)
@@ -39,17 +42,36 @@ class BenchSettings:
     run_options: tuple[str, ...]   # further `mptrain run` flags: batch size, lr, ...
     timeout_s: float = 3600.0
     memory: bool = True            # one extra run per cell, sampled for peak RSS/PSS
+    # fedavg cells only; None: the data set's default
+    clients: int | None = None
+    clients_per_round: int | None = None
+    local_epochs: int | None = None
+    partition: str | None = None
 
     def __post_init__(self):
-        unknown = [s for s in self.strategies if s not in BENCH_STRATEGIES]
+        unknown = [s for s in self.strategies if s not in STRATEGIES]
         if unknown:
             raise UserError(f"--strategies: unknown {', '.join(unknown)}; choose from "
-                            f"{', '.join(BENCH_STRATEGIES)}")
+                            f"{', '.join(STRATEGIES)}")
         for name in ("epochs", "repeats"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name} must be a positive integer")
-        if self.steps is not None and self.steps < 1:
-            raise UserError("--steps must be a positive integer")
+        for name in ("steps", "clients", "clients_per_round", "local_epochs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be a positive integer")
+        rounds = [s for s in self.strategies if s in ROUND_STRATEGIES]
+        given = [ROUND_FLAGS[name] for name in ROUND_FLAGS if getattr(self, name) is not None]
+        if given and not rounds:
+            raise UserError(f"{', '.join(given)} applies to fedavg cells only; add fedavg to "
+                            "--strategies or drop it")
+        if rounds and self.steps is not None:
+            raise UserError(f"--steps cannot be used with {rounds[0]}, whose unit of work "
+                            "is a round: set rounds with --epochs and size them with "
+                            "--clients-per-round and --local-epochs")
+        if rounds and self.eval_every is not None:
+            raise UserError(f"--eval-every cannot be used with {rounds[0]}: it evaluates "
+                            "after every round already; drop --eval-every")
         if self.workers is not None and any(w < 1 for w in self.workers):
             raise UserError("--workers takes positive integers, e.g. --workers 1,2,4")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
@@ -78,9 +100,12 @@ def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
     cells = expand(list(settings.strategies),
                    worker_counts(list(settings.workers or []), usable_cores()),
                    settings.threads)
+    round_options = [option for name, flag in ROUND_FLAGS.items()
+                     if getattr(settings, name) is not None
+                     for option in (flag, str(getattr(settings, name)))]
     return cells, Workload(run_options=options, epochs=epochs, steps_per_epoch=steps,
                            target_accuracy=settings.target_accuracy,
-                           timeout_s=settings.timeout_s)
+                           timeout_s=settings.timeout_s, round_options=round_options)
 
 
 def run_bench(settings: BenchSettings, console: Console | None = None
@@ -97,8 +122,8 @@ def run_bench(settings: BenchSettings, console: Console | None = None
                   transient=True, refresh_per_second=2) as progress:
         task = progress.add_task("warm-up", total=len(schedule) + 1)
         # One untimed run first: file caches, bytecode, the allocator of a cold machine.
-        run_cell(cells[0], -1, Workload(workload.run_options, 1, steps_per_epoch=5,
-                                        timeout_s=workload.timeout_s))
+        run_cell(Cell("single", 1, threads=1, reference=True), -1,
+                 replace(workload, epochs=1, steps_per_epoch=5, target_accuracy=None))
         progress.advance(task)
         for repeat, cell, sample_memory in schedule:
             step = "memory" if sample_memory else f"repeat {repeat + 1}/{settings.repeats}"
@@ -108,11 +133,13 @@ def run_bench(settings: BenchSettings, console: Console | None = None
     return cell_rows(cells, records), records, cells
 
 
-def machine_info(start_method: str = "fork") -> dict:
+def machine_info() -> dict:
+    """The machine. The start method is not here: each run records the one it used (runs and
+    cells of bench.json)."""
     return {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
             "usable_cores": usable_cores(), "logical_cpus": os.cpu_count(),
-            "memory_bytes": psutil.virtual_memory().total, "start_method": start_method,
+            "memory_bytes": psutil.virtual_memory().total,
             "default_threads_per_worker": "usable cores // workers"}
 
 

@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 import statistics
+from typing import Callable
+
+# A paired ratio whose min-max spans more than this fraction of its median is marked as too
+# wide to trust. The ratios compare runs seconds apart, so they cancel the slow drift of a
+# machine; what is left is noise between neighbouring runs. When that noise spans 20% of the
+# figure, its median can sit 10% off either way, the size of the differences a bench is asked
+# to tell apart (efficiency 0.9 against 1.0).
+UNSTEADY_SPREAD = 0.2
 
 
 def spread(values) -> dict:
@@ -26,6 +34,31 @@ def speedup(samples_per_s: float | None, baseline: float | None) -> float | None
     if not samples_per_s or not baseline:
         return None
     return samples_per_s / baseline
+
+
+def paired_ratios(values: dict[int, float | None], baselines: dict[int, float | None],
+           ratio: Callable[[float, float], float | None]) -> dict:
+    """``ratio(value, baseline)`` of each repeat against the baseline run of the same repeat,
+    summarised as ``spread`` plus ``unsteady``.
+
+    Repeats are interleaved (A B C A B C), so run k of a cell and run k of its baseline ran
+    seconds apart: the median of these ratios follows the machine's drift far less than the
+    ratio of two medians, where one slow stretch of the baseline moves every figure. Repeats
+    where either run failed are left out.
+    """
+    ratios = [ratio(value, baselines[repeat]) for repeat, value in sorted(values.items())
+              if value is not None and baselines.get(repeat) is not None]
+    stats = spread(ratios)
+    stats["unsteady"] = is_unsteady(stats)
+    return stats
+
+
+def is_unsteady(stats: dict, limit: float = UNSTEADY_SPREAD) -> bool:
+    """True when at least two ratios span more than ``limit`` of their median (one ratio has
+    no spread to judge, so it is never marked)."""
+    if stats["n"] < 2 or not stats["median"]:
+        return False
+    return (stats["max"] - stats["min"]) > limit * abs(stats["median"])
 
 
 def time_to_accuracy(epochs: list[dict], target: float, run_start_offset_s: float

@@ -20,8 +20,10 @@ from .app import cli
               help="Comma-separated strategies to compare.")
 @click.option("--workers", "workers_list", help="Comma-separated worker counts "
                                                 "(default: 1, 2 and the usable cores).")
-@click.option("--epochs", type=int, default=1, show_default=True, help="Work per run.")
-@click.option("--steps", type=int, help="Quick look: only N steps per worker per epoch.")
+@click.option("--epochs", type=int, default=1, show_default=True,
+              help="Work per run: epochs, rounds for fedavg.")
+@click.option("--steps", type=int, help="Quick look: only N steps per worker per epoch "
+                                        "(not with fedavg, whose unit is a round).")
 @click.option("--repeats", type=int, default=3, show_default=True,
               help="Runs per cell, interleaved (A B C A B C).")
 @click.option("--threads-per-worker", type=int, help="Default: usable cores // workers.")
@@ -32,6 +34,11 @@ from .app import cli
 @click.option("--batch-size", type=int)
 @click.option("--lr", type=float)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS))
+@click.option("--clients", type=int, help="fedavg cells: simulated clients (default: the "
+                                          "data set's).")
+@click.option("--clients-per-round", type=int, help="fedavg cells: clients sampled per round.")
+@click.option("--local-epochs", type=int, help="fedavg cells: epochs each client trains.")
+@click.option("--partition", help="fedavg cells: iid, dirichlet:ALPHA or shards:K.")
 @click.option("--timeout", type=float, default=3600, show_default=True,
               help="Seconds one run may take.")
 @click.option("--memory/--no-memory", default=True, show_default=True,
@@ -40,12 +47,18 @@ from .app import cli
 @click.option("--out", help="Write bench.json, bench.csv and bench.png here.")
 def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeats,
           threads_per_worker, time_to_accuracy, eval_every, batch_size, lr, optimizer,
-          timeout, memory, out):
+          clients, clients_per_round, local_epochs, partition, timeout, memory, out):
     """Compare strategies x worker counts on the same work: time, throughput, speed-up,
-    scaling efficiency, accuracy and whole-tree memory."""
+    scaling efficiency, accuracy and whole-tree memory.
+
+    Speed-up and efficiency are medians (min-max) of paired ratios: run k of a cell against
+    run k of its baseline (repeats are interleaved, so the two ran seconds apart). "!" marks a
+    figure whose ratios spread over 20% of their median: too wide to trust. fedavg cells run
+    --epochs N as N rounds and are compared with their own 1-thread reference, "fedavg (1
+    thread)"; --steps and --eval-every are refused with fedavg."""
     from rich.console import Console
 
-    from ..bench.report import render_table, write_bench_files
+    from ..bench.report import footnotes, render_table, write_bench_files
     from ..bench.session import BenchSettings, machine_info, run_bench
     from ..report.outputs import prepare_out_dir
 
@@ -59,7 +72,8 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
         workers=_int_list(workers_list, "--workers"), epochs=epochs, steps=steps,
         repeats=repeats, threads=threads_per_worker, target_accuracy=time_to_accuracy,
         eval_every=eval_every, run_options=tuple(run_options), timeout_s=timeout,
-        memory=memory)
+        memory=memory, clients=clients, clients_per_round=clients_per_round,
+        local_epochs=local_epochs, partition=partition)
     out_dir = prepare_out_dir(out) if out else None
     # A table piped to a file or CI log keeps its columns instead of wrapping at 80.
     console = Console(highlight=False, soft_wrap=True,
@@ -67,10 +81,10 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     rows, records, _ = run_bench(settings, console)
     console.print(render_table(rows, time_to_accuracy))
     machine = machine_info()
-    console.print(f"{machine['usable_cores']} usable cores · torch {machine['torch']} · "
-                  "efficiency = samples/s / (workers x single-thread samples/s) · "
-                  "speedup is over single with its default threads"
+    console.print(f"{machine['usable_cores']} usable cores · torch {machine['torch']}"
                   + (" · memory from one more, sampled run per cell" if memory else ""))
+    for note in footnotes(rows):
+        console.print(note)
     if out_dir is not None:
         write_bench_files(out_dir, machine, {k: v for k, v in vars(settings).items()}, rows,
                           records)
