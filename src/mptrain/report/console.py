@@ -10,11 +10,20 @@ from .metrics import EpochMetrics
 
 
 class ConsolePresenter:
+    """Banner, progress bar and per-round lines.
+
+    The progress display redraws from a thread of its own, and a process forked while that
+    thread holds the terminal's lock inherits the lock held forever. So the display starts
+    at the first progress update, never at the start of a round: the parent forks its
+    workers between the two, with no thread but its own.
+    """
+
     def __init__(self, quiet: bool = False, console: Console | None = None):
         self.quiet = quiet
         self.console = console or Console(highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task = None
+        self._pending: tuple[str, int] | None = None   # a round announced, not yet drawn
 
     def banner(self, lines: list[str]) -> None:
         if self.quiet:
@@ -27,21 +36,34 @@ class ConsolePresenter:
                     unit: str = "epoch") -> None:
         if self.quiet:
             return
-        if self._progress is None:
+        self._pending = (f"{unit} {epoch}/{epochs}", total_samples)
+        if self._progress is not None:  # already drawing: no fork can come in between
+            self._show_pending()
+
+    def update(self, samples_done: int, rate: float | None = None) -> None:
+        if self.quiet:
+            return
+        if self._progress is None and self._pending is not None:
             self._progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
                 console=self.console, transient=True, refresh_per_second=8)
             self._progress.start()
-        self._task = self._progress.add_task(f"{unit} {epoch}/{epochs}", total=total_samples,
-                                             rate="")
-
-    def update(self, samples_done: int, rate: float | None = None) -> None:
+        if self._pending is not None:
+            self._show_pending()
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=samples_done,
                                   rate=f"{rate:,.0f} samples/s" if rate else "")
 
+    def _show_pending(self) -> None:
+        if self._task is not None:
+            self._progress.remove_task(self._task)
+        description, total = self._pending
+        self._task = self._progress.add_task(description, total=total, rate="")
+        self._pending = None
+
     def end_epoch(self, metrics: EpochMetrics, epochs: int, unit: str = "epoch") -> None:
+        self._pending = None
         if self._progress is not None and self._task is not None:
             self._progress.remove_task(self._task)
             self._task = None
@@ -56,8 +78,14 @@ class ConsolePresenter:
 
     def close(self) -> None:
         if self._progress is not None:
+            # rich signals its refresh thread to stop but does not wait for it; a restart
+            # forks right after this, so wait (rich keeps the thread in a private field).
+            refresh = getattr(getattr(self._progress, "live", None), "_refresh_thread", None)
             self._progress.stop()
+            if refresh is not None:
+                refresh.join(timeout=2.0)
             self._progress = None
+            self._task = None
 
     def result(self, lines: list[str]) -> None:
         self.close()
