@@ -253,9 +253,13 @@ def test_replicas_are_bitwise_equal_across_ranks(strategy_class, options, comm, 
     else:
         group_state = DistSpec("gloo", WORKERS, 30.0)
     states = {}
-    result = Supervisor("fork", on_message=states.__setitem__).run(
-        train_and_send_state,
-        [(config, bundle, model, strategy, group_state, ProgressBoard.create(WORKERS))] * 2)
+    try:
+        result = Supervisor("fork", on_message=states.__setitem__).run(
+            train_and_send_state,
+            [(config, bundle, model, strategy, group_state, ProgressBoard.create(WORKERS))] * 2)
+    finally:
+        if comm != "shm":
+            group_state.release()
 
     assert result.ok, [f.describe() for f in result.failures]
     first, second = (states[rank][compare] for rank in range(WORKERS))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime
+import shutil
+import tempfile
 
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
@@ -48,22 +50,22 @@ class TorchDistGroup(Group):
 
 
 class DistSpec:
-    """Picklable recipe for a torch.distributed group between mptrain's own processes."""
+    """Picklable recipe for a torch.distributed group between mptrain's own processes.
 
-    def __init__(self, backend: str, world_size: int, timeout_s: float, port: int | None = None):
+    The ranks meet through a file store in a fresh private folder, not a TCP port: a port
+    found free by the parent can be taken by another process before rank 0 binds it, and a
+    file needs nothing listening on the network. ``release`` removes the folder.
+    """
+
+    def __init__(self, backend: str, world_size: int, timeout_s: float):
         self.backend = backend
         self.world_size = world_size
         self.timeout_s = timeout_s
-        self.port = port if port is not None else free_port()
+        self.folder = tempfile.mkdtemp(prefix="mptrain-rendezvous-")
 
     def attach(self, rank: int) -> TorchDistGroup:
         return TorchDistGroup.init(self.backend, rank, self.world_size, self.timeout_s,
-                                   init_method=f"tcp://127.0.0.1:{self.port}")
+                                   init_method=f"file://{self.folder}/store")
 
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    def release(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
