@@ -161,6 +161,12 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
     if summary.get("train_samples_per_s"):
         line += f" · {summary['train_samples_per_s']:,.0f} train samples/s"
     lines = [line]
+    unit = summary.get("unit", "epoch")
+    if summary.get("target_accuracy") is not None:
+        reached = summary.get(f"target_reached_at_{unit}")
+        target = f"{100 * summary['target_accuracy']:.2f}%"
+        lines.append(f"target accuracy {target} reached at {unit} {reached}" if reached
+                     else f"target accuracy {target} not reached")
     if "weight" in summary:
         lines.append(f"learned y = {summary['weight']:.3f} x + {summary['bias']:.3f}")
     if out_dir is not None:
