@@ -52,6 +52,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
     checkpoint = resume if isinstance(resume, Checkpoint) or resume is None \
         else load_checkpoint(resume)
+    if out is None and isinstance(resume, (str, Path)):
+        # As `mptrain run --resume DIR`: the run continues where its checkpoints are.
+        out = resume if Path(resume).is_dir() else Path(resume).parent
     given = {k: v for k, v in settings.items() if v is not None}
     refuse_process_settings_under_launcher(given)
     if checkpoint is not None:
