@@ -197,7 +197,7 @@ def test_each_run_records_the_start_method_it_used():
 def settings(**changes):
     base = dict(data="digits", data_dir=None, model=None, strategies=("sync",), workers=None,
                 epochs=1, steps=None, repeats=1, threads=None, target_accuracy=None,
-                eval_every=None, run_options=())
+                run_options=())
     return BenchSettings(**{**base, **changes})
 
 
@@ -205,7 +205,6 @@ def settings(**changes):
     (dict(clients=10), "--clients applies to fedavg cells only"),
     (dict(partition="iid", local_epochs=2), "--local-epochs, --partition applies to fedavg"),
     (dict(strategies=("sync", "fedavg"), steps=3), "--steps cannot be used with fedavg"),
-    (dict(strategies=("fedavg",), eval_every=3), "--eval-every cannot be used with fedavg"),
     (dict(strategies=("fedavg",), clients_per_round=0), "--clients-per-round must be"),
     (dict(strategies=("sync", "bogus")), "unknown bogus"),
 ])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import time
@@ -38,7 +37,6 @@ class BenchSettings:
     repeats: int
     threads: int | None
     target_accuracy: float | None
-    eval_every: int | None
     run_options: tuple[str, ...]   # further `mptrain run` flags: batch size, lr, ...
     timeout_s: float = 3600.0
     memory: bool = True            # one extra run per cell, sampled for peak RSS/PSS
@@ -69,34 +67,20 @@ class BenchSettings:
             raise UserError(f"--steps cannot be used with {rounds[0]}, whose unit of work "
                             "is a round: set rounds with --epochs and size them with "
                             "--clients-per-round and --local-epochs")
-        if rounds and self.eval_every is not None:
-            raise UserError(f"--eval-every cannot be used with {rounds[0]}: it evaluates "
-                            "after every round already; drop --eval-every")
         if self.workers is not None and any(w < 1 for w in self.workers):
             raise UserError("--workers takes positive integers, e.g. --workers 1,2,4")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise UserError("--time-to-accuracy takes a fraction in (0, 1], e.g. 0.97")
-        if self.eval_every is not None and self.steps is not None:
-            raise UserError("--eval-every and --steps cannot be combined; --eval-every cuts "
-                            "the run into evaluation rounds itself")
 
 
 def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
     """Check the workload in this process (a mistake fails now, not in every cell)."""
-    bundle = load_data(settings.data, settings.data_dir)
+    load_data(settings.data, settings.data_dir)  # a bad --data fails here, in one line
     options = ["--data", settings.data, *(["--data-dir", settings.data_dir]
                                           if settings.data_dir else []),
                *(["--model", settings.model] if settings.model else []),
                *settings.run_options]
     epochs, steps = settings.epochs, settings.steps
-    if settings.eval_every is not None:
-        # Evaluation rounds of `eval_every` steps per worker, each a short "epoch" on a
-        # fresh shuffle, as many as the requested epochs hold at the largest worker count.
-        batch = _option_value(settings.run_options, "--batch-size") or bundle.defaults.batch_size
-        most = max(worker_counts(list(settings.workers or []), usable_cores()))
-        per_epoch = math.ceil(math.ceil(len(bundle.train) / most) / int(batch))
-        epochs = max(1, settings.epochs * per_epoch // settings.eval_every)
-        steps = settings.eval_every
     cells = expand(list(settings.strategies),
                    worker_counts(list(settings.workers or []), usable_cores()),
                    settings.threads)
@@ -141,10 +125,3 @@ def machine_info() -> dict:
             "usable_cores": usable_cores(), "logical_cpus": os.cpu_count(),
             "memory_bytes": psutil.virtual_memory().total,
             "default_threads_per_worker": "usable cores // workers"}
-
-
-def _option_value(options, name):
-    options = list(options)
-    if name in options and options.index(name) + 1 < len(options):
-        return options[options.index(name) + 1]
-    return None

@@ -28,9 +28,8 @@ from .app import cli
               help="Runs per cell, interleaved (A B C A B C).")
 @click.option("--threads-per-worker", type=int, help="Default: usable cores // workers.")
 @click.option("--time-to-accuracy", type=float,
-              help="Also report seconds until test accuracy first reaches this (e.g. 0.97).")
-@click.option("--eval-every", type=int, help="With --time-to-accuracy: evaluate every N "
-                                             "steps per worker instead of every epoch.")
+              help="Also report seconds until test accuracy first reaches this (e.g. 0.97), "
+                   "from the evaluation at the end of every epoch or round.")
 @click.option("--batch-size", type=int)
 @click.option("--lr", type=float)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS))
@@ -46,7 +45,7 @@ from .app import cli
                    "slows a run, so the timed runs are not sampled).")
 @click.option("--out", help="Write bench.json, bench.csv and bench.png here.")
 def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeats,
-          threads_per_worker, time_to_accuracy, eval_every, batch_size, lr, optimizer,
+          threads_per_worker, time_to_accuracy, batch_size, lr, optimizer,
           clients, clients_per_round, local_epochs, partition, timeout, memory, out):
     """Compare strategies x worker counts on the same work: time, throughput, speed-up,
     scaling efficiency, accuracy and whole-tree memory.
@@ -55,7 +54,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     run k of its baseline (repeats are interleaved, so the two ran seconds apart). "!" marks a
     figure whose ratios spread over 20% of their median: too wide to trust. fedavg cells run
     --epochs N as N rounds and are compared with their own 1-thread reference, "fedavg (1
-    thread)"; --steps and --eval-every are refused with fedavg."""
+    thread)"; --steps is refused with fedavg."""
     from rich.console import Console
 
     from ..bench.report import footnotes, render_table, write_bench_files
@@ -71,7 +70,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
         strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
         workers=_int_list(workers_list, "--workers"), epochs=epochs, steps=steps,
         repeats=repeats, threads=threads_per_worker, target_accuracy=time_to_accuracy,
-        eval_every=eval_every, run_options=tuple(run_options), timeout_s=timeout,
+        run_options=tuple(run_options), timeout_s=timeout,
         memory=memory, clients=clients, clients_per_round=clients_per_round,
         local_epochs=local_epochs, partition=partition)
     out_dir = prepare_out_dir(out) if out else None
