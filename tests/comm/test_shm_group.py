@@ -2,6 +2,12 @@
 rank and equal the mean, broadcasts copy the source, the two-parity protocol survives many
 back-to-back collectives, and a missing rank turns into a bounded CollectiveTimeout.
 
+Both ways of waiting are exercised: spinning on the semaphore before sleeping (world size <=
+cores, what a run on a big enough machine does) and yielding the core before sleeping (more
+workers than cores); a rank left alone at the barrier is shown to really sleep, beat its
+heartbeat and pass. Mixed dtypes travel in their own dtype: float64 is not rounded to
+float32, integers are exact.
+
 Results travel to the parent as numpy arrays: a tensor sent through a pipe would travel as a
 shared-memory handle owned by a process that is about to exit.
 """
@@ -17,6 +23,7 @@ import torch
 
 from mptrain.comm.base import CollectiveTimeout
 from mptrain.comm.shm import ShmGroupState
+from mptrain.launch.board import ProgressBoard
 from mptrain.launch.supervisor import Supervisor
 
 SHAPES = [(3, 4), (5,), (2, 1, 3)]
@@ -38,6 +45,30 @@ def average_rounds(rank, channel, state, seed, rounds):
         tensors = contribution(seed, rank, round_)
         group.average_(tensors)
         channel.send((round_, [t.numpy().copy() for t in tensors]))
+    channel.send(("waits", group.waits.spun, group.waits.slept))
+
+
+def sleep_until_the_peer_comes(rank, channel, state, board):
+    """Rank 0 reaches the barrier alone; rank 1 comes only once rank 0 is asleep in it
+    (marked waiting on the board) and has beaten its heartbeat from there."""
+    group = state.attach(rank, board.writer(rank))
+    if rank == 1:
+        assert poll_until(lambda: board.waiting_ranks()[0]), "rank 0 never slept"
+        marked_at = board.table[0, 1].item()
+        assert poll_until(lambda: board.table[0, 1].item() > marked_at), "no beat while asleep"
+    group.barrier()
+    channel.send((group.waits.spun, group.waits.slept, board.waiting_ranks()[rank]))
+
+
+def mixed_dtypes(rank, channel, state):
+    group = state.attach(rank)
+    # 1 + rank * 2**-40 is exact in float64 and rounds to 1.0 in float32.
+    fine = torch.full((5,), 1.0 + rank * 2.0 ** -40, dtype=torch.float64)
+    coarse = torch.full((3,), float(rank), dtype=torch.float32)
+    group.average_([coarse, fine])
+    big = torch.tensor([2 ** 53 + 1 + rank, -7], dtype=torch.int64)
+    group.broadcast_([big, fine.clone()], src=1)
+    channel.send((fine.numpy().copy(), coarse.numpy().copy(), big.numpy().copy()))
 
 
 def broadcast_once(rank, channel, state, seed, src):
@@ -82,8 +113,19 @@ def hang_before_the_barrier(rank, channel, state, late_rank):
 
 # -- helpers -----------------------------------------------------------------------------------
 
-def run(world, target, *args, timeout_s=30.0):
-    state = ShmGroupState.create(world, NUMEL, torch.float32, timeout_s, oversubscribed=True)
+def poll_until(condition, timeout_s=10.0):
+    """A bounded wait for a condition another process makes true."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+def run(world, target, *args, timeout_s=30.0, oversubscribed=True):
+    state = ShmGroupState.create(world, NUMEL, torch.float32, timeout_s,
+                                 oversubscribed=oversubscribed)
     messages = {rank: [] for rank in range(world)}
     result = Supervisor("fork", on_message=lambda rank, m: messages[rank].append(m)).run(
         target, [(state, *args)] * world)
@@ -130,12 +172,15 @@ def test_average_is_bitwise_equal_on_every_rank_and_is_the_mean(world):
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("world", [2, 3])
-def test_many_consecutive_averages_stay_correct(world):
+@pytest.mark.parametrize("world, waiting", [(2, "spin"), (2, "oversubscribed"), (3, "spin"),
+                                            (3, "oversubscribed"), (5, "oversubscribed")])
+def test_many_consecutive_averages_stay_correct(world, waiting):
     rounds = 200
-    result, messages = run(world, average_rounds, 11, rounds)
+    result, messages = run(world, average_rounds, 11, rounds,
+                           oversubscribed=waiting == "oversubscribed")
     assert result.ok, [f.describe() for f in result.failures]
 
+    waits = {rank: messages[rank].pop() for rank in range(world)}
     for rank in range(world):
         assert [m[0] for m in messages[rank]] == list(range(rounds))
     for round_ in range(rounds):
@@ -144,6 +189,37 @@ def test_many_consecutive_averages_stay_correct(world):
             assert all(torch.equal(a, b) for a, b in zip(outputs[rank], outputs[0])), round_
         for got, want in zip(outputs[0], expected_mean(11, world, round_)):
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-6), round_
+
+
+    if world == 2 and waiting == "spin":
+        # Two barriers per average; in each, the rank that arrives second finds its token
+        # already posted, so at least one rank passes every barrier without sleeping.
+        assert sum(waits[rank][1] for rank in range(world)) >= 2 * rounds
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("oversubscribed", [False, True], ids=["spin-first", "yield-first"])
+def test_a_rank_left_alone_at_the_barrier_sleeps_beats_and_passes(oversubscribed):
+    board = ProgressBoard.create(2)
+    result, messages = run(2, sleep_until_the_peer_comes, board, oversubscribed=oversubscribed)
+    assert result.ok, [f.describe() for f in result.failures]
+
+    [(spun, slept, still_waiting)] = messages[0]
+    assert (spun, slept, still_waiting) == (0, 1, False)
+    [(spun, slept, still_waiting)] = messages[1]
+    assert (spun, slept, still_waiting) == (1, 0, False)
+
+
+@pytest.mark.timeout(60)
+def test_float64_and_integers_travel_in_their_own_dtype():
+    result, messages = run(2, mixed_dtypes)
+    assert result.ok, [f.describe() for f in result.failures]
+
+    for rank in range(2):
+        [(fine, coarse, big)] = messages[rank]
+        assert fine.dtype == np.float64 and (fine == (1.0 + 2.0 ** -40) / 2 + 0.5).all()
+        assert (coarse == np.float32(0.5)).all()
+        assert big.tolist() == [2 ** 53 + 2, -7]  # rank 1's, exactly
 
 
 # -- broadcast ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 
+from mptrain.comm.shm import ShmGroupState
 from mptrain.launch.board import ProgressBoard
 from mptrain.launch.supervisor import (TERMINATE_GRACE_S, RunProcsResult, Supervisor,
                                        WorkerFailure)
@@ -77,6 +78,36 @@ def finish_or_hang(rank, channel, board, hung_rank):
     if rank == hung_rank:
         block_forever()  # never touches its heartbeat
     board.writer(rank).beat()
+
+
+def silent_or_waiting(rank, channel, board, silent_rank):
+    """The silent rank beats once, then stops; the others wait for it, as a rank blocked at
+    a collective does: marked waiting, beating (bounded: the supervisor stops them first)."""
+    writer = board.writer(rank)
+    if rank == silent_rank:
+        writer.beat()
+        block_forever()
+    writer.waiting(True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        writer.beat()
+        time.sleep(0.05)  # a heartbeat period, not synchronisation
+    raise TimeoutError("the supervisor never stopped this waiting rank")
+
+
+def stop_before_the_barrier(rank, channel, state, board, stopped_rank):
+    """A real shared-memory barrier; the stopped rank freezes (SIGSTOP) before reaching it."""
+    group = state.attach(rank, board.writer(rank))
+    if rank == stopped_rank:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    group.barrier()
+
+
+def count_siblings(rank, channel, all_counted):
+    # The workers of the run, as the parent has them when this one starts working; nobody
+    # exits (and is reaped) before everyone has counted.
+    channel.send(len(psutil.Process(os.getppid()).children()))
+    all_counted.wait()
 
 
 def wait_for_tick(rank, channel, ticked):
@@ -216,6 +247,47 @@ def test_a_rank_without_heartbeat_is_reported_hung():
 
 
 @pytest.mark.timeout(60)
+def test_a_silent_rank_is_hung_and_the_ranks_waiting_for_it_are_not_blamed():
+    board = ProgressBoard.create(3)
+    supervisor = Supervisor("fork", heartbeat_timeout_s=1.0,
+                            seconds_since_beat=board.seconds_since_beat,
+                            waiting_ranks=board.waiting_ranks)
+    board.beat_all()
+    result, elapsed = run_timed(supervisor, silent_or_waiting, [(board, 1)] * 3)
+
+    assert [(f.rank, f.reason) for f in result.failures] == [(1, "hung")]
+    failure = result.failures[0]
+    assert failure.waiting_ranks == (0, 2)
+    text = failure.describe()
+    assert f"worker rank 1 (pid {result.pids[1]}) made no progress for 1 s" in text
+    assert "ranks 0, 2 were waiting for it at a collective" in text
+    assert elapsed < BOUND_S
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_stopped_rank_is_named_and_the_rank_waiting_at_the_barrier_is_not():
+    # The issue's case: SIGSTOP on rank 1 with a short --worker-timeout, rank 0 at a real
+    # collective. The waiting rank sleeps in the barrier, beating; the stopped one is silent.
+    timeout_s = 1.0
+    board = ProgressBoard.create(2)
+    state = ShmGroupState.create(2, 16, torch.float32, timeout_s, oversubscribed=False)
+    supervisor = Supervisor("fork", heartbeat_timeout_s=timeout_s,
+                            seconds_since_beat=board.seconds_since_beat,
+                            waiting_ranks=board.waiting_ranks)
+    board.beat_all()
+    result, elapsed = run_timed(supervisor, stop_before_the_barrier, [(state, board, 1)] * 2)
+
+    assert [(f.rank, f.reason) for f in result.failures] == [(1, "hung")]
+    assert "rank 0 was waiting for it at a collective" in result.failures[0].describe()
+    # Both stopped by SIGTERM, the frozen one too (the supervisor resumes it to let it die),
+    # not by the SIGKILL that ends the grace period.
+    assert result.exitcodes == {0: -signal.SIGTERM, 1: -signal.SIGTERM}
+    assert elapsed < BOUND_S
+    assert leftover_processes(result) == []
+
+
+@pytest.mark.timeout(60)
 def test_hung_description_states_the_real_timeout():
     board = ProgressBoard.create(1)
     supervisor = Supervisor("fork", heartbeat_timeout_s=0.5,
@@ -229,6 +301,22 @@ def test_hung_description_states_the_real_timeout():
     assert "0.5 s" in failure.describe()
 
 
+# -- start -------------------------------------------------------------------------------------
+
+@pytest.mark.timeout(60)
+def test_no_worker_starts_working_before_every_worker_is_started():
+    # Early workers wait at the start gate: they cannot take the cores the parent needs to
+    # start the others.
+    workers = 6
+    seen = {}
+    all_counted = FORK.Barrier(workers, timeout=30)
+    result = Supervisor("fork", on_message=seen.__setitem__).run(count_siblings,
+                                                                  [(all_counted,)] * workers)
+    assert result.ok, [f.describe() for f in result.failures]
+    assert seen == {rank: workers for rank in range(workers)}
+    assert leftover_processes(result) == []
+
+
 # -- descriptions ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("failure, words", [
@@ -237,7 +325,9 @@ def test_hung_description_states_the_real_timeout():
     (WorkerFailure(2, 4242, "exited", 3), ["exited with code 3"]),
     (WorkerFailure(2, 4242, "signal", -9, signal_name="SIGKILL"), ["killed by SIGKILL"]),
     (WorkerFailure(2, 4242, "hung", timeout_s=5), ["no progress for 5 s", "--worker-timeout"]),
-], ids=["raised", "exited", "signal", "hung"])
+    (WorkerFailure(2, 4242, "hung", timeout_s=5, waiting_ranks=(0,)),
+     ["no progress for 5 s", "rank 0 was waiting for it", "--worker-timeout"]),
+], ids=["raised", "exited", "signal", "hung", "hung-with-waiting"])
 def test_describe_names_rank_pid_and_cause(failure, words):
     text = failure.describe()
     assert "rank 2" in text

@@ -63,7 +63,8 @@ class DistSpec:
         self.timeout_s = timeout_s
         self.folder = tempfile.mkdtemp(prefix="mptrain-rendezvous-")
 
-    def attach(self, rank: int) -> TorchDistGroup:
+    def attach(self, rank: int, progress=None) -> TorchDistGroup:
+        # torch.distributed waits inside its own calls; there is no board to mark.
         return TorchDistGroup.init(self.backend, rank, self.world_size, self.timeout_s,
                                    init_method=f"file://{self.folder}/store")
 

@@ -2,6 +2,14 @@
 
 Each rank owns one row and is its only writer, so a step costs two stores and no lock; the
 parent reads the board a few times a second to drive the progress bar and the hang watchdog.
+No ordering between the fields is needed, so plain stores are enough on every CPU: each field
+is one aligned 8-byte float, which 64-bit CPUs (x86-64, aarch64, POWER, s390x) store and
+load whole, so the parent sees an old value or the new one, never a mix; a value a few
+microseconds late only moves a progress bar or a watchdog by as much.
+
+A rank that waits for its peers at a collective marks itself waiting and keeps beating (the
+shared-memory group does both while it sleeps), so the watchdog can tell the rank that
+stopped from the ranks that wait for it.
 """
 
 from __future__ import annotations
@@ -11,13 +19,14 @@ from dataclasses import dataclass
 
 import torch
 
-_SAMPLES, _BEAT = 0, 1
+_SAMPLES, _BEAT, _WAITING = 0, 1, 2
 _ROW = 8  # one 64-byte cache line per rank
 
 
 @dataclass
 class ProgressBoard:
-    table: torch.Tensor  # [world, _ROW] float64: samples done, last heartbeat (monotonic s)
+    table: torch.Tensor  # [world, _ROW] float64: samples done, last heartbeat (monotonic s),
+    #                      waiting at a collective (1.0) or not (0.0)
 
     @classmethod
     def create(cls, world_size: int) -> "ProgressBoard":
@@ -35,6 +44,10 @@ class ProgressBoard:
         now = time.monotonic()
         return [now - beat for beat in self.table[:, _BEAT].tolist()]
 
+    def waiting_ranks(self) -> list[bool]:
+        """Per rank: is it waiting for its peers at a collective right now?"""
+        return [flag != 0.0 for flag in self.table[:, _WAITING].tolist()]
+
     def beat_all(self) -> None:
         """Restart every rank's heartbeat clock (at start-up, before workers exist)."""
         self.table[:, _BEAT] = time.monotonic()
@@ -49,4 +62,9 @@ class BoardWriter:
         self._row[_BEAT] = time.monotonic()
 
     def beat(self) -> None:
+        self._row[_BEAT] = time.monotonic()
+
+    def waiting(self, at_collective: bool) -> None:
+        """Mark this rank as waiting for its peers at a collective, or done waiting."""
+        self._row[_WAITING] = 1.0 if at_collective else 0.0
         self._row[_BEAT] = time.monotonic()

@@ -62,7 +62,7 @@ def preflight(config, bundle, model, strategy, layout) -> list[str]:
     """Everything that can be checked before a process starts; returns warnings to show."""
     check_device(config)
     check_model_fits_data(model, bundle)
-    warnings = check_workload(config, bundle, layout.workers, layout.cores)
+    warnings = check_workload(config, bundle, layout.workers, layout.cores, model=model)
     strategy.check(bundle, model, layout)
     if layout.start_method is not None:
         choose_sharing(config, layout, bundle, model, strategy)

@@ -10,6 +10,7 @@ import signal
 import sys
 
 _PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def die_with_parent(parent_pid: int | None) -> None:
@@ -34,9 +35,15 @@ def ignore_interrupts() -> None:
     SIGTERM goes back to the default action: a handler inherited from the parent (the CLI
     turns SIGTERM into an exception) would only run at the worker's next Python line, and a
     worker stuck in native code would then wait for the SIGKILL after the grace period.
+
+    The parent blocks both signals while it starts a worker, and a child inherits that mask
+    (through exec too, under spawn): they are unblocked here, once the dispositions above are
+    in place, so a SIGTERM sent during the start takes effect now instead of being lost.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def leave(code: int) -> None:

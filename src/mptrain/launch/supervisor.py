@@ -6,6 +6,16 @@ or stops beating its heart is noticed within a tick, reported with rank, pid, ex
 signal and traceback, and the other workers are terminated. Results are values
 (:class:`RunProcsResult` with :class:`WorkerFailure` records), in the spirit of
 ``torch.distributed.elastic.multiprocessing.api``.
+
+Starting is a phase of its own. Workers wait, asleep, at a start gate (a pipe they read one
+byte from) until every worker is started: early workers would otherwise train and wait at
+their first collective while the parent still forks the others, taking the cores it needs.
+A SIGINT or SIGTERM that arrives while a worker is being started must not run the parent's
+handler inside ``fork()``: Python runs the at-fork hooks (logging's among them) there and
+ignores exceptions raised in them, so the run would go on. The signals are blocked around
+each start and, in case another thread takes them, the handlers only note them while
+workers start; a noted signal stops the start, every started worker is stopped and reaped,
+and the signal goes to the handler it was meant for, in ordinary code.
 """
 
 from __future__ import annotations
@@ -25,7 +35,8 @@ from typing import Callable, Sequence
 
 import torch.multiprocessing as torch_mp
 
-from .lifecycle import die_with_parent, ignore_interrupts, leave
+from ..errors import Interrupted
+from .lifecycle import STOP_SIGNALS, die_with_parent, ignore_interrupts, leave
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +52,7 @@ class WorkerFailure:
     signal_name: str | None = None
     traceback: str | None = None
     timeout_s: float | None = None
+    waiting_ranks: tuple[int, ...] = ()   # "hung": live ranks that waited for it meanwhile
 
     def describe(self) -> str:
         where = f"worker rank {self.rank} (pid {self.pid})"
@@ -50,8 +62,13 @@ class WorkerFailure:
         if self.reason == "signal":
             return f"{where} was killed by {self.signal_name}"
         if self.reason == "hung":
-            return f"{where} made no progress for {self.timeout_s:g} s and was stopped " \
-                   "(raise --worker-timeout if a step can really take that long)"
+            waiting = ""
+            if self.waiting_ranks:
+                names = ", ".join(str(rank) for rank in self.waiting_ranks)
+                waiting = (f"; rank {names} was" if len(self.waiting_ranks) == 1
+                           else f"; ranks {names} were") + " waiting for it at a collective"
+            return f"{where} made no progress for {self.timeout_s:g} s and was stopped" \
+                   f"{waiting} (raise --worker-timeout if a step can really take that long)"
         return f"{where} exited with code {self.exitcode} before finishing"
 
 
@@ -82,10 +99,12 @@ def _send(connection, kind, payload) -> None:
     connection.send_bytes(pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _bootstrap(target, rank: int, parent_pid: int, connection, args) -> None:
+def _bootstrap(target, rank: int, parent_pid: int, connection, gate, args) -> None:
     """Module-level entry of every worker (spawn needs it importable)."""
     die_with_parent(parent_pid)
-    ignore_interrupts()
+    ignore_interrupts()  # also unblocks the signals the parent blocked around fork
+    if not _wait_at_gate(gate):
+        leave(1)  # the parent went away before opening it
     try:
         target(rank, Channel(connection), *args)
         _send(connection, "done", None)
@@ -98,13 +117,23 @@ def _bootstrap(target, rank: int, parent_pid: int, connection, args) -> None:
     leave(0)
 
 
+def _wait_at_gate(gate) -> bool:
+    """Sleep until the parent writes this worker's byte to the gate; False at end of file."""
+    return os.read(gate.fileno(), 1) != b""
+
+
 class Supervisor:
     """Runs one group of workers to completion or first failure."""
 
     def __init__(self, start_method: str, *, heartbeat_timeout_s: float | None = None,
                  seconds_since_beat: Callable[[], list[float]] | None = None,
+                 waiting_ranks: Callable[[], list[bool]] | None = None,
                  on_message: Callable[[int, object], None] | None = None,
                  on_tick: Callable[[], None] | None = None, tick_s: float = 0.1):
+        """``seconds_since_beat`` and ``waiting_ranks`` read the progress board (per rank:
+        seconds since its last heartbeat; whether it waits at a collective): a rank silent
+        for ``heartbeat_timeout_s`` is hung, and the ranks waiting meanwhile are named as
+        waiting for it rather than blamed."""
         self._context = torch_mp.get_context(start_method)
         self._start_method = start_method
         if start_method == "forkserver":
@@ -112,6 +141,8 @@ class Supervisor:
             self._context.set_forkserver_preload(["torch", "mptrain.launch.worker"])
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._seconds_since_beat = seconds_since_beat
+        self._waiting_ranks = waiting_ranks
+        self._released_at = time.monotonic()
         self._on_message = on_message or (lambda rank, payload: None)
         self._on_tick = on_tick or (lambda: None)
         self._tick_s = tick_s
@@ -122,23 +153,41 @@ class Supervisor:
         connections, finished = {}, set()
         self._processes = []
         parent_pid = None if self._start_method == "forkserver" else os.getpid()
+        gate, gate_opener = self._context.Pipe(duplex=False)
         try:
-            for rank, args in enumerate(args_per_rank):
-                receiver, sender = self._context.Pipe(duplex=False)
-                process = self._context.Process(
-                    target=_bootstrap, args=(target, rank, parent_pid, sender, args),
-                    name=f"mptrain-worker-{rank}", daemon=True)
-                process.start()
-                sender.close()  # the child holds the only sending end that matters
-                self._processes.append(process)
-                connections[rank] = receiver
-                result.pids[rank] = process.pid
+            if self._start_method == "forkserver":
+                # Started here, not inside the first start(): it would inherit the blocked
+                # signals and keep them blocked for good.
+                from multiprocessing import forkserver
+                forkserver.ensure_running()
+            with _signals_noted() as noted:
+                for rank, args in enumerate(args_per_rank):
+                    receiver, sender = self._context.Pipe(duplex=False)
+                    process = self._context.Process(
+                        target=_bootstrap, args=(target, rank, parent_pid, sender, gate, args),
+                        name=f"mptrain-worker-{rank}", daemon=True)
+                    with _signals_blocked():
+                        # Blocked until the process is on the list that stop_all() reaps.
+                        try:
+                            process.start()
+                        finally:
+                            sender.close()  # the child holds the only sending end that matters
+                        self._processes.append(process)
+                    connections[rank] = receiver
+                    result.pids[rank] = process.pid
+                    if noted:
+                        break
+            if noted:
+                self.stop_all()
+                _deliver(noted[0])
+            _open_gate(gate_opener, len(self._processes))
+            self._released_at = time.monotonic()
             self._watch(result, connections, finished)
         finally:
             self.stop_all()
             for rank, process in enumerate(self._processes):
                 result.exitcodes[rank] = process.exitcode
-            for connection in connections.values():
+            for connection in [*connections.values(), gate, gate_opener]:
                 connection.close()
         return result
 
@@ -169,9 +218,11 @@ class Supervisor:
                 return
             hung = self._hung_ranks(live)
             if hung:
+                waiting = tuple(r for r in self._ranks_waiting(live) if r not in hung)
                 result.failures.extend(
                     WorkerFailure(rank=r, pid=live[r].pid, reason="hung",
-                                  timeout_s=self._heartbeat_timeout_s) for r in hung)
+                                  timeout_s=self._heartbeat_timeout_s, waiting_ranks=waiting)
+                    for r in hung)
                 return
             self._on_tick()
 
@@ -212,7 +263,16 @@ class Supervisor:
         if self._heartbeat_timeout_s is None or self._seconds_since_beat is None:
             return []
         silent = self._seconds_since_beat()
-        return [rank for rank in live if silent[rank] > self._heartbeat_timeout_s]
+        # Nobody can beat before the gate opens, however long starting took.
+        released = time.monotonic() - self._released_at
+        return [rank for rank in live
+                if min(silent[rank], released) > self._heartbeat_timeout_s]
+
+    def _ranks_waiting(self, live) -> list[int]:
+        if self._waiting_ranks is None:
+            return []
+        waiting = self._waiting_ranks()
+        return [rank for rank in sorted(live) if waiting[rank]]
 
     def stop_all(self) -> None:
         """SIGTERM every live worker, SIGKILL what is left after a grace period, reap all.
@@ -231,6 +291,10 @@ class Supervisor:
         with _signals_redirected(force):
             for process in alive:
                 process.terminate()
+                try:  # a stopped worker (SIGSTOP, a debugger) takes SIGTERM only once resumed
+                    os.kill(process.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
             deadline = time.monotonic() + TERMINATE_GRACE_S
             for process in alive:
                 process.join(max(0.0, deadline - time.monotonic()))
@@ -253,3 +317,56 @@ def _signals_redirected(handler):
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def _open_gate(opener, workers: int) -> None:
+    """One byte per worker: each reads its own, so all of them start."""
+    data = memoryview(b"\x01" * workers)
+    while data:
+        data = data[os.write(opener.fileno(), data):]
+
+
+@contextmanager
+def _signals_blocked():
+    """Block SIGINT/SIGTERM in this thread (a no-op where signals cannot be masked).
+
+    A forked child inherits the mask: it unblocks in ``ignore_interrupts``, after setting
+    its own dispositions, so a signal meant for it during its start is not lost either.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        # Unblocking runs the handlers of pending signals before it returns.
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+@contextmanager
+def _signals_noted():
+    """While workers start, SIGINT/SIGTERM only append to the yielded list (main thread
+    only: elsewhere Python runs no handlers, so nothing can raise inside fork)."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {}
+    for sig in STOP_SIGNALS:
+        handler = signal.getsignal(sig)
+        if handler is None or handler == signal.SIG_IGN:
+            continue  # installed outside Python, or ignored: leave it be
+        previous[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+    try:
+        yield noted
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _deliver(signum: int) -> None:
+    """Hand a signal noted during the start to the handler now in place (the workers are
+    stopped already); if that handler lets the program go on, stop the run anyway."""
+    signal.raise_signal(signum)
+    raise Interrupted(signum)

@@ -1,0 +1,102 @@
+"""``check_workload``: a split that cannot work is refused before any worker starts, in one
+line that says what to use instead; the memory estimate leaves the model as it was."""
+
+import re
+from types import SimpleNamespace
+
+import psutil
+import pytest
+import torch
+import torch.nn as nn
+
+from mptrain.data.sources import load_data
+from mptrain.errors import UserError
+from mptrain.launch import preflight
+from mptrain.launch.preflight import WORKER_FLOOR_BYTES, check_workload
+
+
+def settings(batch_size):
+    return SimpleNamespace(batch_size=batch_size)  # all check_workload reads of a TrainConfig
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_data("digits")
+
+
+@pytest.fixture
+def available(monkeypatch):
+    """Set the memory psutil reports as available."""
+    def set_available(nbytes):
+        memory = psutil.virtual_memory()._replace(available=nbytes)
+        monkeypatch.setattr(preflight.psutil, "virtual_memory", lambda: memory)
+    return set_available
+
+
+def test_a_thousand_workers_on_the_digits_are_refused_with_what_to_use(digits):
+    # The issue's `mptrain run --strategy sync --workers 1000`: shards of 2 samples.
+    samples = len(digits.train)
+    with pytest.raises(UserError) as info:
+        check_workload(settings(32), digits, 1000, 2)
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"shard of {-(-samples // 1000)} samples, less than one batch of 32" in message
+    most = (samples - 1) // 31
+    assert f"use --workers {most} or fewer, or --batch-size 2 or less" in message
+
+
+def test_the_suggested_worker_count_is_the_largest_accepted(digits, available):
+    available(2**40)
+    most = int(str(pytest.raises(UserError, check_workload, settings(32), digits, 1000, 2)
+                   .value).split("--workers ")[1].split()[0])
+    check_workload(settings(32), digits, most, 2)
+    with pytest.raises(UserError):
+        check_workload(settings(32), digits, most + 1, 2)
+
+
+def test_one_process_may_take_the_whole_set_as_one_batch(digits):
+    assert check_workload(settings(10_000), digits, 1, 2) == []
+
+
+def test_more_workers_than_samples_are_refused(digits):
+    with pytest.raises(UserError, match="every worker needs at least one"):
+        check_workload(settings(1), digits, len(digits.train) + 1, 2)
+
+
+def test_workers_that_cannot_fit_in_memory_are_refused(digits, available):
+    available(100 * WORKER_FLOOR_BYTES)
+    check_workload(settings(1), digits, 100, 2)
+    with pytest.raises(UserError) as info:
+        check_workload(settings(1), digits, 101, 2)
+    assert "memory is available; use --workers 100 or fewer" in str(info.value)
+
+
+def test_memory_is_checked_only_beyond_one_worker_per_core(digits, available):
+    available(0)
+    check_workload(settings(32), digits, 2, 2)
+    with pytest.raises(UserError, match="memory"):
+        check_workload(settings(32), digits, 3, 2)
+
+
+def test_the_model_and_its_batch_raise_the_estimate_and_are_left_as_they_were(digits,
+                                                                            available):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 256), nn.BatchNorm1d(256), nn.ReLU(),
+                          nn.Dropout(0.5), nn.Linear(256, 10)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    small = preflight._activation_bytes(model, digits, 8)
+    large = preflight._activation_bytes(model, digits, 256)
+    assert 0 < small < large
+    # Training-mode forward passes ran, yet nothing the run starts from changed.
+    assert not model.training
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+    available(100 * WORKER_FLOOR_BYTES)
+    check_workload(settings(8), digits, 100, 2)
+    with pytest.raises(UserError) as info:
+        check_workload(settings(8), digits, 100, 2, model=model)
+    most = int(re.search(r"memory is available; use --workers (\d+) or fewer$",
+                         str(info.value)).group(1))
+    assert most < 100
+    check_workload(settings(8), digits, most, 2, model=model)
