@@ -25,3 +25,20 @@ def poll(condition, timeout: float, interval: float = 0.02):
         if value or time.monotonic() > deadline:
             return value or None
         time.sleep(interval)
+
+
+def live_children() -> list:
+    """This process's children, zombies included, except multiprocessing's own long-lived
+    helpers (the resource tracker and fork server that earlier tests may have started)."""
+    import psutil
+
+    left = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = " ".join(child.cmdline())
+            if "resource_tracker" in cmdline or "forkserver" in cmdline:
+                continue
+            left.append((child.pid, child.status(), cmdline))
+        except psutil.NoSuchProcess:
+            pass
+    return left

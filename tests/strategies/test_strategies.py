@@ -10,6 +10,8 @@ import copy
 import multiprocessing
 import os
 import signal
+import sys
+from pathlib import Path
 
 import numpy as np
 import psutil
@@ -19,7 +21,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
-import mptrain
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+from run_watch import live_children  # noqa: E402
+
+import mptrain  # noqa: E402
 from mptrain.api import bundle_from_datasets
 from mptrain.comm.dist import DistSpec
 from mptrain.comm.shm import ShmGroupState
@@ -135,21 +140,6 @@ def assert_states_equal(a, b):
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
-
-
-def live_children():
-    """Our child processes, zombies included, except multiprocessing's own long-lived
-    helpers (the resource tracker and fork server that earlier spawn tests may start)."""
-    left = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-            if "resource_tracker" in cmdline or "forkserver" in cmdline:
-                continue
-            left.append((child.pid, child.status(), cmdline))
-        except psutil.NoSuchProcess:
-            pass
-    return left
 
 
 def fit(model, strategy, **options):

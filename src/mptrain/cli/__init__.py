@@ -1,7 +1,8 @@
 """Command line: parse flags, hand over, present errors.
 
 No training logic lives here. Every user mistake becomes one line on stderr and exit code 2.
-Each sub-command is a module of this package (``run``, ``bench``, ``partitions``, ``tools``).
+Each sub-command is a module of this package (``run``, ``rl``, ``bench``, ``partitions``,
+``tools``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import click
 from ..errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
 from ..launch.lifecycle import exit_after_cleanup
 from ..launch.restarts import sigterm_raises
-from . import bench, partitions, run, tools  # noqa: F401  (each registers its command)
+from . import bench, partitions, rl, run, tools  # noqa: F401  (each registers its command)
 from .app import cli
 
 # click >= 8.2 raises this for a bare `mptrain`; older versions print the help themselves.

@@ -68,7 +68,7 @@ def train(setup: WorkerSetup) -> None:
         program.load_state(setup.resume_state)
 
     for index in range(setup.start_epoch, config.units):
-        faults_before = _minor_faults()
+        faults_before = minor_faults()
         work = program.train_round(index)
         last = index + 1 == config.units
         eval_loss, correct, count = 0.0, 0, 0
@@ -80,9 +80,9 @@ def train(setup: WorkerSetup) -> None:
                                                  beat=setup.progress.beat)
         evaluated_at = time.monotonic()
         checkpoint = None
-        if _checkpoint_due(setup.checkpoint_every, index, config.units):
+        if checkpoint_due(setup.checkpoint_every, index, config.units):
             # Before the barrier: under hogwild nobody writes the shared parameters now.
-            checkpoint = _encode({"rank": group.rank, **program.state()})
+            checkpoint = encode_state({"rank": group.rank, **program.state()})
         # Nobody trains the next round (hogwild: writes shared parameters) while a peer
         # still evaluates this one.
         group.barrier()
@@ -92,7 +92,7 @@ def train(setup: WorkerSetup) -> None:
             epoch=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
             train_loss_sum=work.loss_sum, train_started=work.started, train_ended=work.ended,
             eval_loss_sum=eval_loss, eval_correct=correct, eval_count=count,
-            minor_faults=_minor_faults() - faults_before, evaluated_at=evaluated_at,
+            minor_faults=minor_faults() - faults_before, evaluated_at=evaluated_at,
             checkpoint=checkpoint, extras=work.extras))
         if evaluating and config.target_accuracy is not None and task == CLASSIFICATION \
                 and _global_accuracy(group, correct, count) >= config.target_accuracy:
@@ -109,16 +109,16 @@ def _global_accuracy(group, correct: int, count: int) -> float:
     return correct_sum / count_sum if count_sum > 0 else 0.0
 
 
-def _encode(state: dict) -> bytes:
+def encode_state(state: dict) -> bytes:
     """This rank's checkpoint part as bytes (tensors must not travel as shared handles)."""
     buffer = io.BytesIO()
     torch.save(state, buffer)
     return buffer.getvalue()
 
 
-def _checkpoint_due(every: int | None, index: int, units: int) -> bool:
+def checkpoint_due(every: int | None, index: int, units: int) -> bool:
     return every is not None and ((index + 1) % every == 0 or index + 1 == units)
 
 
-def _minor_faults() -> int:
+def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt

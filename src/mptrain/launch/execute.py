@@ -38,6 +38,11 @@ class Job:
     start_epoch: int = 0
     rank_states: list | None = None       # per rank: optimizer and RNG state to resume from
     checkpoint_every: int | None = None
+    #: What every worker runs (a module-level function of a ``WorkerSetup``): the supervised
+    #: driver, or another driver over the same services (``mptrain.rl``'s actors).
+    driver: Callable = train
+    #: Progress units in one round; None: the strategy's samples per round of the data set.
+    round_samples: int | None = None
 
     def setup(self, rank, group, progress, report, device) -> WorkerSetup:
         return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
@@ -70,8 +75,8 @@ def train_in_process(job: Job) -> None:
     previous_threads = torch.get_num_threads()
     apply_threads(job.layout.threads)
     try:
-        train(job.setup(0, SoloGroup(), InProcessProgress(job.presenter), job.on_report,
-                        torch.device(job.config.device)))
+        job.driver(job.setup(0, SoloGroup(), InProcessProgress(job.presenter),
+                             job.on_report, torch.device(job.config.device)))
     finally:
         torch.set_num_threads(previous_threads)
 
@@ -115,7 +120,8 @@ def train_on_workers(job: Job) -> None:
                       board=board)
     if layout.start_method == "fork":
         warmup.finish()  # workers inherit the imports; no thread may be importing at fork
-    per_epoch = job.strategy.samples_per_round(len(job.bundle.train), layout.workers)
+    per_epoch = job.round_samples if job.round_samples is not None else \
+        job.strategy.samples_per_round(len(job.bundle.train), layout.workers)
     reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 
     def on_message(rank, report):
@@ -128,6 +134,7 @@ def train_on_workers(job: Job) -> None:
 
     supervisor = Supervisor(layout.start_method, heartbeat_timeout_s=config.worker_timeout,
                             seconds_since_beat=board.seconds_since_beat,
+                            waiting_ranks=board.waiting_ranks,
                             on_message=on_message, on_tick=on_tick)
     board.beat_all()
     if layout.start_method == "fork":

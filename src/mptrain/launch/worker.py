@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..engine.loop import train
 from .tuning import apply_threads, tune_malloc
 
 
@@ -32,8 +31,11 @@ def worker_entry(rank: int, channel, plan: WorkerPlan) -> None:
     tune_malloc()
     apply_threads(plan.job.layout.threads)
     device = worker_device(rank, plan.job.config.device)
-    group = plan.comm.attach(rank)
-    train(plan.job.setup(rank, group, plan.board.writer(rank), channel.send, device))
+    progress = plan.board.writer(rank)
+    # The group marks this rank "waiting" on the board while it sleeps at a collective, so
+    # a hang is blamed on the rank that stopped, not on the ranks waiting for it.
+    group = plan.comm.attach(rank, progress)
+    plan.job.driver(plan.job.setup(rank, group, progress, channel.send, device))
     group.close()
 
 

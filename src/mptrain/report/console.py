@@ -97,6 +97,8 @@ class ConsolePresenter:
 
 def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch") -> str:
     parts = [f"{unit} {m.epoch:>{len(str(epochs))}}/{epochs}"]
+    if m.extras.get("env_steps") is not None:   # reinforcement learning (mptrain.rl)
+        return "  ".join(parts + _rl_parts(m))
     if m.extras.get("clients") is not None:
         parts.append(f"{m.extras['clients']} clients")
     if m.train_loss is not None:
@@ -110,3 +112,17 @@ def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch") -> str:
     parts.append(f"{m.samples_per_s:,.0f} samples/s")
     parts.append(f"{m.epoch_s:.2f} s")
     return "  ".join(parts)
+
+
+def _rl_parts(m: EpochMetrics) -> list[str]:
+    x = m.extras
+    parts = [f"{x['env_steps']:,} steps", f"{x.get('episodes', 0)} episodes"]
+    if x.get("return_mean") is not None:
+        parts.append(f"return {x['return_mean']:.1f}")
+    if x.get("eval_return") is not None:
+        parts.append(f"greedy {x['eval_return']:.1f}")
+    if x.get("epsilon") is not None:
+        parts.append(f"eps {x['epsilon']:.2f}")
+    parts.append(f"{m.samples_per_s:,.0f} steps/s")
+    parts.append(f"{m.epoch_s:.2f} s")
+    return parts

@@ -1,0 +1,141 @@
+"""Reinforcement learning on CartPole-v1 (issue 12): how fast ``mptrain rl`` solves it, and
+how environment throughput scales with actors.
+
+    python benchmarks/rl.py                          # everything, seeds 0-4
+    python benchmarks/rl.py --only a3c --seeds 0,1   # a part
+    python benchmarks/rl.py --json benchmarks/results/rl.json
+
+"Solved" is the greedy policy's mean return over 100 evaluation episodes >= 475. Every run
+is a fresh ``mptrain rl`` of the tree this script lives in, with ``--eval-episodes 100
+--eval-every R --target-return 475``: it stops at the first evaluation that reaches 475,
+and the figures are that evaluation's environment steps and its seconds since the run
+started (start-up and every earlier evaluation included, so the time is an upper bound).
+Targets: a3c with 2 workers within 60 s in >= 4 of 5 seeds; dqn within 100k environment
+steps in >= 4 of 5 seeds; environment steps/s with 2 actors >= 1.8x one actor (a3c, fixed
+work, interleaved repeats, ratio within each repeat so that outside load moves both sides;
+a control cell runs two independent 1-actor runs at once: what two processes get from the
+machine at that moment with nothing shared).
+Nothing here asserts anything; it prints figures and writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import REPO, machine_info, run_measured, write_json  # noqa: E402
+
+SOLVE = {
+    # a3c: 2 actor-learners, stopped by the 60 s budget's worth of steps
+    "a3c": ["--algo", "a3c", "--workers", "2", "--steps", "400000", "--round-steps", "10000",
+            "--eval-every", "2"],
+    # dqn: 2 actors and the learner, 100k environment steps at most
+    "dqn": ["--algo", "dqn", "--workers", "2", "--steps", "100000", "--round-steps", "10000",
+            "--eval-every", "1"],
+}
+BUDGET = {"a3c": ("target_reached_at_s", 60.0), "dqn": ("target_reached_at_steps", 100_000)}
+
+
+def rl_run(flags: list[str], out: Path, timeout_s: float = 900) -> dict:
+    command = [sys.executable, "-m", "mptrain", "rl", "--env", "CartPole-v1", "--quiet",
+               "--out", str(out), *flags]
+    measured = run_measured(command, timeout_s=timeout_s,
+                            env={"PYTHONPATH": str(REPO / "src")}, sample_memory=False)
+    if measured["returncode"] != 0:
+        return {"error": measured["output"].strip().splitlines()[-3:]}
+    summary = json.loads((out / "summary.json").read_text())
+    summary["command_wall_s"] = measured["wall_s"]
+    return summary
+
+
+def solve_cell(algo: str, seed: int, folder: Path) -> dict:
+    flags = SOLVE[algo] + ["--seed", str(seed), "--eval-episodes", "100",
+                           "--target-return", "475"]
+    summary = rl_run(flags, folder / f"{algo}-{seed}")
+    if "error" in summary:
+        return {"algo": algo, "seed": seed, **summary}
+    key, limit = BUDGET[algo]
+    value = summary.get(key)
+    cell = {"algo": algo, "seed": seed, "solved_at_steps": summary["target_reached_at_steps"],
+            "solved_at_s": summary["target_reached_at_s"],
+            "final_eval_return": summary["eval_return"], "env_steps": summary["env_steps"],
+            "env_steps_per_s": summary["env_steps_per_s"], "wall_s": summary["wall_s"],
+            "within_budget": value is not None and value <= limit}
+    print(f"{algo} seed {seed}: " + (f"solved at {cell['solved_at_steps']:,} steps, "
+                                     f"{cell['solved_at_s']:.1f} s" if value is not None
+                                     else f"not solved (last greedy mean "
+                                          f"{summary['eval_return']:.1f})")
+          + f" · {'within' if cell['within_budget'] else 'outside'} budget", flush=True)
+    return cell
+
+
+def throughput(repeats: int, steps: int, folder: Path) -> dict:
+    ratios, controls, cells = [], [], []
+    for repeat in range(repeats):
+        rates = {}
+        for workers in (1, 2):
+            summary = rl_run(["--algo", "a3c", "--workers", str(workers), "--steps",
+                              str(steps), "--round-steps", str(steps // 4),
+                              "--eval-episodes", "1"], folder / f"tp-{repeat}-{workers}")
+            rates[workers] = summary.get("env_steps_per_s")
+            cells.append({"repeat": repeat, "workers": workers, "env_steps_per_s":
+                          rates[workers]})
+        # Control: two independent 1-actor runs at once -- what the machine gives two
+        # processes right now, with nothing shared between them.
+        with ThreadPoolExecutor(2) as pool:
+            pair = list(pool.map(lambda i: rl_run(
+                ["--algo", "a3c", "--workers", "1", "--steps", str(steps), "--round-steps",
+                 str(steps // 4), "--eval-episodes", "1"], folder / f"tp-{repeat}-pair{i}"),
+                range(2)))
+        rates["pair"] = sum(p.get("env_steps_per_s") or 0 for p in pair)
+        cells.append({"repeat": repeat, "workers": "2 separate runs",
+                      "env_steps_per_s": rates["pair"]})
+        if rates[1] and rates[2]:
+            ratios.append(rates[2] / rates[1])
+            controls.append(rates["pair"] / rates[1])
+            print(f"throughput repeat {repeat}: 1 actor {rates[1]:,.0f} steps/s, 2 actors "
+                  f"{rates[2]:,.0f} steps/s, ratio {ratios[-1]:.2f}; two separate 1-actor "
+                  f"runs {rates['pair']:,.0f} steps/s, ratio {controls[-1]:.2f}", flush=True)
+    return {"cells": cells, "ratios": ratios,
+            "median_ratio": statistics.median(ratios) if ratios else None,
+            "control_ratios": controls,
+            "median_control_ratio": statistics.median(controls) if controls else None}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--only", choices=("a3c", "dqn", "throughput"))
+    parser.add_argument("--repeats", type=int, default=3, help="throughput repeats")
+    parser.add_argument("--throughput-steps", type=int, default=60_000)
+    parser.add_argument("--json", help="write the figures here")
+    args = parser.parse_args(argv)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results = {"machine": machine_info(), "seeds": seeds}
+    with tempfile.TemporaryDirectory(prefix="mptrain-rl-bench-") as temp:
+        folder = Path(temp)
+        for algo in ("a3c", "dqn"):
+            if args.only in (None, algo):
+                cells = [solve_cell(algo, seed, folder) for seed in seeds]
+                solved = sum(1 for c in cells if c.get("within_budget"))
+                results[algo] = {"cells": cells, "within_budget": solved,
+                                 "flags": SOLVE[algo]}
+                print(f"{algo}: solved within budget in {solved} of {len(seeds)} seeds")
+        if args.only in (None, "throughput"):
+            results["throughput"] = throughput(args.repeats, args.throughput_steps, folder)
+            ratio = results["throughput"]["median_ratio"]
+            print(f"env steps/s, 2 actors over 1 (a3c): median ratio "
+                  f"{ratio:.2f}" if ratio else "throughput: no result")
+    if args.json:
+        write_json(args.json, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

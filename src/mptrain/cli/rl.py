@@ -1,0 +1,64 @@
+"""``mptrain rl``: reinforcement learning with parallel actors (flags in, ``mptrain.rl.fit``)."""
+
+from __future__ import annotations
+
+import click
+
+from ..rl.config import ALGOS
+from .app import cli
+
+
+@cli.command()
+@click.option("--env", help="Gymnasium id (CartPole-v1, the default) or module:make_env.")
+@click.option("--algo", type=click.Choice(ALGOS),
+              help="a3c: actor-learners, lock-free shared model (default); dqn: actors feed "
+                   "a shared replay buffer, one learner.")
+@click.option("--workers", type=int, help="Actor processes (2).")
+@click.option("--steps", type=int, help="Environment steps in total, over all actors (200,000).")
+@click.option("--round-steps", type=int,
+              help="Environment steps per round: one metrics row, progress bar, checkpoint "
+                   "(10,000).")
+@click.option("--seed", type=int, help="Seed; actor i uses seed and i (0).")
+@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 1e-3).")
+@click.option("--gamma", type=float, help="Discount (0.99).")
+@click.option("--hidden", type=int, help="Width of the built-in networks' two layers (128).")
+@click.option("--net", help="Your network, module:make(obs_dim, n_actions).")
+@click.option("--eval-episodes", type=int,
+              help="Greedy evaluation episodes at the end (and at --eval-every) (10).")
+@click.option("--eval-every", type=int, help="Evaluate greedily every N rounds too.")
+@click.option("--target-return", type=float,
+              help="Stop at the first evaluation whose mean greedy return reaches this.")
+@click.option("--n-steps", type=int, help="a3c: rollout length per update (20).")
+@click.option("--gae-lambda", type=float, help="a3c: GAE lambda (1: n-step advantages).")
+@click.option("--entropy-coef", type=float, help="a3c: entropy bonus (0.01).")
+@click.option("--buffer-size", type=int, help="dqn: replay transitions in total (100,000).")
+@click.option("--batch-size", type=int, help="dqn: transitions per update (64).")
+@click.option("--learning-starts", type=int, help="dqn: steps before the first update (1,000).")
+@click.option("--train-every", type=int, help="dqn: environment steps per update (2).")
+@click.option("--target-every", type=int,
+              help="dqn: updates between target-network copies (100).")
+@click.option("--eps-steps", type=int,
+              help="dqn: steps over which epsilon falls from 1 to 0.05 (20,000).")
+@click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
+@click.option("--worker-timeout", type=float,
+              help="Seconds without progress before an actor counts as hung (300).")
+@click.option("--checkpoint-every", type=int,
+              help="Write an atomic checkpoint to --out every N rounds (and at the end).")
+@click.option("--max-restarts", type=int,
+              help="Restart failed actors from the last checkpoint up to N times (0).")
+@click.option("--resume", type=click.Path(),
+              help="Continue the run whose --out folder (or checkpoint file) this is.")
+@click.option("--out", help="Write summary.json, metrics.jsonl, model.pt, curves.png here.")
+@click.option("--quiet", "-q", is_flag=True, default=None, help="Print nothing but errors.")
+def rl(out, resume, quiet, **flags):
+    """Reinforcement learning with parallel actor processes on a Gymnasium environment.
+
+    a3c runs --workers actor-learners, each stepping its own environment and applying
+    n-step actor-critic gradients lock-free to one shared network (shared Adam state).
+    dqn runs --workers actors that feed a replay buffer in shared memory; rank 0 is also the
+    learner (double DQN, target network, epsilon schedule). Both end with a greedy
+    evaluation over --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
+    """
+    from ..rl import fit
+
+    fit(out=out, resume=resume, quiet=bool(quiet), **flags)

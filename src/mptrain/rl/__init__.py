@@ -1,0 +1,14 @@
+"""Reinforcement learning with parallel actors on Gymnasium environments.
+
+``a3c``: N actor-learner processes apply n-step actor-critic gradients lock-free to one
+shared network (Mnih et al. 2016). ``dqn``: N actors feed a replay buffer in shared memory,
+one learner trains a double-DQN with a target network (one machine Ape-X). Both run on
+mptrain's supervised workers, with its checkpoints, metrics, console and output files.
+Gymnasium is optional (``pip install 'mptrain[rl]'``).
+"""
+
+from .api import fit
+from .config import ALGOS, RLConfig
+from .run import RLResult
+
+__all__ = ["fit", "RLConfig", "RLResult", "ALGOS"]

@@ -1,0 +1,156 @@
+"""A3C (Mnih et al. 2016): N actor-learners, each with its own environment, computing
+n-step advantage actor-critic gradients and applying them lock-free to one shared model
+with a shared-statistics optimizer (Adam whose moments and step live in shared memory).
+
+Every actor acts and learns on the shared parameters themselves, as Hogwild does;
+gradients are allocated lazily by autograd inside each actor, so they stay private, and
+only the optimizer's state is shared (``strategies.hogwild.shared_optimizer_state``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ..strategies.base import RoundWork, Strategy
+from ..strategies.hogwild import shared_optimizer_state
+from .acting import EpisodeTracker, actor_seed, as_batch, share_of
+from .driver import ActorProgram
+from .envs import make_env
+from .metrics import rl_round_extras
+from .returns import gae
+
+
+class A3CStrategy(Strategy):
+    name = "a3c"
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.optimizer_state: list[dict] | None = None
+
+    def prepare(self, model, data=None, layout=None) -> None:
+        self.optimizer_state = shared_optimizer_state(list(model.parameters()), "adam", 0.0)
+
+    def shared_tensors(self, model) -> int:
+        return super().shared_tensors(model) + 3 * len(list(model.parameters()))
+
+    def program(self, setup) -> "A3CProgram":
+        return A3CProgram(setup, self.optimizer_state)
+
+    def round_extras(self, reports) -> dict:
+        return rl_round_extras(reports)
+
+    def describe(self, layout) -> list[str]:
+        c = self.config
+        return [f"a3c: {layout.workers} actor-learner(s), {c.n_steps}-step advantage "
+                f"actor-critic (lambda {c.gae_lambda:g}), entropy {c.entropy_coef:g}; "
+                "lock-free updates to the shared model, Adam state shared"]
+
+
+class A3CProgram(ActorProgram):
+    def __init__(self, setup, optimizer_state: list[dict]):
+        self.config, self.rank, self.world = setup.config, setup.group.rank, \
+            setup.group.world_size
+        self.model, self.progress = setup.model, setup.progress
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate)
+        self.shared_state = optimizer_state
+        for param, state in zip(self.model.parameters(), optimizer_state):
+            self.optimizer.state[param] = state
+        self.generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.rank)
+        self.env = make_env(self.config.env, seed=actor_seed(self.config.seed, self.rank, 0))
+        self.obs = None
+        self.tracker = EpisodeTracker()
+        self.env_steps = 0      # this actor's, since the run began
+
+    def train_round(self, index: int) -> RoundWork:
+        c = self.config
+        if self.obs is None:  # a new or resumed run starts a fresh episode
+            self.obs, _ = self.env.reset(seed=actor_seed(c.seed, self.rank, index))
+            self.tracker = EpisodeTracker()
+        started = time.monotonic()
+        steps = todo = share_of(c.round_size(index), self.rank, self.world)
+        updates, loss_sum = 0, 0.0
+        while todo > 0:
+            length = min(c.n_steps, todo)
+            loss_sum += self.rollout_and_update(length)
+            updates += 1
+            todo -= length
+        ended = time.monotonic()
+        return RoundWork(steps=updates, samples=steps,
+                         loss_sum=loss_sum / max(updates, 1) * steps,
+                         started=started, ended=ended,
+                         extras={**self.tracker.take(), "env_steps": self.env_steps,
+                                 "updates": updates})
+
+    def rollout_and_update(self, length: int) -> float:
+        """Act ``length`` steps with the current shared policy, then one update; returns the
+        loss."""
+        c = self.config
+        observations, actions, rewards = [], [], []
+        dones = torch.zeros(length, dtype=torch.bool)
+        cuts = torch.zeros(length, dtype=torch.bool)
+        cut_values = torch.zeros(length)
+        for t in range(length):
+            obs = as_batch(self.obs)
+            with torch.no_grad():
+                logits, _ = self.model(obs)
+                action = int(torch.multinomial(F.softmax(logits, -1), 1,
+                                               generator=self.generator))
+            self.obs, reward, terminated, truncated, _ = self.env.step(action)
+            observations.append(obs)
+            actions.append(action)
+            rewards.append(float(reward))
+            self.tracker.step(reward, terminated or truncated)
+            if terminated:
+                dones[t] = True
+            elif truncated:  # a time limit, not a terminal state: bootstrap from it
+                cuts[t] = True
+                with torch.no_grad():
+                    cut_values[t] = self.model(as_batch(self.obs))[1].item()
+            if terminated or truncated:
+                self.obs, _ = self.env.reset()
+        self.env_steps += length
+        self.progress.advance(length)
+
+        logits, values = self.model(torch.cat(observations))
+        with torch.no_grad():
+            bootstrap = 0.0 if dones[-1] or cuts[-1] else \
+                self.model(as_batch(self.obs))[1].item()
+        advantages, returns = gae(torch.tensor(rewards), values.detach(), dones, bootstrap,
+                                  c.gamma, c.gae_lambda, cuts, cut_values)
+        log_probs = F.log_softmax(logits, -1)
+        chosen = log_probs.gather(1, torch.tensor(actions).unsqueeze(1)).squeeze(1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        loss = -(chosen * advantages).mean() - c.entropy_coef * entropy.mean() \
+            + c.value_coef * F.mse_loss(values, returns)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+        self.optimizer.step()  # lock-free, into the shared parameters and Adam state
+        return loss.item()
+
+    def greedy(self, obs: torch.Tensor) -> int:
+        return int(self.model(obs)[0].argmax(-1))
+
+    def eval_model(self):
+        return self.model
+
+    def state(self) -> dict:
+        state = {"rng": self.generator.get_state(), "env_steps": self.env_steps}
+        if self.rank == 0:  # the shared parts, once
+            state["model"] = {k: v.clone() for k, v in self.model.state_dict().items()}
+            state["optimizer"] = [{k: v.clone() for k, v in s.items()}
+                                  for s in self.shared_state]
+        return state
+
+    def load_state(self, state: dict) -> None:
+        if "rng" in state:
+            self.generator.set_state(state["rng"])
+        self.env_steps = state.get("env_steps", 0)
+        if self.rank == 0 and "optimizer" in state:
+            with torch.no_grad():
+                for shared, saved in zip(self.shared_state, state["optimizer"]):
+                    for key, tensor in shared.items():
+                        tensor.copy_(saved[key])

@@ -1,0 +1,119 @@
+"""Settings of a reinforcement-learning run: one frozen, validated dataclass.
+
+It also carries the few fields the shared launch and report code reads from any run's
+settings (``strategy``, ``workers``, ``threads_per_worker``, ``start_method``, ``device``,
+``worker_timeout``, ``checkpoint_every``, ``max_restarts``, ``units``/``unit``,
+``target_accuracy``, ``quiet``, ``as_dict``), so the supervisor, restarts, progress board,
+recorder and checkpoint keeper serve RL runs unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+from ..errors import UserError
+
+ALGOS = ("a3c", "dqn")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    env: str = "CartPole-v1"
+    algo: str = "a3c"
+    workers: int = 2
+    steps: int = 200_000          # environment steps in total, over all actors
+    round_steps: int = 10_000     # environment steps per round (a metrics row, a checkpoint)
+    seed: int = 0
+    lr: float | None = None       # None: the algorithm's default
+    gamma: float = 0.99
+    hidden: int = 128
+    net: str | None = None        # module:make(obs_dim, n_actions)
+    eval_episodes: int = 10       # greedy episodes at the end (and at --eval-every)
+    eval_every: int | None = None   # rounds; None: only at the end
+    target_return: float | None = None   # stop at the first evaluation that reaches it
+    # -- a3c ---------------------------------------------------------------------------------
+    n_steps: int = 20             # rollout length per update
+    gae_lambda: float = 1.0       # 1: plain n-step advantages, as in the A3C paper
+    entropy_coef: float = 0.01
+    value_coef: float = 0.5
+    max_grad_norm: float = 40.0
+    # -- dqn ---------------------------------------------------------------------------------
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    learning_starts: int = 1_000
+    train_every: int = 2          # environment steps (all actors) per learner update
+    target_every: int = 100       # learner updates between target-network copies
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_steps: int = 20_000
+    # -- processes ---------------------------------------------------------------------------
+    threads_per_worker: int | None = 1   # small networks: more threads only add overhead
+    start_method: str | None = None
+    worker_timeout: float = 300.0
+    checkpoint_every: int | None = None  # rounds
+    max_restarts: int = 0
+    quiet: bool = False
+
+    device = "cpu"              # class attributes: what the shared launch code asks
+    target_accuracy = None
+    unit = "round"
+
+    def __post_init__(self):
+        if self.algo not in ALGOS:
+            raise UserError(f"unknown --algo {self.algo!r}; choose one of: {', '.join(ALGOS)}")
+        for name in ("workers", "steps", "round_steps", "hidden", "eval_episodes",
+                     "eval_every", "n_steps", "buffer_size", "batch_size", "train_every",
+                     "target_every", "threads_per_worker", "checkpoint_every"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, int) and value >= 1):
+                raise UserError(f"--{_flag(name)} must be a positive integer, got {value!r}")
+        for name in ("learning_starts", "eps_steps", "max_restarts"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
+                raise UserError(f"--{_flag(name)} must be an integer >= 0")
+        if self.lr is not None and not self.lr > 0:
+            raise UserError(f"--lr must be > 0, got {self.lr}")
+        for name in ("gamma", "gae_lambda", "eps_start", "eps_end"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise UserError(f"--{_flag(name)} must be in [0, 1]")
+        if self.round_steps < self.workers:
+            raise UserError("--round-steps must be at least --workers (steps per actor)")
+        if self.algo == "dqn" and self.buffer_size // self.workers <= 256:
+            raise UserError(f"--buffer-size {self.buffer_size} leaves too few rows per "
+                            f"actor for {self.workers} workers; use at least "
+                            f"{257 * self.workers}")
+
+    @property
+    def strategy(self) -> str:
+        return self.algo
+
+    @property
+    def units(self) -> int:
+        return math.ceil(self.steps / self.round_steps)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else {"a3c": 1e-3, "dqn": 1e-3}[self.algo]
+
+    def round_end(self, index: int) -> int:
+        """Total environment steps at the end of round ``index`` (0-based)."""
+        return min(self.steps, (index + 1) * self.round_steps)
+
+    def round_size(self, index: int) -> int:
+        """Environment steps in round ``index``, over all actors."""
+        return self.round_end(index) - (self.round_end(index - 1) if index else 0)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "RLConfig":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in values.items() if k in known})
+
+    def replace(self, **changes) -> "RLConfig":
+        return replace(self, **changes)
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")

@@ -1,0 +1,80 @@
+"""Environments by Gymnasium id (``CartPole-v1``) or import string (``my_pkg.envs:make``).
+
+Gymnasium is an optional dependency (``pip install 'mptrain[rl]'``): it is imported only
+when an environment is made, so ``import mptrain.rl`` works without it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UserError
+from ..imports import is_import_string, load_object
+
+INSTALL_HINT = "reinforcement learning needs gymnasium: pip install 'mptrain[rl]'"
+
+
+def require_gymnasium():
+    try:
+        import gymnasium
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    return gymnasium
+
+
+def make_env(spec: str, seed: int | None = None):
+    """A fresh environment for ``spec``; ``seed`` seeds its first reset and action space."""
+    gymnasium = require_gymnasium()
+    if is_import_string(spec):
+        env = load_object(spec, "--env")()
+    else:
+        try:
+            env = gymnasium.make(spec)
+        except gymnasium.error.Error as err:
+            raise UserError(f"--env {spec!r}: {err}; give a Gymnasium id such as "
+                            "CartPole-v1 or an import string 'module:make_env'") from None
+    if seed is not None:
+        env.action_space.seed(seed)
+    return env
+
+
+@dataclass(frozen=True)
+class EnvShape:
+    """What a network needs to know about an environment."""
+
+    name: str
+    obs_dim: int
+    n_actions: int
+
+
+def env_shape(spec: str) -> EnvShape:
+    """Check that ``spec`` is an environment the built-in algorithms can learn (flat
+    observations, discrete actions) and return its sizes."""
+    gymnasium = require_gymnasium()
+    env = make_env(spec)
+    try:
+        obs, act = env.observation_space, env.action_space
+        if not isinstance(act, gymnasium.spaces.Discrete):
+            raise UserError(f"--env {spec!r} has {type(act).__name__} actions; a3c and dqn "
+                            "here need a Discrete action space")
+        if not isinstance(obs, gymnasium.spaces.Box) or len(obs.shape) != 1:
+            raise UserError(f"--env {spec!r} has observations {obs}; the built-in networks "
+                            "need a flat Box (give your own with --net module:make)")
+        return EnvShape(spec, int(obs.shape[0]), int(act.n))
+    finally:
+        env.close()
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """What workers receive instead of a data set: how to make their environments. Nothing
+    of it lives in shared memory (the strategies put their shared state there)."""
+
+    spec: str
+    shape: EnvShape
+
+    def share_memory_(self) -> "EnvSource":
+        return self
+
+    def materialize_(self) -> "EnvSource":
+        return self

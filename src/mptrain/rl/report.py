@@ -1,0 +1,110 @@
+"""What an RL run says about itself: banner, summary.json, closing lines, and the return
+curves (against environment steps and against seconds)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from ..files import atomic_write
+from ..report.outputs import save_state_dict, write_json, write_jsonl
+
+
+def banner_lines(config, shape, model, layout) -> list[str]:
+    params = sum(p.numel() for p in model.parameters())
+    return [f"rl [bold]{config.algo}[/bold] · {layout.workers} actor process(es) × "
+            f"{layout.threads} thread(s) ({layout.cores} usable cores) · start method "
+            f"{layout.start_method} ({layout.start_reason})",
+            f"env {shape.name}: {shape.obs_dim} observations, {shape.n_actions} actions · "
+            f"{config.steps:,} steps in {config.units} rounds of {config.round_steps:,} · "
+            f"seed {config.seed}",
+            f"network {config.net or 'built-in'}: {params:,} parameters · adam lr "
+            f"{config.learning_rate:g} · gamma {config.gamma:g}"]
+
+
+def build_summary(config, layout, rows: list[dict], wall_s: float, restarts: int) -> dict:
+    evaluated = [row for row in rows if row.get("eval_return") is not None]
+    last_eval = evaluated[-1] if evaluated else None
+    train_s = sum(row["epoch_s"] for row in rows)
+    steps = rows[-1]["env_steps"] if rows else 0
+    summary = {
+        "algo": config.algo, "env": config.env, "workers": layout.workers,
+        "threads_per_worker": layout.threads, "start_method": layout.start_method,
+        "seed": config.seed, "steps_planned": config.steps, "rounds_done": len(rows),
+        "env_steps": steps,
+        "env_steps_per_s": (sum(row["train_samples"] for row in rows) / train_s
+                            if train_s > 0 else None),
+        "eval_return": last_eval["eval_return"] if last_eval else None,
+        "eval_return_std": last_eval["eval_return_std"] if last_eval else None,
+        "eval_episodes": last_eval["eval_episodes"] if last_eval else 0,
+        "wall_s": wall_s, "restarts": restarts, "config": config.as_dict(),
+        "torch": torch.__version__, "python": platform.python_version(),
+        "cores": layout.cores, "logical_cpus": os.cpu_count(),
+    }
+    if config.target_return is not None:
+        reached = next((row for row in evaluated
+                        if row["eval_return"] >= config.target_return), None)
+        summary["target_return"] = config.target_return
+        summary["target_reached_at_round"] = reached["epoch"] if reached else None
+        summary["target_reached_at_steps"] = reached["env_steps"] if reached else None
+        summary["target_reached_at_s"] = reached["elapsed_s"] if reached else None
+    return summary
+
+
+def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
+    if summary["eval_return"] is not None:
+        score = f"greedy return {summary['eval_return']:.1f} ± " \
+                f"{summary['eval_return_std']:.1f} over {summary['eval_episodes']} episodes"
+    else:
+        score = "no evaluation completed"
+    line = f"[bold]done[/bold]: {score} · {summary['env_steps']:,} env steps · " \
+           f"{summary['wall_s']:.1f} s wall"
+    if summary.get("env_steps_per_s"):
+        line += f" · {summary['env_steps_per_s']:,.0f} env steps/s"
+    lines = [line]
+    if summary.get("target_return") is not None:
+        at = summary.get("target_reached_at_steps")
+        lines.append(f"target return {summary['target_return']:g} reached at "
+                     f"{at:,} steps ({summary['target_reached_at_s']:.1f} s)" if at
+                     else f"target return {summary['target_return']:g} not reached")
+    if out_dir is not None:
+        lines.append(f"outputs in {out_dir}/: summary.json metrics.jsonl model.pt curves.png")
+    return lines
+
+
+def write_outputs(out_dir: Path, rows: list[dict], model, summary: dict) -> None:
+    write_jsonl(out_dir / "metrics.jsonl", rows)
+    save_state_dict(out_dir / "model.pt", model)
+    if rows:
+        plot_returns(out_dir / "curves.png", rows,
+                     f"{summary['env']} · {summary['algo']} × {summary['workers']}")
+    write_json(out_dir / "summary.json", summary)
+
+
+def plot_returns(path: Path, rows: list[dict], title: str) -> None:
+    """Training and greedy returns against environment steps and against seconds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for axis, x_key, x_label in ((axes[0], "env_steps", "environment steps"),
+                                 (axes[1], "elapsed_s", "seconds")):
+        for key, label in (("return_mean", "training episodes"),
+                           ("eval_return", "greedy evaluation")):
+            points = [(row[x_key], row[key]) for row in rows
+                      if row.get(key) is not None and row.get(x_key) is not None]
+            if points:
+                axis.plot(*zip(*points), marker="o" if len(points) <= 50 else None,
+                          label=label)
+        axis.set(xlabel=x_label, ylabel="return")
+        axis.grid(alpha=0.3)
+        axis.legend()
+    figure.suptitle(title)
+    figure.tight_layout()
+    atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
+    plt.close(figure)

@@ -1,0 +1,137 @@
+"""One RL run, start to end, in the order things happen -- the RL counterpart of
+``mptrain.runner``, over the same pieces: the supervised workers (``launch.execute``), the
+restart and signal policy, the recorder and checkpoint keeper, the console and the atomic
+output files. Only the environments, the network and the per-actor driver are RL's own."""
+
+from __future__ import annotations
+
+import copy
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from ..checkpoint import Checkpoint, CheckpointKeeper, check_resumable
+from ..launch.execute import Job, train_job
+from ..launch.layout import RunLayout
+from ..launch.restarts import run_with_restarts
+from ..launch.sharing import check_shm_space, choose_sharing_strategy
+from ..launch.start_method import choose_start_method
+from ..launch.tuning import threads_per_worker, usable_cores
+from ..report.console import ConsolePresenter
+from ..report.metrics import EpochMetrics
+from ..report.outputs import prepare_out_dir
+from ..report.recorder import RunRecorder
+from .a3c import A3CStrategy
+from .config import RLConfig
+from .dqn import DQNStrategy
+from .driver import train_rl
+from .envs import EnvSource, env_shape
+from .nets import build_network
+from .replay import SharedReplay
+from . import report
+
+
+@dataclass
+class RLResult:
+    """What an RL run produced: the trained network, one metrics row per round, the summary."""
+
+    model: nn.Module
+    config: RLConfig
+    rounds: list = field(default_factory=list)    # report.metrics.EpochMetrics
+    summary: dict = field(default_factory=dict)
+    restarts: int = 0
+
+    @property
+    def eval_return(self) -> float | None:
+        return self.summary.get("eval_return")
+
+
+def plan_rl_layout(config: RLConfig) -> RunLayout:
+    threads = threads_per_worker(config.workers, config.threads_per_worker)
+    method, reason = choose_start_method(config.start_method, "cpu", threads)
+    return RunLayout(config.workers, threads, method, reason, "shm", cores=usable_cores())
+
+
+def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
+           out: str | Path | None = None, resume: Checkpoint | None = None) -> RLResult:
+    started = time.monotonic()
+    presenter = presenter or ConsolePresenter(quiet=config.quiet)
+    shape = env_shape(config.env)
+    torch.manual_seed(config.seed)
+    model = build_network(config.algo, shape, config.hidden, config.net)
+    strategy = make_rl_strategy(config)
+    layout = plan_rl_layout(config)
+    check_resumable(resume, config, layout.workers)
+    layout.sharing, layout.sharing_reason = choose_sharing_strategy(
+        "auto", strategy.shared_tensors(model) + 8)
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    replay_bytes = SharedReplay.estimate_nbytes(config.buffer_size, shape.obs_dim,
+                                                config.workers) if config.algo == "dqn" else 0
+    check_shm_space(4 * model_bytes + replay_bytes)
+    out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
+    keeper = CheckpointKeeper(config, {"env": config.env, "net": config.net}, out_dir, resume)
+    if resume is not None:
+        model.load_state_dict(resume.model)
+    presenter.banner(report.banner_lines(config, shape, model, layout)
+                     + strategy.describe(layout))
+
+    result = RLResult(model=model, config=config)
+    if resume is not None:
+        result.rounds = [EpochMetrics.from_dict(row) for row in resume.metrics]
+    recorder = RunRecorder(config, strategy, "rl", presenter, keeper, out_dir, layout.workers,
+                           config.round_steps, started, result.rounds)
+    initial_state = copy.deepcopy(model.state_dict())
+    source = EnvSource(config.env, shape)
+
+    def attempt() -> None:
+        latest = keeper.latest
+        model.load_state_dict(latest.model if latest is not None else initial_state)
+        done = latest.epoch if latest else 0
+        recorder.start(done)
+        train_job(Job(config=config, bundle=source, model=model, strategy=strategy,
+                      layout=layout, presenter=presenter, on_report=recorder.on_report,
+                      start_epoch=done, rank_states=latest.ranks if latest else None,
+                      checkpoint_every=keeper.every, driver=train_rl,
+                      round_samples=config.round_steps), None)
+
+    def on_restart(failure, restarts: int) -> None:
+        presenter.close()
+        done = keeper.latest.epoch if keeper.latest else 0
+        presenter.note(f"{failure.headline}; restarting the actors from round {done} "
+                       f"(restart {restarts} of {config.max_restarts})")
+
+    def describe_stop(signum: int) -> str:
+        presenter.close()
+        return _stop_message(signum, len(result.rounds), config, keeper, out_dir)
+
+    try:
+        result.restarts = run_with_restarts(attempt, config.max_restarts, on_restart,
+                                            describe_stop)
+    finally:
+        presenter.close()
+
+    rows = [m.as_dict() for m in result.rounds]
+    result.summary = report.build_summary(config, layout, rows, time.monotonic() - started,
+                                          result.restarts)
+    if out_dir is not None:
+        report.write_outputs(out_dir, rows, model, result.summary)
+    presenter.result(report.result_lines(result.summary, out_dir))
+    return result
+
+
+def make_rl_strategy(config: RLConfig):
+    return {"a3c": A3CStrategy, "dqn": DQNStrategy}[config.algo](config)
+
+
+def _stop_message(signum, done, config, keeper, out_dir) -> str:
+    where = f"stopped by {signal.Signals(signum).name} after {done} of {config.units} " \
+            "rounds; every actor was stopped"
+    if keeper.saved_path is not None and keeper.latest is not None:
+        return (f"{where}; last checkpoint: round {keeper.latest.epoch} in "
+                f"{keeper.saved_path}; resume with: mptrain rl --resume {out_dir}")
+    return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 to be " \
+           "able to resume)"

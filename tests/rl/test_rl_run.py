@@ -1,0 +1,111 @@
+"""Real runs of both algorithms on CartPole: learning, supervision, checkpoints."""
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+gymnasium = pytest.importorskip("gymnasium")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+from run_watch import live_children  # noqa: E402
+
+from mptrain.errors import WorkerFailedError  # noqa: E402
+from mptrain.rl import fit  # noqa: E402
+from mptrain.rl.acting import EVAL_SEED  # noqa: E402
+from mptrain.checkpoint import load  # noqa: E402
+
+EVAL_EPISODES = 10
+
+
+def random_policy_return(episodes: int = EVAL_EPISODES) -> float:
+    """The mean return of uniformly random actions on the evaluation episodes' seeds."""
+    env = gymnasium.make("CartPole-v1")
+    env.action_space.seed(0)
+    returns = []
+    for index in range(episodes):
+        env.reset(seed=EVAL_SEED + index)
+        total, ended = 0.0, False
+        while not ended:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += reward
+            ended = terminated or truncated
+        returns.append(total)
+    return statistics.fmean(returns)
+
+
+@pytest.mark.timeout(120)
+def test_a3c_learns_and_is_deterministic_with_one_actor():
+    settings = dict(workers=1, steps=20_000, round_steps=10_000, seed=3,
+                    eval_episodes=EVAL_EPISODES)
+    first = fit("CartPole-v1", "a3c", **settings)
+    second = fit("CartPole-v1", "a3c", **settings)
+    baseline = random_policy_return()
+    assert baseline < 30
+    assert first.eval_return > baseline + 40
+    rising = [row.extras["return_mean"] for row in first.rounds]
+    assert rising[-1] > rising[0]
+    for a, b in zip(first.model.state_dict().values(), second.model.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.timeout(120)
+def test_dqn_learns_with_one_actor():
+    result = fit("CartPole-v1", "dqn", workers=1, steps=6_000, round_steps=3_000, seed=3,
+                 learning_starts=500, eps_steps=3_000, buffer_size=10_000, batch_size=64,
+                 target_every=200, train_every=1, eval_episodes=EVAL_EPISODES)
+    assert result.eval_return > random_policy_return() + 30
+    assert result.summary["env_steps"] == 6_000
+    # one update per transition past learning_starts, whatever the number of actors
+    assert sum(row.extras["updates"] for row in result.rounds) == 6_000 - 500
+
+
+@pytest.mark.timeout(120)
+def test_two_dqn_actors_fill_the_shared_buffer():
+    result = fit("CartPole-v1", "dqn", workers=2, steps=4_000, round_steps=2_000, seed=1,
+                 learning_starts=500, eps_steps=2_000, buffer_size=4_000, batch_size=32,
+                 train_every=4, eval_episodes=2)
+    steps = result.summary["env_steps"]
+    assert 4_000 <= steps <= 4_002   # each actor may overshoot a round by one step
+    assert sum(row.extras["updates"] for row in result.rounds) == (steps - 500) // 4
+
+
+@pytest.mark.timeout(120)
+def test_a3c_dead_actor_stops_the_run_with_its_traceback():
+    with pytest.raises(WorkerFailedError) as caught:
+        fit(f"{Path(__file__).with_name('faulty_env.py')}:make", "a3c", workers=2,
+            steps=50_000, round_steps=5_000, seed=0, eval_episodes=1)
+    message = str(caught.value)
+    assert "worker rank 1" in message
+    assert "RuntimeError: the environment exploded in rank 1" in message
+    assert "faulty_env.py" in message   # the actor's traceback, not only its last line
+    assert live_children() == []   # every actor was reaped
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("algo", ["a3c", "dqn"])
+def test_checkpoint_and_resume_continue_the_run(tmp_path: Path, algo):
+    settings = dict(workers=2, round_steps=2_000, seed=0, eval_episodes=2,
+                    learning_starts=500, buffer_size=4_000, batch_size=32, train_every=4)
+    first = fit("CartPole-v1", algo, steps=4_000, out=tmp_path, checkpoint_every=1,
+                **settings)
+    checkpoint = load(tmp_path)
+    assert checkpoint.epoch == 2 and checkpoint.strategy == algo
+    if algo == "dqn":
+        assert int(checkpoint.ranks[0]["replay"]["counts"].sum()) == \
+            first.summary["env_steps"]
+    else:
+        assert len(checkpoint.ranks[0]["optimizer"]) == len(list(first.model.parameters()))
+    assert torch.equal(checkpoint.model[next(iter(checkpoint.model))],
+                       first.model.state_dict()[next(iter(checkpoint.model))])
+
+    resumed = fit(resume=tmp_path, steps=8_000)
+    assert [row.epoch for row in resumed.rounds] == [1, 2, 3, 4]
+    assert resumed.rounds[:2] == first.rounds
+    assert resumed.rounds[-1].extras["env_steps"] >= 8_000
+    assert load(tmp_path).epoch == 4
+    for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
+        assert (tmp_path / name).is_file()
+    assert not list(tmp_path.glob(".*.tmp"))
