@@ -41,8 +41,6 @@ class Job:
     #: What every worker runs (a module-level function of a ``WorkerSetup``): the supervised
     #: driver, or another driver over the same services (``mptrain.rl``'s actors).
     driver: Callable = train
-    #: Progress units in one round; None: the strategy's samples per round of the data set.
-    round_samples: int | None = None
 
     def setup(self, rank, group, progress, report, device) -> WorkerSetup:
         return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
@@ -120,8 +118,7 @@ def train_on_workers(job: Job) -> None:
                       board=board)
     if layout.start_method == "fork":
         warmup.finish()  # workers inherit the imports; no thread may be importing at fork
-    per_epoch = job.round_samples if job.round_samples is not None else \
-        job.strategy.samples_per_round(len(job.bundle.train), layout.workers)
+    per_epoch = job.strategy.samples_per_round(job.bundle, layout.workers)
     reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 
     def on_message(rank, report):

@@ -14,16 +14,15 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..strategies.base import RoundWork, Strategy
+from ..strategies.base import RoundWork
 from ..strategies.hogwild import shared_optimizer_state
 from .acting import EpisodeTracker, actor_seed, as_batch, share_of
-from .driver import ActorProgram
+from .driver import ActorProgram, ActorStrategy
 from .envs import make_env
-from .metrics import rl_round_extras
 from .returns import gae
 
 
-class A3CStrategy(Strategy):
+class A3CStrategy(ActorStrategy):
     name = "a3c"
 
     def __init__(self, config):
@@ -38,9 +37,6 @@ class A3CStrategy(Strategy):
 
     def program(self, setup) -> "A3CProgram":
         return A3CProgram(setup, self.optimizer_state)
-
-    def round_extras(self, reports) -> dict:
-        return rl_round_extras(reports)
 
     def describe(self, layout) -> list[str]:
         c = self.config

@@ -25,11 +25,10 @@ import time
 import torch
 import torch.nn.functional as F
 
-from ..strategies.base import RoundWork, Strategy
+from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
-from .driver import ActorProgram
+from .driver import ActorProgram, ActorStrategy
 from .envs import make_env
-from .metrics import rl_round_extras
 from .replay import SharedReplay
 from .schedules import linear_epsilon, update_target
 
@@ -37,7 +36,7 @@ MAX_LAG = 64       # learner updates an actor may run ahead of
 WAIT_S = 0.0002    # an actor's pause while it waits for the learner
 
 
-class DQNStrategy(Strategy):
+class DQNStrategy(ActorStrategy):
     name = "dqn"
 
     def __init__(self, config):
@@ -55,9 +54,6 @@ class DQNStrategy(Strategy):
 
     def program(self, setup) -> "DQNProgram":
         return DQNProgram(setup, self.replay, self.learner_updates)
-
-    def round_extras(self, reports) -> dict:
-        return rl_round_extras(reports)
 
     def describe(self, layout) -> list[str]:
         c = self.config

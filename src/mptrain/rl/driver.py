@@ -15,8 +15,19 @@ from abc import abstractmethod
 import torch
 
 from ..engine.loop import EpochReport, checkpoint_due, encode_state, minor_faults
-from ..strategies.base import WorkerProgram
+from ..strategies.base import Strategy, WorkerProgram
 from .acting import evaluate_greedy
+from .metrics import rl_round_extras
+
+
+class ActorStrategy(Strategy):
+    """An RL algorithm: its rounds are environment steps and its reports carry returns."""
+
+    def samples_per_round(self, data, workers: int) -> int:
+        return self.config.round_steps
+
+    def round_extras(self, reports) -> dict:
+        return rl_round_extras(reports)
 
 
 class ActorProgram(WorkerProgram):

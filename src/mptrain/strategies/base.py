@@ -55,7 +55,7 @@ class WorkerProgram(ABC):
         nothing: strategies that train the shared model itself have nothing to do)."""
 
 
-class Strategy:
+class Strategy(ABC):
     name = "base"
     #: True for strategies that train in the calling process (``single``).
     in_process = False
@@ -80,12 +80,14 @@ class Strategy:
         open file per process under the ``file_descriptor`` sharing strategy)."""
         return len(list(model.parameters())) + len(list(model.buffers()))
 
-    def samples_per_round(self, train_size: int, workers: int) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def samples_per_round(self, data, workers: int) -> int:
+        """Progress units in one round of the whole run: samples of ``data`` for supervised
+        strategies, environment steps for RL."""
 
+    @abstractmethod
     def program(self, setup) -> WorkerProgram:
         """This worker's program; ``setup`` is an ``engine.loop.WorkerSetup``."""
-        raise NotImplementedError
 
     def round_extras(self, reports) -> dict:
         """Strategy-specific columns of one round's metrics, from every rank's report."""

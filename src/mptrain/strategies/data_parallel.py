@@ -24,8 +24,8 @@ from .base import RoundWork, Strategy, WorkerProgram
 class DataParallelStrategy(Strategy):
     """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics)."""
 
-    def samples_per_round(self, train_size, workers):
-        shard = len(shard_indices(train_size, workers, 0, 0, 0, shuffle=False))
+    def samples_per_round(self, data, workers):
+        shard = len(shard_indices(len(data.train), workers, 0, 0, 0, shuffle=False))
         if self.config.steps_per_epoch is not None:
             shard = min(shard, self.config.steps_per_epoch * self.config.batch_size)
         return shard * workers
