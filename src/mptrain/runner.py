@@ -5,8 +5,6 @@ job; this module only puts them in order. ``fit()`` (and so the CLI) ends up her
 
 from __future__ import annotations
 
-import copy
-import signal
 import time
 from pathlib import Path
 
@@ -15,9 +13,9 @@ import torch.nn as nn
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .config import TrainConfig
 from .data.sources import DataBundle
-from .launch.execute import Job, train_job
+from .launch.execute import Job
 from .launch.layout import plan_layout, preflight
-from .launch.restarts import run_with_restarts
+from .launch.restarts import train_with_restarts
 from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
 from .report.metrics import EpochMetrics
@@ -54,39 +52,12 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     if resume is not None:
         result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
     recorder = RunRecorder(config, strategy, bundle.task, presenter, keeper, out_dir,
-                           layout.workers, strategy.samples_per_round(len(bundle.train),
-                                                                      layout.workers),
+                           layout.workers, strategy.samples_per_round(bundle, layout.workers),
                            started, result.epochs)
-    initial_state = copy.deepcopy(model.state_dict()) if config.max_restarts else None
-
-    def attempt() -> None:
-        latest = keeper.latest
-        if latest is not None:
-            model.load_state_dict(latest.model)
-        elif initial_state is not None:
-            model.load_state_dict(initial_state)
-        done = latest.epoch if latest else 0
-        recorder.start(done)
-        train_job(Job(config=config, bundle=bundle, model=model, strategy=strategy,
-                      layout=layout, presenter=presenter, on_report=recorder.on_report,
-                      start_epoch=done, rank_states=latest.ranks if latest else None,
-                      checkpoint_every=keeper.every), world)
-
-    def on_restart(failure, restarts: int) -> None:
-        presenter.close()
-        done = keeper.latest.epoch if keeper.latest else 0
-        presenter.note(f"{failure.headline}; restarting the workers from {config.unit} "
-                       f"{done} (restart {restarts} of {config.max_restarts})")
-
-    def describe_stop(signum: int) -> str:
-        presenter.close()
-        return _stop_message(signum, len(result.epochs), config, keeper, out_dir)
-
-    try:
-        result.restarts = run_with_restarts(attempt, config.max_restarts, on_restart,
-                                            describe_stop)
-    finally:
-        presenter.close()
+    result.restarts = train_with_restarts(
+        Job(config=config, bundle=bundle, model=model, strategy=strategy, layout=layout,
+            presenter=presenter, on_report=recorder.on_report,
+            checkpoint_every=keeper.every), keeper, recorder, world)
 
     wall_s = time.monotonic() - started
     first = recorder.first_step_at
@@ -97,14 +68,3 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
         write_outputs(out_dir, result)
     presenter.result(result_lines(result.summary, out_dir))
     return result
-
-
-def _stop_message(signum, done, config, keeper, out_dir) -> str:
-    name = signal.Signals(signum).name
-    where = f"stopped by {name} after {done} of {config.units} {config.unit}s; every " \
-            "worker was stopped"
-    if keeper.saved_path is not None and keeper.latest is not None:
-        return (f"{where}; last checkpoint: {config.unit} {keeper.latest.epoch} in "
-                f"{keeper.saved_path}; resume with: mptrain run --resume {out_dir}")
-    return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 to be " \
-           "able to resume)"

@@ -1,14 +1,59 @@
-"""Restart and stop policy for a run: how often failed workers are restarted, and what a
-signal turns into. The runner says what one attempt is; this module decides what happens
-when an attempt fails or the user stops it."""
+"""Restart and stop policy for a run: how often failed workers are restarted, from where,
+and what a signal turns into. The runners say what a job is; this module decides what
+happens when an attempt at it fails or the user stops it."""
 
 from __future__ import annotations
 
+import copy
 import signal
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Callable
 
 from ..errors import Interrupted, RunInterrupted, WorkerFailedError
+from .execute import Job, train_job
+
+
+def train_with_restarts(job: Job, keeper, recorder, world=None, *, who: str = "workers",
+                        command: str = "mptrain run") -> int:
+    """Train ``job`` to its end. After a worker failure, restart every worker from the
+    keeper's latest checkpoint (or from the initial model), at most ``max_restarts`` times;
+    a signal stops the run with a message that says how to resume it. Return the number
+    of restarts. ``who`` and ``command`` name the processes and the command in messages."""
+    config, model, presenter = job.config, job.model, job.presenter
+    initial_state = copy.deepcopy(model.state_dict()) if config.max_restarts else None
+
+    def attempt() -> None:
+        latest = keeper.latest
+        if latest is not None:
+            model.load_state_dict(latest.model)
+        elif initial_state is not None:
+            model.load_state_dict(initial_state)
+        done = latest.epoch if latest else 0
+        recorder.start(done)
+        train_job(replace(job, start_epoch=done,
+                          rank_states=latest.ranks if latest else None), world)
+
+    def on_restart(failure: WorkerFailedError, restarts: int) -> None:
+        presenter.close()
+        done = keeper.latest.epoch if keeper.latest else 0
+        presenter.note(f"{failure.headline}; restarting the {who} from {config.unit} {done} "
+                       f"(restart {restarts} of {config.max_restarts})")
+
+    def describe_stop(signum: int) -> str:
+        presenter.close()
+        where = f"stopped by {signal.Signals(signum).name} after {len(recorder.history)} " \
+                f"of {config.units} {config.unit}s; every {who[:-1]} was stopped"
+        if keeper.saved_path is not None and keeper.latest is not None:
+            return (f"{where}; last checkpoint: {config.unit} {keeper.latest.epoch} in "
+                    f"{keeper.saved_path}; resume with: {command} --resume {keeper.out_dir}")
+        return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 " \
+               "to be able to resume)"
+
+    try:
+        return run_with_restarts(attempt, config.max_restarts, on_restart, describe_stop)
+    finally:
+        presenter.close()
 
 
 def run_with_restarts(attempt: Callable[[], None], max_restarts: int,

@@ -5,8 +5,6 @@ output files. Only the environments, the network and the per-actor driver are RL
 
 from __future__ import annotations
 
-import copy
-import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,9 +13,9 @@ import torch
 import torch.nn as nn
 
 from ..checkpoint import Checkpoint, CheckpointKeeper, check_resumable
-from ..launch.execute import Job, train_job
+from ..launch.execute import Job
 from ..launch.layout import RunLayout
-from ..launch.restarts import run_with_restarts
+from ..launch.restarts import train_with_restarts
 from ..launch.sharing import check_shm_space, choose_sharing_strategy
 from ..launch.start_method import choose_start_method
 from ..launch.tuning import threads_per_worker, usable_cores
@@ -82,37 +80,15 @@ def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
     result = RLResult(model=model, config=config)
     if resume is not None:
         result.rounds = [EpochMetrics.from_dict(row) for row in resume.metrics]
-    recorder = RunRecorder(config, strategy, "rl", presenter, keeper, out_dir, layout.workers,
-                           config.round_steps, started, result.rounds)
-    initial_state = copy.deepcopy(model.state_dict())
     source = EnvSource(config.env, shape)
-
-    def attempt() -> None:
-        latest = keeper.latest
-        model.load_state_dict(latest.model if latest is not None else initial_state)
-        done = latest.epoch if latest else 0
-        recorder.start(done)
-        train_job(Job(config=config, bundle=source, model=model, strategy=strategy,
-                      layout=layout, presenter=presenter, on_report=recorder.on_report,
-                      start_epoch=done, rank_states=latest.ranks if latest else None,
-                      checkpoint_every=keeper.every, driver=train_rl,
-                      round_samples=config.round_steps), None)
-
-    def on_restart(failure, restarts: int) -> None:
-        presenter.close()
-        done = keeper.latest.epoch if keeper.latest else 0
-        presenter.note(f"{failure.headline}; restarting the actors from round {done} "
-                       f"(restart {restarts} of {config.max_restarts})")
-
-    def describe_stop(signum: int) -> str:
-        presenter.close()
-        return _stop_message(signum, len(result.rounds), config, keeper, out_dir)
-
-    try:
-        result.restarts = run_with_restarts(attempt, config.max_restarts, on_restart,
-                                            describe_stop)
-    finally:
-        presenter.close()
+    recorder = RunRecorder(config, strategy, "rl", presenter, keeper, out_dir, layout.workers,
+                           strategy.samples_per_round(source, layout.workers), started,
+                           result.rounds)
+    result.restarts = train_with_restarts(
+        Job(config=config, bundle=source, model=model,
+            strategy=strategy, layout=layout, presenter=presenter,
+            on_report=recorder.on_report, checkpoint_every=keeper.every, driver=train_rl),
+        keeper, recorder, who="actors", command="mptrain rl")
 
     rows = [m.as_dict() for m in result.rounds]
     result.summary = report.build_summary(config, layout, rows, time.monotonic() - started,
@@ -125,13 +101,3 @@ def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
 
 def make_rl_strategy(config: RLConfig):
     return {"a3c": A3CStrategy, "dqn": DQNStrategy}[config.algo](config)
-
-
-def _stop_message(signum, done, config, keeper, out_dir) -> str:
-    where = f"stopped by {signal.Signals(signum).name} after {done} of {config.units} " \
-            "rounds; every actor was stopped"
-    if keeper.saved_path is not None and keeper.latest is not None:
-        return (f"{where}; last checkpoint: round {keeper.latest.epoch} in "
-                f"{keeper.saved_path}; resume with: mptrain rl --resume {out_dir}")
-    return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 to be " \
-           "able to resume)"
