@@ -7,3 +7,30 @@ import click
 @click.version_option(package_name="mptrain")
 def cli():
     """Train PyTorch models with several processes on one machine."""
+
+
+def supervised_run_options(who: str, units: str):
+    """The options every training command shares -- supervision, checkpoints, resume and
+    outputs -- worded for its processes (``who``: worker, actor) and units of work."""
+    options = [
+        click.option("--worker-timeout", type=float,
+                     help=f"Seconds without progress before {'an' if who[0] in 'aeiou' else 'a'}"
+                          f" {who} counts as hung (300)."),
+        click.option("--checkpoint-every", type=int,
+                     help=f"Write an atomic checkpoint to --out every N {units} (and at the "
+                          "end)."),
+        click.option("--max-restarts", type=int,
+                     help=f"Restart failed {who}s from the last checkpoint up to N times (0)."),
+        click.option("--resume", type=click.Path(),
+                     help="Continue the run whose --out folder (or checkpoint file) this is."),
+        click.option("--out",
+                     help="Write summary.json, metrics.jsonl, model.pt, curves.png here."),
+        click.option("--quiet", "-q", is_flag=True, default=None,
+                     help="Print nothing but errors."),
+    ]
+
+    def apply(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+    return apply

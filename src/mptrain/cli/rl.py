@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..rl.config import ALGOS
-from .app import cli
+from .app import cli, supervised_run_options
 
 
 @cli.command()
@@ -40,16 +40,7 @@ from .app import cli
 @click.option("--eps-steps", type=int,
               help="dqn: steps over which epsilon falls from 1 to 0.05 (20,000).")
 @click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
-@click.option("--worker-timeout", type=float,
-              help="Seconds without progress before an actor counts as hung (300).")
-@click.option("--checkpoint-every", type=int,
-              help="Write an atomic checkpoint to --out every N rounds (and at the end).")
-@click.option("--max-restarts", type=int,
-              help="Restart failed actors from the last checkpoint up to N times (0).")
-@click.option("--resume", type=click.Path(),
-              help="Continue the run whose --out folder (or checkpoint file) this is.")
-@click.option("--out", help="Write summary.json, metrics.jsonl, model.pt, curves.png here.")
-@click.option("--quiet", "-q", is_flag=True, default=None, help="Print nothing but errors.")
+@supervised_run_options("actor", "rounds")
 def rl(out, resume, quiet, **flags):
     """Reinforcement learning with parallel actor processes on a Gymnasium environment.
 

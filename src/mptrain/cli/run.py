@@ -11,7 +11,7 @@ from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, OPTIMIZERS, SHARING_S
                       load_config_file)
 from ..launch.lifecycle import leave
 from ..launch.world import detect_external_world
-from .app import cli
+from .app import cli, supervised_run_options
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
 
@@ -48,13 +48,9 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--steps-per-epoch", type=int,
               help="Cut every epoch after N steps per worker (quick looks).")
-@click.option("--worker-timeout", type=float,
-              help="Seconds without progress before a worker counts as hung (300).")
 @click.option("--sharing-strategy", type=click.Choice(SHARING_STRATEGIES),
               help="How tensors are shared between processes (auto: from the open-file "
                    "limit).")
-@click.option("--checkpoint-every", type=int,
-              help="Write an atomic checkpoint to --out every N epochs/rounds (and at the end).")
 @click.option("--eval-every", type=int,
               help="Evaluate on the test set every N epochs/rounds and at the end (1).")
 @click.option("--target-accuracy", type=float,
@@ -72,14 +68,9 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
 @click.option("--server-momentum", type=float, help="fedavg: server momentum, FedAvgM (0).")
 @click.option("--accept-failures/--no-accept-failures", default=None,
               help="fedavg: drop a client that raises from its round instead of stopping.")
-@click.option("--resume", type=click.Path(),
-              help="Continue the run whose --out folder (or checkpoint file) this is.")
-@click.option("--max-restarts", type=int,
-              help="Restart failed workers from the last checkpoint up to N times (0).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
-@click.option("--out", help="Write summary.json, metrics.jsonl, model.pt, curves.png here.")
-@click.option("--quiet", "-q", is_flag=True, default=None, help="Print nothing but errors.")
+@supervised_run_options("worker", "epochs/rounds")
 def run(config_file, resume, **flags):
     """Train a model; with no options, a CNN on the embedded handwritten digits.
 
