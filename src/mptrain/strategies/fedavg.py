@@ -21,11 +21,11 @@ round instead of stopping the run).
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
 import torch.nn as nn
-from torch.nn.utils import parameters_to_vector
 
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
@@ -53,6 +53,7 @@ class FedAvgStrategy(Strategy):
         self.velocity: torch.Tensor | None = None        # FedAvgM's buffer, shared
         self.table: torch.Tensor | None = None           # [clients per round, numel]
         self.weights: torch.Tensor | None = None         # [clients per round] sample counts
+        #: Whether one round's results go through ``table`` (decided by ``check``).
         self.shared_table = True
 
     # -- parent side -------------------------------------------------------------------------
@@ -77,19 +78,14 @@ class FedAvgStrategy(Strategy):
         self.client_index = torch.cat([p.to(torch.int64) for p in parts])
 
     def prepare(self, model, data=None, layout=None) -> None:
-        self.partition(data)
-        shared = layout is None or layout.comm in ("shm", "none")
-        if layout is not None:
-            self.check(data, model, layout)
+        self.check(data, model, layout)   # cheap once the clients are cut
         flat = torch.cat([t.detach().reshape(-1).float() for t in floating_state(model)])
         self.global_flat = flat
         self.velocity = torch.zeros_like(flat) if self.config.server_momentum else None
         rows = self.config.sampled_clients
-        self.table = self.weights = None
-        if self.shared_table:
-            self.table = torch.zeros(rows, flat.numel())
-            self.weights = torch.zeros(rows, dtype=torch.float64)
-        if shared:
+        self.table = torch.zeros(rows, flat.numel()) if self.shared_table else None
+        self.weights = torch.zeros(rows, dtype=torch.float64) if self.shared_table else None
+        if layout.comm in ("shm", "none"):
             for tensor in (self.client_index, self.client_offsets, self.global_flat,
                            self.velocity, self.table, self.weights):
                 if tensor is not None:
@@ -102,8 +98,8 @@ class FedAvgStrategy(Strategy):
     def shared_tensors(self, model):
         return super().shared_tensors(model) + 6
 
-    def samples_per_round(self, train_size, workers):
-        mean_client = train_size / self.config.clients
+    def samples_per_round(self, data, workers):
+        mean_client = len(data.train) / self.config.clients
         return round(self.config.sampled_clients * mean_client * self.config.local_epochs)
 
     def program(self, setup) -> WorkerProgram:
@@ -146,15 +142,20 @@ class FedAvgProgram(WorkerProgram):
     def __init__(self, strategy: FedAvgStrategy, setup):
         self.strategy, self.setup, self.config = strategy, setup, strategy.config
         self.group = setup.group
-        self.model = _private_copy(setup.model).to(setup.device)
+        self.model = copy.deepcopy(setup.model).to(setup.device)
         self.tensors = floating_state(self.model)
-        self.params = [p for p in self.model.parameters()]
+        self.params = list(self.model.parameters())
         c = self.config
         self.optimizer = build_optimizer(self.params, c.optimizer, c.lr, c.momentum,
                                          c.weight_decay)
         offsets = strategy.client_offsets
         self.sizes = (offsets[1:] - offsets[:-1]).tolist()
-        self.global_params: list[torch.Tensor] = []
+        # Views of the shared global model, one per tensor: the server updates it in place,
+        # so they stay valid for the whole run.
+        sizes = [t.numel() for t in self.tensors]
+        self.global_views = [view.view_as(t) for view, t in
+                             zip(strategy.global_flat.split(sizes), self.tensors)]
+        self.global_params = self.global_views[:len(self.params)]   # FedProx's anchor
         self._load_global()
 
     def train_round(self, round_index: int) -> RoundWork:
@@ -184,18 +185,19 @@ class FedAvgProgram(WorkerProgram):
                 samples += client_samples
                 loss_sum += client_loss
                 client_loss_sum += client_loss / max(1, client_samples)
-            result = parameters_to_vector(self.tensors).detach()
-            if strategy.table is not None:
+            if strategy.shared_table:
                 slot = sampled.index(client)
-                strategy.table[slot].copy_(result)
+                torch.cat([t.detach().reshape(-1) for t in self.tensors],
+                          out=strategy.table[slot])
                 strategy.weights[slot] = float(client_samples)
             elif client_samples:
+                result = torch.cat([t.detach().reshape(-1) for t in self.tensors])
                 weight = float(client_samples)
                 partial = result * weight if partial is None else partial.add_(result,
                                                                                alpha=weight)
                 partial_weight += weight
         ended = time.monotonic()
-        if strategy.table is not None:
+        if strategy.shared_table:
             self._reduce_shared_table()
         else:
             self._reduce_through_group(partial, partial_weight)
@@ -261,16 +263,9 @@ class FedAvgProgram(WorkerProgram):
 
     def _load_global(self) -> None:
         """Make the worker's model the global model (parameters and floating buffers)."""
-        flat = self.strategy.global_flat
-        offset = 0
-        anchors = []
         with torch.no_grad():
-            for tensor in self.tensors:
-                size = tensor.numel()
-                tensor.copy_(flat[offset:offset + size].view_as(tensor))
-                anchors.append(flat[offset:offset + size].view_as(tensor))
-                offset += size
-        self.global_params = anchors[:len(self.params)]
+            for tensor, view in zip(self.tensors, self.global_views):
+                tensor.copy_(view)
 
     def eval_model(self) -> nn.Module:
         return self.model
@@ -299,8 +294,3 @@ class FedAvgProgram(WorkerProgram):
                                         shared_model.state_dict().values()):
                     theirs.copy_(mine)
 
-
-def _private_copy(model: nn.Module) -> nn.Module:
-    import copy
-
-    return copy.deepcopy(model)
