@@ -7,7 +7,6 @@ import os
 import signal
 from pathlib import Path
 
-import psutil
 import pytest
 import torch
 import torch.nn as nn
@@ -16,6 +15,7 @@ from torch.utils.data import TensorDataset
 import mptrain
 from mptrain.errors import Interrupted, RunInterrupted, WorkerFailedError
 from mptrain.launch.restarts import run_with_restarts
+from run_watch import live_children
 
 # -- the policy, with scripted attempts ---------------------------------------------------
 
@@ -135,19 +135,6 @@ def run(strategy, model, **options):
                        seed=2, threads_per_worker=1, **options)
 
 
-def our_live_children():
-    left = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            cmdline = " ".join(child.cmdline())
-            if "resource_tracker" in cmdline or "forkserver" in cmdline:
-                continue
-            left.append((child.pid, child.status(), cmdline))
-        except psutil.NoSuchProcess:
-            pass
-    return left
-
-
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("strategy, kill_at_step", [
     ("sync", STEPS_PER_EPOCH + 1),   # in epoch 2: restarted from the checkpoint of epoch 1
@@ -169,7 +156,7 @@ def test_a_worker_killed_once_is_restarted_and_the_run_ends_as_if_it_never_died(
     for key in a:
         assert torch.equal(a[key], b[key]), key
     assert [e.train_loss for e in restarted.epochs] == [e.train_loss for e in straight.epochs]
-    assert our_live_children() == []
+    assert live_children() == []
 
 
 @pytest.mark.timeout(120)
@@ -179,4 +166,4 @@ def test_without_restarts_the_same_death_fails_the_run(tmp_path):
         run("sync", DiesOnceNet(marker, STEPS_PER_EPOCH + 1))
     [failure_] = caught.value.failures
     assert (failure_.rank, failure_.signal_name) == (1, "SIGKILL")
-    assert our_live_children() == []
+    assert live_children() == []
