@@ -37,7 +37,6 @@ class RunLayout:
     cores: int = 1
 
 
-
 def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:
     if world is not None:
         if config.strategy not in UNDER_LAUNCHER:
@@ -69,7 +68,6 @@ def preflight(config, bundle, model, strategy, layout) -> list[str]:
     return warnings
 
 
-
 def choose_sharing(config, layout, bundle, model, strategy) -> None:
     """Pick the sharing strategy and check /dev/shm before anything is moved there."""
     tensors = list(model.parameters()) + list(model.buffers())
@@ -81,7 +79,6 @@ def choose_sharing(config, layout, bundle, model, strategy) -> None:
     check_shm_space(bundle.nbytes + model_bytes * 3 + comm_bytes)
 
 
-
 def comm_kind(config: TrainConfig) -> str:
     """How workers talk: shared memory between our own CPU processes, else torch.distributed."""
     if config.strategy == "ddp" and config.ddp_backend != "auto":
@@ -89,7 +86,6 @@ def comm_kind(config: TrainConfig) -> str:
     if config.device == "cuda" and config.strategy == "ddp":
         return "nccl"
     return "shm"
-
 
 
 def make_comm(config, strategy, model, layout):

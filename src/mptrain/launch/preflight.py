@@ -18,7 +18,6 @@ def check_device(config: TrainConfig) -> None:
                         "use --device cpu")
 
 
-
 def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
     """Run two samples through the model in the parent: a shape mismatch is a user error
     to report now, not a traceback from every worker later."""
