@@ -144,9 +144,7 @@ def train_on_workers(job: Job) -> None:
             outcome = supervisor.run(worker_entry, [(plan,)] * layout.workers)
     finally:
         gc.unfreeze()
-        release = getattr(plan.comm, "release", None)  # a rendezvous folder, for gloo/nccl
-        if release is not None:
-            release()
+        plan.comm.release()   # the rendezvous folder of gloo/nccl groups
     if not outcome.ok:
         raise WorkerFailedError(describe_failures(outcome.failures), outcome.failures)
 

@@ -94,7 +94,7 @@ def make_comm(config, strategy, model, layout):
         dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
                      torch.float32)
         return ShmGroupState.create(layout.workers, numel, dtype, config.worker_timeout,
-                                    oversubscribed=layout.workers > usable_cores())
+                                    oversubscribed=layout.workers > layout.cores)
     if layout.comm in ("gloo", "nccl"):
         return DistSpec(layout.comm, layout.workers, config.worker_timeout)
     return SoloSpec()
