@@ -89,15 +89,17 @@ class DQNProgram(ActorProgram):
         started = time.monotonic()
         end = c.round_end(index)
         steps, loss_sum, updates_before = 0, 0.0, self.updates if self.learner else 0
-        while self.replay.total() < end:
-            if not self.learner and self.ahead_of_learner():
+        while (total := self.replay.total()) < end:
+            if not self.learner and self.ahead_of_learner(total):
                 self.progress.beat()
                 time.sleep(WAIT_S)
                 continue
-            epsilon = self.act()
+            epsilon = self.act(total)
             steps += 1
             if self.learner:
-                loss_sum += self.learn_up_to(self.replay.total())
+                # + 1: this actor's own transition; what the other actors wrote since
+                # ``total`` was read counts from the next step on.
+                loss_sum += self.learn_up_to(total + 1)
         if self.learner:
             loss_sum += self.learn_up_to(end)
         updates = self.updates - updates_before if self.learner else 0
@@ -109,10 +111,11 @@ class DQNProgram(ActorProgram):
                          loss_sum=loss_sum / max(updates, 1) * steps,
                          started=started, ended=time.monotonic(), extras=extras)
 
-    def act(self) -> float:
-        """One epsilon-greedy step of this actor's environment into the replay buffer."""
+    def act(self, total: int) -> float:
+        """One epsilon-greedy step of this actor's environment into the replay buffer;
+        ``total``: the transitions all actors have written (it sets epsilon)."""
         c = self.config
-        epsilon = linear_epsilon(self.replay.total(), c.eps_start, c.eps_end, c.eps_steps)
+        epsilon = linear_epsilon(total, c.eps_start, c.eps_end, c.eps_steps)
         if float(torch.rand((), generator=self.generator)) < epsilon:
             action = int(torch.randint(self.env.action_space.n, (), generator=self.generator))
         else:
@@ -125,9 +128,9 @@ class DQNProgram(ActorProgram):
         self.progress.advance(1)
         return epsilon
 
-    def ahead_of_learner(self) -> bool:
+    def ahead_of_learner(self, total: int) -> bool:
         c = self.config
-        due = (self.replay.total() - c.learning_starts) // c.train_every
+        due = (total - c.learning_starts) // c.train_every
         return due > int(self.learner_updates[0]) + MAX_LAG
 
     def learn_up_to(self, total: int) -> float:

@@ -42,6 +42,26 @@ class SharedReplay:
         self.segments = counts.numel()
         self.segment_size = obs.shape[0] // self.segments
         self.margin = margin
+        self._bind()
+
+    def _bind(self) -> None:
+        """NumPy views of the tensors, for ``add`` (a row store through a view costs a
+        fraction of a tensor index store), and this process's own counts. Built on the
+        tensors' current storage, so again after unpickling (spawn) and after the tensors
+        move to shared memory; never pickled themselves, as a pickled array is a copy."""
+        self._views = [t.numpy() for t in self.tensors()]
+        # Each actor is the only writer of its counter, so its count as a Python int, read
+        # from the shared counter on its first add, stays right: nobody else changes it.
+        self._own_counts: dict[int, int] = {}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["_views"], state["_own_counts"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._bind()
 
     @classmethod
     def create(cls, capacity: int, obs_dim: int, actors: int,
@@ -52,12 +72,12 @@ class SharedReplay:
             raise ValueError(f"a replay buffer of {capacity} for {actors} actors leaves "
                              f"{per} rows per actor; need more than {2 * margin}")
         rows = per * actors
-        buffer = cls(torch.zeros(rows, obs_dim), torch.zeros(rows, dtype=torch.int64),
-                     torch.zeros(rows), torch.zeros(rows, obs_dim), torch.zeros(rows),
-                     torch.zeros(actors, dtype=torch.int64), margin)
-        for tensor in buffer.tensors():
+        tensors = [torch.zeros(rows, obs_dim), torch.zeros(rows, dtype=torch.int64),
+                   torch.zeros(rows), torch.zeros(rows, obs_dim), torch.zeros(rows),
+                   torch.zeros(actors, dtype=torch.int64)]
+        for tensor in tensors:  # before the views are taken: this moves the storage
             tensor.share_memory_()
-        return buffer
+        return cls(*tensors, margin)
 
     @staticmethod
     def estimate_nbytes(capacity: int, obs_dim: int, actors: int) -> int:
@@ -73,18 +93,22 @@ class SharedReplay:
 
     def add(self, actor: int, obs, action: int, reward: float, next_obs, done: bool) -> None:
         """Append one transition to ``actor``'s segment (only that actor calls this)."""
-        count = int(self.counts[actor])
+        count = self._own_counts.get(actor)
+        if count is None:
+            count = int(self.counts[actor])
+        obs_rows, actions, rewards, next_rows, dones, counts = self._views
         row = actor * self.segment_size + count % self.segment_size
-        self.obs[row] = torch.as_tensor(obs)
-        self.actions[row] = action
-        self.rewards[row] = reward
-        self.next_obs[row] = torch.as_tensor(next_obs)
-        self.dones[row] = float(done)
-        self.counts[actor] = count + 1  # last: the row is complete before it is counted
+        obs_rows[row] = obs
+        actions[row] = action
+        rewards[row] = reward
+        next_rows[row] = next_obs
+        dones[row] = float(done)
+        counts[actor] = count + 1  # last: the row is complete before it is counted
+        self._own_counts[actor] = count + 1
 
     def total(self) -> int:
         """Transitions written by all actors so far."""
-        return int(self.counts.sum())
+        return sum(self._views[-1].tolist())  # a few actors: faster than a NumPy sum
 
     def sampleable(self) -> list[tuple[int, int]]:
         """Per segment, the (first, end) positions -- in that actor's count of writes -- that
@@ -123,6 +147,7 @@ class SharedReplay:
     def load_state(self, state: dict) -> None:
         for name, tensor in zip(_NAMES, self.tensors()):
             tensor.copy_(state[name])
+        self._own_counts.clear()  # the counters changed under them
 
 
 _NAMES = ("obs", "actions", "rewards", "next_obs", "dones", "counts")
