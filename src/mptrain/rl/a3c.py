@@ -85,9 +85,7 @@ class A3CProgram(ActorProgram):
         loss."""
         c = self.config
         observations, actions, rewards = [], [], []
-        dones = torch.zeros(length, dtype=torch.bool)
-        cuts = torch.zeros(length, dtype=torch.bool)
-        cut_values = torch.zeros(length)
+        dones, cuts, cut_values = [False] * length, [False] * length, [0.0] * length
         for t in range(length):
             obs = as_batch(self.obs)
             with torch.no_grad():
@@ -114,6 +112,7 @@ class A3CProgram(ActorProgram):
         with torch.no_grad():
             bootstrap = 0.0 if dones[-1] or cuts[-1] else \
                 self.model(as_batch(self.obs))[1].item()
+        # Rewards rounded to float32, like the values, before gae adds them up in float64.
         advantages, returns = gae(torch.tensor(rewards), values.detach(), dones, bootstrap,
                                   c.gamma, c.gae_lambda, cuts, cut_values)
         log_probs = F.log_softmax(logits, -1)
