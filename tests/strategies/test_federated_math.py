@@ -103,12 +103,14 @@ def test_server_learning_rate_scales_the_step():
     assert torch.allclose(global_params, torch.tensor([1.5]))
 
 
-def test_proximal_gradient_is_that_of_half_mu_squared_distance():
+@pytest.mark.parametrize("scratch", [False, True])
+def test_proximal_gradient_is_that_of_half_mu_squared_distance(scratch):
     param = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     anchor = torch.tensor([0.5, 0.0])
     loss = (param ** 2).sum()
     loss.backward()
-    add_proximal_gradient_([param], [anchor], mu=0.1)
+    add_proximal_gradient_([param], [anchor], mu=0.1,
+                           scratch=[torch.empty(2)] if scratch else None)
     expected = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
     ((expected ** 2).sum() + 0.05 * ((expected - anchor) ** 2).sum()).backward()
     assert torch.allclose(param.grad, expected.grad)

@@ -156,6 +156,7 @@ class FedAvgProgram(WorkerProgram):
         self.global_views = [view.view_as(t) for view, t in
                              zip(strategy.global_flat.split(sizes), self.tensors)]
         self.global_params = self.global_views[:len(self.params)]   # FedProx's anchor
+        self.prox_scratch = [torch.empty_like(p) for p in self.params] if c.prox_mu else None
         self._load_global()
 
     def train_round(self, round_index: int) -> RoundWork:
@@ -229,7 +230,8 @@ class FedAvgProgram(WorkerProgram):
                 loss = loss_fn(setup.data.task, self.model(inputs), targets)
                 loss.backward()
                 if c.prox_mu:
-                    add_proximal_gradient_(self.params, self.global_params, c.prox_mu)
+                    add_proximal_gradient_(self.params, self.global_params, c.prox_mu,
+                                           self.prox_scratch)
                 self.optimizer.step()
                 loss_sum += loss.detach() * len(batch)
                 setup.progress.advance(len(batch))

@@ -90,9 +90,15 @@ def server_update_(global_params: torch.Tensor, client_average: torch.Tensor,
 
 @torch.no_grad()
 def add_proximal_gradient_(params: Sequence[torch.Tensor],
-                           global_params: Sequence[torch.Tensor], mu: float) -> None:
+                           global_params: Sequence[torch.Tensor], mu: float,
+                           scratch: Sequence[torch.Tensor] | None = None) -> None:
     """FedProx (Li et al. 2020): the gradient of ``mu/2 * ||w - w_global||^2`` added to each
-    parameter's gradient, pulling a client's model towards the round's global model."""
-    for param, anchor in zip(params, global_params):
+    parameter's gradient, pulling a client's model towards the round's global model.
+
+    ``scratch`` (a tensor shaped like each parameter) holds ``w - w_global`` so that a step
+    allocates nothing; the arithmetic, and so every bit of the result, is the same.
+    """
+    buffers = scratch if scratch is not None else [None] * len(params)
+    for param, anchor, buffer in zip(params, global_params, buffers):
         if param.grad is not None:
-            param.grad.add_(param.detach() - anchor, alpha=mu)
+            param.grad.add_(torch.sub(param, anchor, out=buffer), alpha=mu)
