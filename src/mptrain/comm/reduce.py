@@ -28,5 +28,5 @@ def weighted_average(tensors: Sequence[torch.Tensor], weights: Sequence[float]) 
         raise ValueError("weights must sum to a positive number")
     result = torch.zeros_like(tensors[0], dtype=torch.float64)
     for tensor, weight in zip(tensors, weights):
-        result.add_(tensor.to(torch.float64), alpha=weight / total)
+        result.add_(tensor, alpha=weight / total)   # promoted to float64 inside the add
     return result.to(tensors[0].dtype)
