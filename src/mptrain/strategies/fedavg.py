@@ -32,7 +32,7 @@ from ..engine.schedule import learning_rate
 from ..engine.task import loss_fn
 from ..errors import ClientFailedError
 from .base import RoundWork, Strategy, WorkerProgram
-from .data_parallel import floating_state
+from .data_parallel import copy_model_state, floating_state
 from .federated import (add_proximal_gradient_, aggregate_rows, assign_clients, client_seed,
                         column_slice, sample_clients, server_update_)
 
@@ -291,8 +291,5 @@ class FedAvgProgram(WorkerProgram):
 
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
-            with torch.no_grad():
-                for mine, theirs in zip(self.model.state_dict().values(),
-                                        shared_model.state_dict().values()):
-                    theirs.copy_(mine)
+            copy_model_state(self.model, shared_model)
 
