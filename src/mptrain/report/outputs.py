@@ -7,6 +7,7 @@ import json
 import tempfile
 from pathlib import Path
 
+from ..checkpoint import model_snapshot
 from ..errors import UserError
 from ..files import atomic_write
 
@@ -39,7 +40,7 @@ def write_jsonl(path: Path, rows) -> None:
 def save_state_dict(path: Path, model) -> None:
     import torch
 
-    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    state = model_snapshot(model)
     atomic_write(path, lambda handle: torch.save(state, handle))
 
 

@@ -14,6 +14,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import model_snapshot
 from ..strategies.base import RoundWork
 from ..strategies.hogwild import shared_optimizer_state
 from .acting import EpisodeTracker, actor_seed, as_batch, share_of
@@ -135,7 +136,7 @@ class A3CProgram(ActorProgram):
     def state(self) -> dict:
         state = {"rng": self.generator.get_state(), "env_steps": self.env_steps}
         if self.rank == 0:  # the shared parts, once
-            state["model"] = {k: v.clone() for k, v in self.model.state_dict().items()}
+            state["model"] = model_snapshot(self.model)
             state["optimizer"] = [{k: v.clone() for k, v in s.items()}
                                   for s in self.shared_state]
         return state

@@ -25,6 +25,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..checkpoint import model_snapshot
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
 from .driver import ActorProgram, ActorStrategy
@@ -171,7 +172,7 @@ class DQNProgram(ActorProgram):
     def state(self) -> dict:
         state = {"rng": self.generator.get_state()}
         if self.learner:  # the learner's and the shared parts, once
-            state.update(model={k: v.clone() for k, v in self.model.state_dict().items()},
+            state.update(model=model_snapshot(self.model),
                          target=self.target.state_dict(), optimizer=self.optimizer.state_dict(),
                          updates=self.updates, replay=self.replay.state())
         return state

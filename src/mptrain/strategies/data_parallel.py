@@ -13,6 +13,7 @@ import time
 import torch
 import torch.nn as nn
 
+from ..checkpoint import model_snapshot
 from ..comm.base import Group
 from ..data.sharding import batches, shard_indices
 from ..engine.optim import build_optimizer
@@ -112,8 +113,7 @@ class EpochProgram(WorkerProgram):
     def state(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "rng": torch.get_rng_state()}
         if self.group.rank == 0:
-            state["model"] = {k: v.detach().cpu().clone()
-                              for k, v in self.eval_model().state_dict().items()}
+            state["model"] = model_snapshot(self.eval_model())
         return state
 
     def load_state(self, state: dict) -> None:

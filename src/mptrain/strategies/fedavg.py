@@ -27,6 +27,7 @@ import time
 import torch
 import torch.nn as nn
 
+from ..checkpoint import model_snapshot
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.task import loss_fn
@@ -275,8 +276,7 @@ class FedAvgProgram(WorkerProgram):
     def state(self) -> dict:
         if self.group.rank != 0:
             return {}
-        state = {"model": {k: v.detach().cpu().clone()
-                           for k, v in self.model.state_dict().items()}}
+        state = {"model": model_snapshot(self.model)}
         if self.strategy.velocity is not None:
             state["server_velocity"] = self.strategy.velocity.clone()
         return state
