@@ -82,7 +82,7 @@ def train(setup: WorkerSetup) -> None:
         checkpoint = None
         if checkpoint_due(setup.checkpoint_every, index, config.units):
             # Before the barrier: under hogwild nobody writes the shared parameters now.
-            checkpoint = encode_state({"rank": group.rank, **program.state()})
+            checkpoint = encode_state(group.rank, program.state())
         # Nobody trains the next round (hogwild: writes shared parameters) while a peer
         # still evaluates this one.
         group.barrier()
@@ -95,24 +95,33 @@ def train(setup: WorkerSetup) -> None:
             minor_faults=minor_faults() - faults_before, evaluated_at=evaluated_at,
             checkpoint=checkpoint, extras=work.extras))
         if evaluating and config.target_accuracy is not None and task == CLASSIFICATION \
-                and _global_accuracy(group, correct, count) >= config.target_accuracy:
+                and ratio_over_ranks(group, correct, count, empty=0.0,
+                                     numerator_is_count=True) >= config.target_accuracy:
             break  # every rank computed the same accuracy, so every rank stops here
 
 
-def _global_accuracy(group, correct: int, count: int) -> float:
-    """The test accuracy over every rank's slice, identical on every rank."""
-    totals = torch.tensor([float(correct), float(count)])
+def ratio_over_ranks(group, numerator: float, denominator: int, empty: float,
+                     numerator_is_count: bool = False) -> float:
+    """Every rank's ``numerator`` summed over every rank's ``denominator`` (a count) summed,
+    identical on every rank (the test accuracy, the mean evaluation return); ``empty`` when
+    the counts add up to 0."""
+    # float32, the group's type: sums of returns stay exact far beyond CartPole's 50,000.
+    totals = torch.tensor([float(numerator), float(denominator)])
     group.average_([totals])
+    total, count = (v * group.world_size for v in totals.tolist())
     # Means of integers: scaled back and rounded, they are the exact sums on every rank, so
     # every rank (and the parent, from the reports) computes the same quotient.
-    correct_sum, count_sum = (round(v * group.world_size) for v in totals.tolist())
-    return correct_sum / count_sum if count_sum > 0 else 0.0
+    count = round(count)
+    if numerator_is_count:
+        total = round(total)
+    return total / count if count > 0 else empty
 
 
-def encode_state(state: dict) -> bytes:
-    """This rank's checkpoint part as bytes (tensors must not travel as shared handles)."""
+def encode_state(rank: int, state: dict) -> bytes:
+    """Rank ``rank``'s checkpoint part as bytes (tensors must not travel as shared
+    handles)."""
     buffer = io.BytesIO()
-    torch.save(state, buffer)
+    torch.save({"rank": rank, **state}, buffer)
     return buffer.getvalue()
 
 

@@ -14,7 +14,8 @@ from abc import abstractmethod
 
 import torch
 
-from ..engine.loop import EpochReport, checkpoint_due, encode_state, minor_faults
+from ..engine.loop import (EpochReport, checkpoint_due, encode_state, minor_faults,
+                           ratio_over_ranks)
 from ..strategies.base import Strategy, WorkerProgram
 from .acting import evaluate_greedy
 from .metrics import rl_round_extras
@@ -61,8 +62,7 @@ def train_rl(setup) -> None:
             returns = evaluate_greedy(program.greedy, config.env, mine,
                                       beat=setup.progress.beat)
         evaluated_at = time.monotonic()
-        checkpoint = encode_state({"rank": group.rank, **program.state()}) if saving \
-            else None
+        checkpoint = encode_state(group.rank, program.state()) if saving else None
         group.barrier()
         setup.progress.beat()
         setup.report(EpochReport(
@@ -72,14 +72,6 @@ def train_rl(setup) -> None:
             minor_faults=minor_faults() - faults_before, evaluated_at=evaluated_at,
             checkpoint=checkpoint, extras={**work.extras, "eval_returns": returns}))
         if evaluating and config.target_return is not None \
-                and mean_over_ranks(group, returns) >= config.target_return:
+                and ratio_over_ranks(group, sum(returns), len(returns),
+                                     empty=float("-inf")) >= config.target_return:
             break  # every rank computed the same mean, so every rank stops here
-
-
-def mean_over_ranks(group, values: list[float]) -> float:
-    """The mean of every rank's ``values``, identical on every rank."""
-    # float32, the group's type: sums of returns stay exact far beyond CartPole's 50,000.
-    sums = torch.tensor([float(sum(values)), float(len(values))])
-    group.average_([sums])
-    total, count = (v * group.world_size for v in sums.tolist())
-    return total / round(count) if round(count) > 0 else float("-inf")
