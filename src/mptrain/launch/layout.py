@@ -68,15 +68,16 @@ def preflight(config, bundle, model, strategy, layout) -> list[str]:
     return warnings
 
 
-def choose_sharing(config, layout, bundle, model, strategy) -> None:
-    """Pick the sharing strategy and check /dev/shm before anything is moved there."""
+def choose_sharing(config, layout, bundle, model, strategy, extra_bytes: int = 0) -> None:
+    """Pick the sharing strategy and check /dev/shm before anything is moved there;
+    ``extra_bytes``: what else the strategy puts there (an RL run's replay buffer)."""
     tensors = list(model.parameters()) + list(model.buffers())
     shared_count = strategy.shared_tensors(model) + 8  # + data, board, group
     layout.sharing, layout.sharing_reason = choose_sharing_strategy(config.sharing_strategy,
                                                                     shared_count)
     model_bytes = sum(t.numel() * t.element_size() for t in tensors)
     comm_bytes = 2 * layout.workers * strategy.comm_numel(model) * 8
-    check_shm_space(bundle.nbytes + model_bytes * 3 + comm_bytes)
+    check_shm_space(bundle.nbytes + model_bytes * 3 + comm_bytes + extra_bytes)
 
 
 def comm_kind(config: TrainConfig) -> str:

@@ -2,9 +2,9 @@
 
 It also carries the few fields the shared launch and report code reads from any run's
 settings (``strategy``, ``workers``, ``threads_per_worker``, ``start_method``, ``device``,
-``worker_timeout``, ``checkpoint_every``, ``max_restarts``, ``units``/``unit``,
-``target_accuracy``, ``quiet``, ``as_dict``), so the supervisor, restarts, progress board,
-recorder and checkpoint keeper serve RL runs unchanged.
+``sharing_strategy``, ``worker_timeout``, ``checkpoint_every``, ``max_restarts``,
+``units``/``unit``, ``target_accuracy``, ``quiet``, ``as_dict``), so the layout, supervisor,
+restarts, progress board, recorder and checkpoint keeper serve RL runs unchanged.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class RLConfig:
     quiet: bool = False
 
     device = "cpu"              # class attributes: what the shared launch code asks
+    sharing_strategy = "auto"
     target_accuracy = None
     unit = "round"
 

@@ -72,6 +72,7 @@ class EnvSource:
 
     spec: str
     shape: EnvShape
+    nbytes = 0   # the shared-memory check's question: none of it is there
 
     def share_memory_(self) -> "EnvSource":
         return self

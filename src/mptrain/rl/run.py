@@ -14,11 +14,8 @@ import torch.nn as nn
 
 from ..checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from ..launch.execute import Job
-from ..launch.layout import RunLayout
+from ..launch.layout import choose_sharing, plan_layout
 from ..launch.restarts import train_with_restarts
-from ..launch.sharing import check_shm_space, choose_sharing_strategy
-from ..launch.start_method import choose_start_method
-from ..launch.tuning import threads_per_worker, usable_cores
 from ..report.console import ConsolePresenter
 from ..report.metrics import EpochMetrics
 from ..report.outputs import prepare_out_dir
@@ -48,12 +45,6 @@ class RLResult:
         return self.summary.get("eval_return")
 
 
-def plan_rl_layout(config: RLConfig) -> RunLayout:
-    threads = threads_per_worker(config.workers, config.threads_per_worker)
-    method, reason = choose_start_method(config.start_method, "cpu", threads)
-    return RunLayout(config.workers, threads, method, reason, "shm", cores=usable_cores())
-
-
 def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
            out: str | Path | None = None, resume: Checkpoint | None = None) -> RLResult:
     started = time.monotonic()
@@ -62,14 +53,12 @@ def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
     torch.manual_seed(config.seed)
     model = build_network(config.algo, shape, config.hidden, config.net)
     strategy = make_rl_strategy(config)
-    layout = plan_rl_layout(config)
+    layout = plan_layout(config, strategy)
     check_resumable(resume, config, layout.workers)
-    layout.sharing, layout.sharing_reason = choose_sharing_strategy(
-        "auto", strategy.shared_tensors(model) + 8)
-    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    source = EnvSource(config.env, shape)
     replay_bytes = SharedReplay.estimate_nbytes(config.buffer_size, shape.obs_dim,
                                                 config.workers) if config.algo == "dqn" else 0
-    check_shm_space(4 * model_bytes + replay_bytes)
+    choose_sharing(config, layout, source, model, strategy, extra_bytes=replay_bytes)
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
     keeper = CheckpointKeeper(config, {"env": config.env, "net": config.net}, out_dir, resume)
     if resume is not None:
@@ -80,7 +69,6 @@ def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
     result = RLResult(model=model, config=config)
     if resume is not None:
         result.rounds = [EpochMetrics.from_dict(row) for row in resume.metrics]
-    source = EnvSource(config.env, shape)
     recorder = RunRecorder(config, strategy, "rl", presenter, keeper, out_dir, layout.workers,
                            strategy.samples_per_round(source, layout.workers), started,
                            result.rounds)
