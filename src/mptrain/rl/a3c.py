@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from ..checkpoint import model_snapshot
 from ..strategies.base import RoundWork
-from ..strategies.hogwild import shared_optimizer_state
+from ..strategies.hogwild import (attach_shared_state, load_shared_state,
+                                  shared_optimizer_state)
 from .acting import EpisodeTracker, actor_seed, as_batch, share_of
 from .driver import ActorProgram, ActorStrategy
 from .envs import make_env
@@ -53,8 +54,7 @@ class A3CProgram(ActorProgram):
         self.model, self.progress = setup.model, setup.progress
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate)
         self.shared_state = optimizer_state
-        for param, state in zip(self.model.parameters(), optimizer_state):
-            self.optimizer.state[param] = state
+        attach_shared_state(self.optimizer, self.model.parameters(), optimizer_state)
         self.generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.rank)
         self.env = make_env(self.config.env, seed=actor_seed(self.config.seed, self.rank, 0))
         self.obs = None
@@ -146,7 +146,4 @@ class A3CProgram(ActorProgram):
             self.generator.set_state(state["rng"])
         self.env_steps = state.get("env_steps", 0)
         if self.rank == 0 and "optimizer" in state:
-            with torch.no_grad():
-                for shared, saved in zip(self.shared_state, state["optimizer"]):
-                    for key, tensor in shared.items():
-                        tensor.copy_(saved[key])
+            load_shared_state(self.shared_state, state["optimizer"])

@@ -40,18 +40,13 @@ class HogwildStrategy(DataParallelStrategy):
     def optimizer(self, replica):
         optimizer = super().optimizer(replica)
         if self.shared_optimizer_state is not None:
-            for param, state in zip(replica.parameters(), self.shared_optimizer_state):
-                optimizer.state[param] = state
+            attach_shared_state(optimizer, replica.parameters(), self.shared_optimizer_state)
         return optimizer
 
     def restore_optimizer(self, optimizer, state):
         if self.shared_optimizer_state is None:
             return super().restore_optimizer(optimizer, state)
-        # load_state_dict would replace the shared tensors by private copies: copy into them.
-        with torch.no_grad():
-            for shared, saved in zip(self.shared_optimizer_state, state["state"].values()):
-                for key, tensor in shared.items():
-                    tensor.copy_(saved[key])
+        load_shared_state(self.shared_optimizer_state, state["state"].values())
 
     def end_epoch(self, replica, group, steps):
         # Everyone has finished writing before anyone evaluates the shared parameters.
@@ -93,3 +88,20 @@ def shared_optimizer_state(params: list[torch.Tensor], optimizer: str,
             tensor.share_memory_()
         states.append(state)
     return states
+
+
+def attach_shared_state(optimizer: torch.optim.Optimizer, params,
+                        states: list[dict]) -> None:
+    """Make ``states`` (from :func:`shared_optimizer_state`) the optimizer's state of
+    ``params``: its steps then update the shared tensors in place."""
+    for param, state in zip(params, states):
+        optimizer.state[param] = state
+
+
+@torch.no_grad()
+def load_shared_state(states: list[dict], saved) -> None:
+    """Copy ``saved`` per-parameter states into the shared ``states``
+    (``load_state_dict`` would replace the shared tensors by private copies)."""
+    for shared, values in zip(states, saved):
+        for key, tensor in shared.items():
+            tensor.copy_(values[key])
