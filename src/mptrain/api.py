@@ -9,8 +9,7 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from .checkpoint import Checkpoint
-from .checkpoint import load as load_checkpoint
+from .checkpoint import Checkpoint, resolve_resume
 from .config import TrainConfig, TrainingDefaults, applicable_settings
 from .data.shared import materialize
 from .data.sources import DataBundle, infer_task
@@ -50,11 +49,7 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     refuse_inside_spawned_import()
     if not isinstance(model, nn.Module):
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
-    checkpoint = resume if isinstance(resume, Checkpoint) or resume is None \
-        else load_checkpoint(resume)
-    if out is None and isinstance(resume, (str, Path)):
-        # As `mptrain run --resume DIR`: the run continues where its checkpoints are.
-        out = resume if Path(resume).is_dir() else Path(resume).parent
+    checkpoint, out = resolve_resume(resume, out)
     given = {k: v for k, v in settings.items() if v is not None}
     refuse_process_settings_under_launcher(given)
     if checkpoint is not None:

@@ -68,6 +68,17 @@ def assemble(epoch: int, payloads: list[bytes], strategy: str, config: dict, run
                       run=run, model=model, ranks=ranks, metrics=metrics)
 
 
+def resolve_resume(resume: str | Path | Checkpoint | None,
+                   out: str | Path | None) -> tuple[Checkpoint | None, str | Path | None]:
+    """The checkpoint to resume from (``resume``: one already loaded, a checkpoint file or
+    the --out folder holding one) and the folder the run writes to: ``out`` if given, else,
+    as with ``mptrain run --resume DIR``, the folder the checkpoint is in."""
+    checkpoint = resume if isinstance(resume, Checkpoint) or resume is None else load(resume)
+    if out is None and isinstance(resume, (str, Path)):
+        out = resume if Path(resume).is_dir() else Path(resume).parent
+    return checkpoint, out
+
+
 def save(directory: Path, checkpoint: Checkpoint) -> Path:
     path = Path(directory) / FILENAME
     atomic_write(path, lambda handle: torch.save(checkpoint.as_dict(), handle))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint import Checkpoint, load as load_checkpoint
+from ..checkpoint import Checkpoint, resolve_resume
 from ..errors import UserError
 from ..report.console import ConsolePresenter
 from .config import ALGOS, RLConfig
@@ -25,10 +25,7 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     then comes from its checkpoint, and the run continues in that folder.
     """
     require_gymnasium()
-    checkpoint = resume if isinstance(resume, Checkpoint) or resume is None \
-        else load_checkpoint(resume)
-    if out is None and isinstance(resume, (str, Path)):
-        out = resume if Path(resume).is_dir() else Path(resume).parent
+    checkpoint, out = resolve_resume(resume, out)
     given = {k: v for k, v in {"env": env, "algo": algo, **settings}.items() if v is not None}
     if checkpoint is not None:
         if checkpoint.strategy not in ALGOS:
