@@ -144,12 +144,10 @@ class TrainConfig:
         if self.strategy not in STRATEGIES:
             raise UserError(f"unknown strategy {self.strategy!r}; choose one of: "
                             f"{', '.join(STRATEGIES)}")
-        for name in ("workers", "epochs", "batch_size", "threads_per_worker", "sync_every",
-                     "eval_batch_size", "checkpoint_every", "steps_per_epoch", "eval_every",
-                     "rounds", "clients", "clients_per_round", "local_epochs"):
-            value = getattr(self, name)
-            if value is not None and not (_is_int(value) and value >= 1):
-                raise UserError(f"--{_flag(name)} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("workers", "epochs", "batch_size", "threads_per_worker",
+                                   "sync_every", "eval_batch_size", "checkpoint_every",
+                                   "steps_per_epoch", "eval_every", "rounds", "clients",
+                                   "clients_per_round", "local_epochs"))
         _check_number(self.lr, "lr", low=0, low_open=True)
         _check_number(self.momentum, "momentum", low=0, high=1, high_open=True)
         _check_number(self.lr_decay, "lr-decay", low=0, low_open=True, high=1)
@@ -208,7 +206,7 @@ class TrainConfig:
             if name in given and strategy in STRATEGIES and strategy not in strategies \
                     and given[name] != getattr(cls, name, None):
                 instead = _INSTEAD.get(name, "--strategy " + " or ".join(strategies))
-                raise UserError(f"--{_flag(name)} does nothing with --strategy {strategy}; "
+                raise UserError(f"--{flag_name(name)} does nothing with --strategy {strategy}; "
                                 f"use {instead}")
         values = (defaults or TrainingDefaults()).for_strategy(strategy)
         values = {k: v for k, v in values.items() if k in SETTING_NAMES}
@@ -284,8 +282,17 @@ def load_config_file(path: str | Path) -> dict:
     return values
 
 
-def _flag(name: str) -> str:
+def flag_name(name: str) -> str:
+    """The command-line flag of setting ``name`` (without the dashes)."""
     return name.replace("_", "-")
+
+
+def check_positive_ints(settings, names) -> None:
+    """Refuse the first of ``names`` that is set (not None) to anything but an int >= 1."""
+    for name in names:
+        value = getattr(settings, name)
+        if value is not None and not (_is_int(value) and value >= 1):
+            raise UserError(f"--{flag_name(name)} must be a positive integer, got {value!r}")
 
 
 def _is_int(value) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+from ..config import check_positive_ints, flag_name
 from ..errors import UserError
 
 ALGOS = ("a3c", "dqn")
@@ -63,20 +64,18 @@ class RLConfig:
     def __post_init__(self):
         if self.algo not in ALGOS:
             raise UserError(f"unknown --algo {self.algo!r}; choose one of: {', '.join(ALGOS)}")
-        for name in ("workers", "steps", "round_steps", "hidden", "eval_episodes",
-                     "eval_every", "n_steps", "buffer_size", "batch_size", "train_every",
-                     "target_every", "threads_per_worker", "checkpoint_every"):
-            value = getattr(self, name)
-            if value is not None and not (isinstance(value, int) and value >= 1):
-                raise UserError(f"--{_flag(name)} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("workers", "steps", "round_steps", "hidden",
+                                   "eval_episodes", "eval_every", "n_steps", "buffer_size",
+                                   "batch_size", "train_every", "target_every",
+                                   "threads_per_worker", "checkpoint_every"))
         for name in ("learning_starts", "eps_steps", "max_restarts"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
-                raise UserError(f"--{_flag(name)} must be an integer >= 0")
+                raise UserError(f"--{flag_name(name)} must be an integer >= 0")
         if self.lr is not None and not self.lr > 0:
             raise UserError(f"--lr must be > 0, got {self.lr}")
         for name in ("gamma", "gae_lambda", "eps_start", "eps_end"):
             if not 0 <= getattr(self, name) <= 1:
-                raise UserError(f"--{_flag(name)} must be in [0, 1]")
+                raise UserError(f"--{flag_name(name)} must be in [0, 1]")
         if self.round_steps < self.workers:
             raise UserError("--round-steps must be at least --workers (steps per actor)")
         if self.algo == "dqn" and self.buffer_size // self.workers <= 256:
@@ -114,7 +113,3 @@ class RLConfig:
 
     def replace(self, **changes) -> "RLConfig":
         return replace(self, **changes)
-
-
-def _flag(name: str) -> str:
-    return name.replace("_", "-")
