@@ -18,6 +18,13 @@ def test_tensors_are_in_shared_memory():
     assert buffer.segment_size == 32
 
 
+@pytest.mark.parametrize("capacity, obs_dim, actors", [(64, 3, 2), (1001, 4, 3), (5000, 8, 7)])
+def test_size_estimate_is_what_create_allocates(capacity, obs_dim, actors):
+    buffer = SharedReplay.create(capacity, obs_dim, actors, margin=4)
+    allocated = sum(t.numel() * t.element_size() for t in buffer.tensors())
+    assert SharedReplay.estimate_nbytes(capacity, obs_dim, actors) == allocated
+
+
 def test_add_keeps_each_actor_in_its_segment_and_wraps_around():
     buffer = SharedReplay.create(40, obs_dim=3, actors=2, margin=2)
     fill(buffer, 1, 25)   # 20 rows per segment: the last 5 wrapped onto the oldest

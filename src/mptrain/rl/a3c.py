@@ -65,7 +65,6 @@ class A3CProgram(ActorProgram):
         c = self.config
         if self.obs is None:  # a new or resumed run starts a fresh episode
             self.obs, _ = self.env.reset(seed=actor_seed(c.seed, self.rank, index))
-            self.tracker = EpisodeTracker()
         started = time.monotonic()
         steps = todo = share_of(c.round_size(index), self.rank, self.world)
         updates, loss_sum = 0, 0.0

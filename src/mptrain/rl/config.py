@@ -10,7 +10,7 @@ restarts, progress board, recorder and checkpoint keeper serve RL runs unchanged
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 from ..config import check_positive_ints, flag_name
 from ..errors import UserError
@@ -26,7 +26,7 @@ class RLConfig:
     steps: int = 200_000          # environment steps in total, over all actors
     round_steps: int = 10_000     # environment steps per round (a metrics row, a checkpoint)
     seed: int = 0
-    lr: float | None = None       # None: the algorithm's default
+    lr: float | None = None       # None: 1e-3, the default of both algorithms
     gamma: float = 0.99
     hidden: int = 128
     net: str | None = None        # module:make(obs_dim, n_actions)
@@ -93,7 +93,7 @@ class RLConfig:
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else {"a3c": 1e-3, "dqn": 1e-3}[self.algo]
+        return self.lr if self.lr is not None else 1e-3
 
     def round_end(self, index: int) -> int:
         """Total environment steps at the end of round ``index`` (0-based)."""
@@ -110,6 +110,3 @@ class RLConfig:
     def from_dict(cls, values: dict) -> "RLConfig":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in known})
-
-    def replace(self, **changes) -> "RLConfig":
-        return replace(self, **changes)

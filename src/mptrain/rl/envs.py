@@ -67,10 +67,10 @@ def env_shape(spec: str) -> EnvShape:
 
 @dataclass(frozen=True)
 class EnvSource:
-    """What workers receive instead of a data set: how to make their environments. Nothing
-    of it lives in shared memory (the strategies put their shared state there)."""
+    """What workers receive instead of a data set: the environment's sizes (they make
+    their environments from the config's ``env``). Nothing of it lives in shared memory
+    (the strategies put their shared state there)."""
 
-    spec: str
     shape: EnvShape
     nbytes = 0   # the shared-memory check's question: none of it is there
 

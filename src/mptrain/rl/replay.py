@@ -87,10 +87,6 @@ class SharedReplay:
     def tensors(self) -> list[torch.Tensor]:
         return [self.obs, self.actions, self.rewards, self.next_obs, self.dones, self.counts]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors())
-
     def add(self, actor: int, obs, action: int, reward: float, next_obs, done: bool) -> None:
         """Append one transition to ``actor``'s segment (only that actor calls this)."""
         count = self._own_counts.get(actor)

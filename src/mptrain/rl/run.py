@@ -55,7 +55,7 @@ def run_rl(config: RLConfig, presenter: ConsolePresenter | None = None,
     strategy = make_rl_strategy(config)
     layout = plan_layout(config, strategy)
     check_resumable(resume, config, layout.workers)
-    source = EnvSource(config.env, shape)
+    source = EnvSource(shape)
     replay_bytes = SharedReplay.estimate_nbytes(config.buffer_size, shape.obs_dim,
                                                 config.workers) if config.algo == "dqn" else 0
     choose_sharing(config, layout, source, model, strategy, extra_bytes=replay_bytes)
