@@ -180,6 +180,9 @@ class ShmGroupState:
         is beaten while the rank sleeps at a barrier, and told when it waits."""
         return ShmGroup(self, rank, progress)
 
+    def release(self) -> None:
+        """Nothing to remove: the buffers go with the last process that maps them."""
+
 
 @dataclass
 class WaitCounts:
