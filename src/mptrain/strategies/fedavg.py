@@ -63,7 +63,7 @@ class FedAvgStrategy(Strategy):
         and decide whether one round's results fit a shared table."""
         self.partition(data)
         numel = sum(t.numel() for t in floating_state(model))
-        self.shared_table = layout.comm in ("shm", "none") and \
+        self.shared_table = _workers_share_memory(layout) and \
             self.config.sampled_clients * numel * 4 <= TABLE_LIMIT_BYTES
 
     def partition(self, data) -> None:
@@ -86,7 +86,7 @@ class FedAvgStrategy(Strategy):
         rows = self.config.sampled_clients
         self.table = torch.zeros(rows, flat.numel()) if self.shared_table else None
         self.weights = torch.zeros(rows, dtype=torch.float64) if self.shared_table else None
-        if layout.comm in ("shm", "none"):
+        if _workers_share_memory(layout):
             for tensor in (self.client_index, self.client_offsets, self.global_flat,
                            self.velocity, self.table, self.weights):
                 if tensor is not None:
@@ -129,7 +129,7 @@ class FedAvgStrategy(Strategy):
             extras.append(f"server lr {c.server_lr:g} momentum {c.server_momentum:g}")
         if c.accept_failures:
             extras.append("failing clients are dropped from their round")
-        if not self.shared_table and layout.comm in ("shm", "none"):
+        if not self.shared_table and _workers_share_memory(layout):
             extras.append("round results too large for a shared table: averaged per worker, "
                           "so the last bits depend on --workers")
         if extras:
@@ -189,11 +189,10 @@ class FedAvgProgram(WorkerProgram):
                 client_loss_sum += client_loss / max(1, client_samples)
             if strategy.shared_table:
                 slot = sampled.index(client)
-                torch.cat([t.detach().reshape(-1) for t in self.tensors],
-                          out=strategy.table[slot])
+                self._flat_result(out=strategy.table[slot])
                 strategy.weights[slot] = float(client_samples)
             elif client_samples:
-                result = torch.cat([t.detach().reshape(-1) for t in self.tensors])
+                result = self._flat_result()
                 weight = float(client_samples)
                 partial = result * weight if partial is None else partial.add_(result,
                                                                                alpha=weight)
@@ -264,6 +263,10 @@ class FedAvgProgram(WorkerProgram):
             server_update_(strategy.global_flat, average, strategy.velocity, c.server_lr,
                            c.server_momentum)
 
+    def _flat_result(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """This client's model (parameters and floating buffers) as one flat vector."""
+        return torch.cat([t.detach().reshape(-1) for t in self.tensors], out=out)
+
     def _load_global(self) -> None:
         """Make the worker's model the global model (parameters and floating buffers)."""
         with torch.no_grad():
@@ -293,3 +296,7 @@ class FedAvgProgram(WorkerProgram):
         if self.group.rank == 0:
             copy_model_state(self.model, shared_model)
 
+
+def _workers_share_memory(layout) -> bool:
+    """Whether every rank maps the same memory (mptrain's own workers, or one process)."""
+    return layout.comm in ("shm", "none")
