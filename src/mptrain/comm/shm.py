@@ -156,23 +156,32 @@ class ShmGroupState:
 
     @classmethod
     def create(cls, world_size: int, numel: int, dtype: torch.dtype, timeout_s: float,
-               oversubscribed: bool) -> "ShmGroupState":
+               oversubscribed: bool, allocate=None, initialize: bool = True
+               ) -> "ShmGroupState":
         """Room for collectives of up to ``numel`` elements of any dtype up to 8 bytes wide
-        (``dtype``, when wider, widens it); only the bytes actually used take memory."""
+        (``dtype``, when wider, widens it); only the bytes actually used take memory.
+
+        ``allocate(*shape)`` gives zeroed shared uint8 tensors (default: anonymous shared
+        memory for workers this process starts). Ranks it does not start (torchrun's) map the
+        same buffers by name: one of them creates the state, the others call this with
+        ``initialize=False`` and the same arguments, so that they map the buffers in the same
+        order and leave the semaphores as the creator set them up.
+        """
+        allocate = allocate or _shared_bytes
         itemsize = max(8, torch.empty(0, dtype=dtype).element_size())
         row_bytes = _round_up(max(numel, 1) * itemsize + 4 * _ALIGN, _ROW_ALIGN)
         rounds = _rounds(world_size)
-        semaphores = _shared_bytes(world_size, max(rounds, 1), _SEM_BYTES)
+        semaphores = allocate(world_size, max(rounds, 1), _SEM_BYTES)
         libc = _load_or_refuse()
-        for rank in range(world_size):
+        for rank in range(world_size if initialize else 0):
             for round_ in range(rounds):
                 if libc.init(_address(semaphores, rank, round_), 1, 0) != 0:
                     err = ctypes.get_errno()
                     raise RuntimeError(f"process-shared semaphores are not available here "
                                        f"(sem_init: {os.strerror(err)}); shared-memory "
                                        "collectives need them")
-        arrivals = _shared_bytes(world_size, _COUNTER_STRIDE * 8).view(torch.int64)
-        return cls(_shared_bytes(world_size, row_bytes), _shared_bytes(2, row_bytes),
+        arrivals = allocate(world_size, _COUNTER_STRIDE * 8).view(torch.int64)
+        return cls(allocate(world_size, row_bytes), allocate(2, row_bytes),
                    semaphores, arrivals, timeout_s, oversubscribed)
 
     def attach(self, rank: int, progress=None) -> "ShmGroup":

@@ -47,6 +47,10 @@ class RowSource:
         out = torch.empty(self.shape, dtype=self.dtype)
         if shared:
             out.share_memory_()  # its pages were never touched: nothing is copied
+        return self.fill_into(out)
+
+    def fill_into(self, out: torch.Tensor) -> torch.Tensor:
+        """Write every row into ``out`` (of this source's shape and dtype), chunk by chunk."""
         for start in range(0, len(self), self._rows_per_chunk):
             self._fill(out[start:start + self._rows_per_chunk], start)
         return out
@@ -92,10 +96,7 @@ class SharedTensorDataset(Dataset):
 
     @property
     def nbytes(self) -> int:
-        inputs = self._inputs
-        size = inputs.nbytes if isinstance(inputs, RowSource) else \
-            inputs.numel() * inputs.element_size()
-        return size + self.targets.numel() * self.targets.element_size()
+        return self._inputs_nbytes() + self.targets.numel() * self.targets.element_size()
 
     @property
     def is_shared(self) -> bool:
@@ -105,6 +106,30 @@ class SharedTensorDataset(Dataset):
         self.inputs  # noqa: B018  (builds a RowSource in private memory)
         return self
 
+    def place_in_(self, allocate, write: bool) -> "SharedTensorDataset":
+        """Move inputs and targets into buffers from ``allocate(nbytes)`` (a shared uint8
+        tensor). ``write``: this process fills them; otherwise another process sharing them
+        did, and this one only drops its own copy (torchrun's ranks of one node: the data
+        set once per node)."""
+        inputs = self._inputs
+        placed = _typed(allocate(self._inputs_nbytes()), inputs.dtype, inputs.shape)
+        if write:
+            if isinstance(inputs, RowSource):
+                inputs.fill_into(placed)
+            else:
+                placed.copy_(inputs)
+        targets = _typed(allocate(self.targets.numel() * self.targets.element_size()),
+                         self.targets.dtype, self.targets.shape)
+        if write:
+            targets.copy_(self.targets)
+        self._inputs, self.targets = placed, targets
+        return self
+
+    def _inputs_nbytes(self) -> int:
+        inputs = self._inputs
+        return inputs.nbytes if isinstance(inputs, RowSource) else \
+            inputs.numel() * inputs.element_size()
+
     def share_memory_(self) -> "SharedTensorDataset":
         if isinstance(self._inputs, RowSource):
             self._inputs = self._inputs.materialize(shared=True)
@@ -112,6 +137,11 @@ class SharedTensorDataset(Dataset):
             self._inputs.share_memory_()
         self.targets.share_memory_()
         return self
+
+
+def _typed(buffer: torch.Tensor, dtype: torch.dtype, shape) -> torch.Tensor:
+    """``buffer`` (uint8) seen as a tensor of ``dtype`` and ``shape``."""
+    return buffer.view(dtype).view(tuple(shape))
 
 
 def materialize(dataset, what: str) -> SharedTensorDataset:

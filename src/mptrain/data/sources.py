@@ -68,6 +68,14 @@ class DataBundle:
             self.test.share_memory_()
         return self
 
+    def place_in_(self, allocate, write: bool) -> "DataBundle":
+        """Move both data sets into buffers from ``allocate`` (see
+        :meth:`SharedTensorDataset.place_in_`)."""
+        self.train.place_in_(allocate, write)
+        if self.test is not None:
+            self.test.place_in_(allocate, write)
+        return self
+
     @property
     def nbytes(self) -> int:
         return self.train.nbytes + (self.test.nbytes if self.test is not None else 0)
