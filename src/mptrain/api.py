@@ -97,7 +97,10 @@ def refuse_process_settings_under_launcher(given: dict) -> None:
         return
     owned = {"workers": "--nproc-per-node (and --nnodes) of torchrun",
              "start_method": "nothing: torchrun starts the processes",
-             "sharing_strategy": "nothing: ranks share no tensors through mptrain"}
+             "sharing_strategy": "nothing: the ranks of a node map the same files in "
+                                 "/dev/shm",
+             "max_restarts": "--max-restarts of torchrun; mptrain then resumes from the "
+                             "last checkpoint in --out by itself"}
     for name, instead in owned.items():
         if name in given:
             raise UserError(f"--{name.replace('_', '-')} does nothing under {world.launcher}, "

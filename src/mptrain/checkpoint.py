@@ -116,10 +116,14 @@ class CheckpointKeeper:
     restarts) and on disk (with --out and --checkpoint-every)."""
 
     def __init__(self, config, run_info: dict, out_dir: Path | None,
-                 resume: Checkpoint | None):
+                 resume: Checkpoint | None, keep_on_disk: bool = False):
+        """``keep_on_disk``: write every round's checkpoint to ``out_dir`` even without
+        --checkpoint-every (torchrun's restarts start new processes, which resume from
+        the disk only)."""
         self.config, self.run_info = config, run_info
-        self.out_dir = out_dir if config.checkpoint_every else None
-        self.every = config.checkpoint_every or (1 if config.max_restarts else None)
+        self.out_dir = out_dir if config.checkpoint_every or keep_on_disk else None
+        self.every = config.checkpoint_every or \
+            (1 if config.max_restarts or keep_on_disk else None)
         self.latest = resume
         self.saved_path: Path | None = None
 

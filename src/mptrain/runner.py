@@ -13,6 +13,7 @@ import torch.nn as nn
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .config import TrainConfig
 from .data.sources import DataBundle
+from .launch import launcher
 from .launch.execute import Job
 from .launch.layout import plan_layout, preflight
 from .launch.restarts import train_with_restarts
@@ -32,15 +33,32 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
                  run_info: dict | None = None) -> FitResult:
     started = time.monotonic()
     world = detect_external_world()
+    given_out = out
     if world is not None and world.rank != 0:
         presenter, out = ConsolePresenter(quiet=True), None  # rank 0 speaks and writes
     presenter = presenter or ConsolePresenter(quiet=config.quiet)
     strategy = make_strategy(config)
     layout = plan_layout(config, strategy, world)
+    run_info = dict(run_info or {})
+    elastic, notes = False, []
+    if world is not None:
+        # The group exists before anything else: resuming needs it after a restart.
+        attempt = launcher.join(world, "nccl" if layout.comm == "nccl" else "gloo",
+                                config.worker_timeout)
+        run_info[launcher.RUN_ID_KEY] = launcher.run_id()
+        elastic = launcher.may_restart()
+        if resume is None:
+            resume = launcher.elastic_resume(given_out, config, world, attempt)
+            if resume is not None:
+                notes.append(f"torchrun restarted the job: resuming after {config.unit} "
+                             f"{resume.epoch} from the checkpoint in {given_out}")
     check_resumable(resume, config, layout.workers)
-    warnings = preflight(config, bundle, model, strategy, layout)
+    warnings = notes + preflight(config, bundle, model, strategy, layout)
+    if elastic and given_out is None:
+        warnings.append("torchrun may restart this job (--max-restarts) but without --out "
+                        "no checkpoint is written: a restart starts from the beginning")
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
-    keeper = CheckpointKeeper(config, run_info or {}, out_dir, resume)
+    keeper = CheckpointKeeper(config, run_info, out_dir, resume, keep_on_disk=elastic)
     if resume is not None:
         model.load_state_dict(resume.model)
     presenter.banner(banner_lines(config, bundle, model, model_name, layout)

@@ -81,6 +81,7 @@ REFUSED = [
     (["--workers", "2"], "--workers does nothing under torchrun"),
     (["--start-method", "spawn"], "--start-method does nothing under torchrun"),
     (["--sharing-strategy", "file_system"], "--sharing-strategy does nothing under torchrun"),
+    (["--max-restarts", "2"], "--max-restarts does nothing under torchrun"),
 ]
 
 

@@ -12,13 +12,13 @@ from typing import Callable
 
 import torch
 
-from ..comm.dist import TorchDistGroup
+from ..comm.base import CollectiveTimeout
 from ..comm.solo import SoloGroup
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
 from . import warmup
 from .board import ProgressBoard
-from .layout import make_comm
+from .layout import HIERARCHICAL, make_comm
 from .supervisor import Supervisor
 from .tuning import apply_threads, child_environment, tune_malloc
 from .worker import WorkerPlan, worker_entry
@@ -80,10 +80,11 @@ def train_in_process(job: Job) -> None:
 
 
 def train_under_launcher(job: Job, world) -> None:
-    """This process is one rank of a torchrun job: train here, gather reports to rank 0."""
-    import torch.distributed as dist
+    """This process is one rank of a torchrun job (its process group already joined, see
+    ``launch.launcher``): the data set once per node, every rank from rank 0's model,
+    reports and checkpoint parts gathered to rank 0 only."""
+    from . import launcher
 
-    job.bundle.materialize_()
     tune_malloc()
     apply_threads(job.layout.threads)
     if job.config.device == "cuda":
@@ -91,20 +92,26 @@ def train_under_launcher(job: Job, world) -> None:
         device = torch.device("cuda", world.local_rank)
     else:
         device = torch.device("cpu")
-    job.strategy.prepare(job.model, job.bundle, job.layout)
-    group = TorchDistGroup.init(job.layout.comm, world.rank, world.world_size,
-                                job.config.worker_timeout, init_method="env://")
+    node = None
+    try:
+        node = launcher.discover(world)
+        group = launcher.node_group(job, world, node,
+                                    hierarchical=job.layout.comm == HIERARCHICAL)
+        job.strategy.prepare(job.model, job.bundle, job.layout)
+        launcher.start_from_rank0(job.model, group)
 
-    def report(epoch_report):
-        gathered = [None] * world.world_size
-        dist.all_gather_object(gathered, epoch_report)
-        if world.rank == 0:
-            for item in gathered:
+        def report(epoch_report):
+            for item in launcher.gather_to_rank0(epoch_report, world) or ():
                 job.on_report(item)
 
-    progress = InProcessProgress(job.presenter, scale=world.world_size)
-    train(job.setup(world.rank, group, progress, report, device))
-    group.close()
+        progress = InProcessProgress(job.presenter, scale=world.world_size)
+        train(job.setup(world.rank, group, progress, report, device))
+    except (RuntimeError, CollectiveTimeout) as err:
+        if not launcher.is_collective_failure(err):
+            raise
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WorkerFailedError(f"rank {world.rank} lost contact with the job: "
+                                f"{launcher.lost_peers(world, node)} ({reason})") from None
 
 
 def train_on_workers(job: Job) -> None:

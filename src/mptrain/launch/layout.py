@@ -21,6 +21,8 @@ from .world import ExternalWorld
 
 #: Strategies that run across processes torchrun starts (hogwild needs one machine's memory).
 UNDER_LAUNCHER = ("sync", "ddp", "fedavg")
+#: Collectives of torchrun's CPU ranks: shared memory within a node, gloo between nodes.
+HIERARCHICAL = "shm+gloo"
 
 
 @dataclass
@@ -46,9 +48,8 @@ def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = Non
                             "or sync")
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
         threads = threads_per_worker(local, config.threads_per_worker)
-        backend = "nccl" if config.device == "cuda" else "gloo"
         return RunLayout(world.world_size, threads, None, f"started by {world.launcher}",
-                         backend, cores=usable_cores())
+                         launcher_comm(config, local), cores=usable_cores())
     workers = config.workers
     threads = threads_per_worker(workers, config.threads_per_worker)
     if strategy.in_process:
@@ -87,6 +88,17 @@ def comm_kind(config: TrainConfig) -> str:
     if config.device == "cuda" and config.strategy == "ddp":
         return "nccl"
     return "shm"
+
+
+def launcher_comm(config: TrainConfig, local_ranks: int) -> str:
+    """How torchrun's ranks talk: nccl between GPUs; on CPUs, through each node's shared
+    memory and gloo between nodes -- unless one rank per node leaves nothing to share, or
+    ``--ddp-backend gloo`` asks for a flat gloo group (torch's own DDP) explicitly."""
+    if config.device == "cuda":
+        return "nccl"
+    if local_ranks <= 1 or (config.strategy == "ddp" and config.ddp_backend == "gloo"):
+        return "gloo"
+    return HIERARCHICAL
 
 
 def make_comm(config, strategy, model, layout):

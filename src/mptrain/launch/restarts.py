@@ -42,6 +42,9 @@ def train_with_restarts(job: Job, keeper, recorder, world=None, *, who: str = "w
 
     def describe_stop(signum: int) -> str:
         presenter.close()
+        if world is not None:
+            return (f"rank {world.rank} stopped by {signal.Signals(signum).name} (torchrun "
+                    "stops every rank when one fails or when it is stopped itself)")
         where = f"stopped by {signal.Signals(signum).name} after {len(recorder.history)} " \
                 f"of {config.units} {config.unit}s; every {who[:-1]} was stopped"
         if keeper.saved_path is not None and keeper.latest is not None:

@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from ..result import FitResult
 
 
+#: How the ranks torchrun starts talk, by ``RunLayout.comm``.
+LAUNCHER_COMMS = {"gloo": "gloo over every rank", "nccl": "nccl over every rank",
+                  "shm+gloo": "shared memory within each node, gloo between nodes"}
+
+
 def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
     test = f" / {len(bundle.test):,} test" if bundle.test is not None else ""
@@ -29,15 +34,16 @@ def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
         first += f" · {layout.workers} workers × {layout.threads} thread(s) " \
                  f"({layout.cores} usable cores) · start method {layout.start_method} " \
                  f"({layout.start_reason})"
-    elif layout.comm in ("gloo", "nccl"):
+    elif layout.comm in LAUNCHER_COMMS:
         first += f" · {layout.workers} ranks {layout.start_reason} × {layout.threads} " \
-                 f"thread(s) each"
+                 f"thread(s) each · collectives {LAUNCHER_COMMS[layout.comm]}"
     else:
         first += f" · 1 process × {layout.threads} thread(s) ({layout.cores} usable cores)"
     lines = [first,
              f"data {bundle.name}: {len(bundle.train):,} train{test} samples, "
              f"{bundle.nbytes / 2**20:.1f} MiB"
-             + (" in shared memory once" if layout.start_method else ""),
+             + (" in shared memory once" if layout.start_method else
+                " in shared memory once per node" if layout.comm in LAUNCHER_COMMS else ""),
              f"model {model_name}: {params:,} parameters · optimizer {config.optimizer} "
              f"lr {config.lr:g}" + (f" momentum {config.momentum:g}" if config.momentum else "")
              + f" · batch {config.batch_size} · {config.units} {config.unit}s · seed "

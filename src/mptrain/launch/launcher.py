@@ -1,0 +1,269 @@
+"""One rank of a job torchrun started: joining the job, the nodes it spans, what the ranks
+of a node share, reports and checkpoints to rank 0, resuming after torchrun restarts the
+group, and what a lost peer looks like.
+
+The ranks exchange pickled objects through torch.distributed (reports, the node layout, a
+checkpoint after a restart): the ranks of one job must trust each other, as with any
+torch.distributed job on a private network.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from ..checkpoint import Checkpoint, load
+from ..comm.base import CollectiveTimeout
+from ..comm.dist import TorchDistGroup
+from ..comm.hierarchical import HierarchicalGroup, Topology
+from ..comm.shm import ShmGroupState
+from ..errors import UserError
+from .lifecycle import die_with_parent
+from .node_memory import NodeMemory, alive
+
+#: run_info key of the torchrun job a checkpoint belongs to (resumed only by that job).
+RUN_ID_KEY = "torchrun_run_id"
+#: How long survivors of a lost peer wait for each other before naming who is missing.
+_ROLL_CALL_S = 3.0
+
+
+def run_id() -> str:
+    return os.environ.get("TORCHELASTIC_RUN_ID", "none")
+
+
+def restart_count() -> int:
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def may_restart() -> bool:
+    """Whether torchrun was given --max-restarts (it restarts every rank after a failure)."""
+    return int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0) > 0
+
+
+def join(world, backend: str, timeout_s: float) -> int:
+    """Join the job's process group, with mptrain's timeout instead of gloo's 30 minutes;
+    die with torchrun's agent (a SIGKILLed agent would otherwise leave its ranks running);
+    keep gloo on loopback when the job is on this machine only. Returns how many times
+    this rank has joined the job (1 on a first attempt, where that can be known)."""
+    die_with_parent(os.getppid())
+    bind_gloo_to_loopback_if_local()
+    if dist.is_initialized():
+        return 1
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        store, attempt = _attempt_store(world, timeout)
+        dist.init_process_group(backend, store=store, rank=world.rank,
+                                world_size=world.world_size, timeout=timeout)
+        return attempt
+    dist.init_process_group(backend, init_method="env://", rank=world.rank,
+                            world_size=world.world_size, timeout=timeout)
+    return 1
+
+
+def _attempt_store(world, timeout: datetime.timedelta):
+    """The agents' store, seen through a prefix of its own for this attempt.
+
+    torchrun's ranks share the rendezvous store across restarts without a per-attempt
+    prefix, so a restarted group reads the previous attempt's gloo addresses and fails with
+    "Connection refused" (pytorch#167288); TORCHELASTIC_RESTART_COUNT cannot name the
+    attempt either, as it counts only this node's failures. torchrun restarts every rank
+    of the job each time, so "how often has rank r joined" is the same number on every
+    rank of one attempt (with a fixed number of nodes).
+    """
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          world.world_size, is_master=False, timeout=timeout)
+    attempt = store.add(f"mptrain/{run_id()}/joins/{world.rank}", 1)
+    return dist.PrefixStore(f"mptrain/{run_id()}/attempt-{attempt}", store), attempt
+
+
+def bind_gloo_to_loopback_if_local(environ=os.environ) -> None:
+    """gloo listens on the address of the host name by default, which may face a network;
+    when the rendezvous host is this machine's loopback (``--standalone``, or
+    ``--rdzv-endpoint localhost:PORT``), nothing needs to be reachable from outside."""
+    if "GLOO_SOCKET_IFNAME" in environ:
+        return
+    host = environ.get("MASTER_ADDR", "")
+    if host == "localhost" or _is_loopback(host):
+        loopback = next((name for _, name in socket.if_nameindex()
+                         if name == "lo" or name.startswith("lo")), None)
+        if loopback is not None:
+            environ["GLOO_SOCKET_IFNAME"] = loopback
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Node:
+    """Where this rank sits: the job's nodes and every rank's process id."""
+
+    topology: Topology
+    pids: list[int]
+    rank: int
+
+    @property
+    def leader_pid(self) -> int:
+        return self.pids[self.topology.nodes[self.topology.node_index(self.rank)][0]]
+
+    @property
+    def neighbours(self) -> tuple[int, ...]:
+        """The ranks of this rank's node, itself included."""
+        return self.topology.nodes[self.topology.node_index(self.rank)]
+
+    def is_leader(self, rank: int) -> bool:
+        return self.topology.local_rank(rank) == 0
+
+
+def discover(world) -> Node:
+    """Every rank says which node it is on (torchrun's GROUP_RANK) and its pid."""
+    mine = (int(os.environ.get("GROUP_RANK", "0")), os.getpid())
+    said: list = [None] * world.world_size
+    dist.all_gather_object(said, mine)
+    return Node(Topology.from_ranks([node for node, _ in said]), [pid for _, pid in said],
+                world.rank)
+
+
+def node_group(job, world, node: Node, hierarchical: bool):
+    """Put the data set in shared memory once per node and build the group collectives go
+    through: shared memory within the node then gloo between node leaders
+    (``hierarchical``), else torch.distributed over every rank."""
+    rank, topology = world.rank, node.topology
+    leader = node.is_leader(rank)
+    memory = NodeMemory(node.leader_pid, leader)
+    local_size = len(topology.nodes[topology.node_index(rank)])
+
+    def place(write: bool):
+        job.bundle.place_in_(memory.allocate, write)
+        if not hierarchical:
+            return None
+        return ShmGroupState.create(local_size, max(job.strategy.comm_numel(job.model), 2),
+                                    _float_dtype(job.model), job.config.worker_timeout,
+                                    oversubscribed=False, allocate=memory.allocate,
+                                    initialize=write)
+
+    try:
+        state = place(True) if leader else None
+        dist.barrier()           # the leader's buffers exist and hold the data
+        if not leader:
+            state = place(False)
+        dist.barrier()           # every rank maps them: their names can go
+    finally:
+        memory.unlink_all()
+    # Every rank creates every subgroup, in the same order (torch.distributed's rule).
+    leaders = dist.new_group(topology.leaders) if hierarchical and len(topology.nodes) > 1 \
+        else None
+    if not hierarchical:
+        return TorchDistGroup()
+    local = state.attach(topology.local_rank(rank))
+    return HierarchicalGroup(rank, topology, local, leaders if leader else None)
+
+
+def _float_dtype(model) -> torch.dtype:
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+
+
+def start_from_rank0(model, group) -> None:
+    """Every rank starts from rank 0's parameters and buffers: a user's model built without
+    a seed differs per process, and a resumed rank 0 holds the checkpoint's."""
+    tensors = [t.data for t in model.parameters()] + \
+        [b for b in model.buffers() if b.is_floating_point()]
+    if tensors:
+        group.broadcast_(tensors, src=0)
+
+
+def gather_to_rank0(item, world) -> list | None:
+    """Every rank's ``item`` at rank 0 (in rank order), None elsewhere: only rank 0 writes,
+    so only rank 0 receives the reports and checkpoint parts."""
+    gathered = [None] * world.world_size if world.rank == 0 else None
+    dist.gather_object(item, gathered, dst=0)
+    return gathered
+
+
+def elastic_resume(out: str | Path | None, config, world, attempt: int) -> Checkpoint | None:
+    """After torchrun restarted the group, the checkpoint this job last wrote, from
+    whichever rank can read it (no shared file system needed: ``--out`` on rank 0's old
+    node), sent to every rank; None on a first attempt or when there is none.
+
+    Whether this is a restart is decided together: TORCHELASTIC_RESTART_COUNT counts only
+    the failures of a rank's own node, so the ranks of the other nodes may say 0.
+    """
+    if out is None:
+        return None
+    found = _own_checkpoint(Path(out), config)
+    said: list = [None] * world.world_size
+    dist.all_gather_object(said, (restart_count(), attempt,
+                                  found.epoch if found is not None else -1))
+    if not any(restarts > 0 or joined > 1 for restarts, joined, _ in said):
+        return None
+    epochs = [epoch for _, _, epoch in said]
+    best = max(epochs)
+    if best < 0:
+        return None
+    source = epochs.index(best)
+    holder = [found if world.rank == source else None]
+    dist.broadcast_object_list(holder, src=source)
+    return holder[0]
+
+
+def _own_checkpoint(out: Path, config) -> Checkpoint | None:
+    """The checkpoint in ``out`` if this job (same torchrun run id, same settings) wrote
+    it; an unreadable or foreign one is not this job's."""
+    if not (out / "checkpoint.pt").is_file():
+        return None
+    try:
+        checkpoint = load(out)
+    except UserError:
+        return None
+    if checkpoint.run.get(RUN_ID_KEY) != run_id() or checkpoint.config != config.as_dict():
+        return None
+    return checkpoint
+
+
+def is_collective_failure(err: BaseException) -> bool:
+    """Whether ``err`` came out of a collective (a peer gone or too late), not out of the
+    user's model: gloo reports a closed connection as a plain RuntimeError, so the place it
+    was raised tells."""
+    if isinstance(err, (dist.DistError, CollectiveTimeout)):
+        return True
+    frames = traceback.extract_tb(err.__traceback__)
+    marker = f"{os.sep}torch{os.sep}distributed{os.sep}"
+    return bool(frames) and marker in frames[-1].filename
+
+
+def lost_peers(world, node: Node | None) -> str:
+    """Which ranks stopped answering, after a collective failed: the survivors check in at
+    the job's store and, after a few seconds, the ranks that did not are named."""
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        prefix = "mptrain/roll-call/"   # the store is this attempt's (see join)
+        # Ranks of this node that are alive answer too: they may be waiting for this one
+        # in the node's shared memory, where they cannot see that a peer elsewhere is gone.
+        here = [r for r in node.neighbours if alive(node.pids[r])] if node else []
+        for rank in {world.rank, *here}:
+            store.set(f"{prefix}{rank}", "here")
+        keys = [f"{prefix}{r}" for r in range(world.world_size)]
+        try:
+            store.wait(keys, datetime.timedelta(seconds=_ROLL_CALL_S))
+            return "every rank is still there"
+        except Exception:  # noqa: BLE001 -- timed out: some never checked in
+            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+    except Exception:  # noqa: BLE001 -- the store itself is gone with its node
+        return (f"the job's store at {os.environ.get('MASTER_ADDR', '?')}:"
+                f"{os.environ.get('MASTER_PORT', '?')} is gone (its node stopped)")
+    if node is None:
+        return f"lost rank(s) {', '.join(map(str, missing))}"
+    nodes = sorted({node.topology.node_index(r) for r in missing})
+    return (f"lost rank(s) {', '.join(map(str, missing))} on node(s) "
+            f"{', '.join(map(str, nodes))}")

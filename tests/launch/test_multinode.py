@@ -1,0 +1,178 @@
+"""Two torchrun agents on loopback as two nodes (c10d rendezvous, 2 ranks each): the run
+matches mptrain's own 4 workers, every rank starts from rank 0's model, a restarted group
+resumes from the last checkpoint bitwise, and a lost node is named, never hung on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from run_watch import live_children, poll, shm_entries
+from test_torchrun import NETWORK_TROUBLE, clean_environment, mptrain_run
+
+pytestmark = pytest.mark.slow
+WORKLOAD = Path(__file__).resolve().parents[1] / "launcher_workload.py"
+FACTORY = ["--data", "launcher_workload:make_data", "--model", "launcher_workload:make_model",
+           "--batch-size", "32", "--quiet"]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class TwoNodes:
+    """Two torchrun agents, each a "node" of 2 ranks, meeting at a c10d rendezvous on
+    loopback; their output goes to node0.log / node1.log in ``folder``."""
+
+    def __init__(self, folder: Path, args: list[str], env: dict | None = None,
+                 launcher_args: tuple = ()):
+        shutil.copy(WORKLOAD, folder / WORKLOAD.name)
+        self.folder = folder
+        port = free_port()
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                   "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
+                   *launcher_args, "-m", "mptrain", "run", *args]
+        environment = {**clean_environment(), **(env or {})}
+        self.logs = [open(folder / f"node{n}.log", "w") for n in range(2)]
+        self.agents = []
+        for log in self.logs:
+            self.agents.append(subprocess.Popen(command, cwd=folder, env=environment,
+                                                stdout=log, stderr=subprocess.STDOUT))
+            # Node 0's agent hosts the rendezvous store: started first, it is listening
+            # before node 1's agent looks for it.
+            if len(self.agents) == 1:
+                poll(lambda: _listening(port) or self.agents[0].poll() is not None, 60)
+
+    def wait(self, timeout: float = 240) -> list[int]:
+        try:
+            codes = [agent.wait(timeout=timeout) for agent in self.agents]
+        finally:
+            self.stop()
+        if any(codes):
+            trouble = NETWORK_TROUBLE.search(self.output(0) + self.output(1))
+            if trouble and "lost contact" not in self.output(0) + self.output(1):
+                pytest.skip(f"torchrun's rendezvous cannot work in this sandbox: "
+                            f"{trouble.group(0).strip()}")
+        return codes
+
+    def output(self, node: int) -> str:
+        return (self.folder / f"node{node}.log").read_text()
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            if agent.poll() is None:
+                agent.kill()
+                agent.wait()
+        for log in self.logs:
+            log.close()
+
+
+def run_two_nodes(folder, args, **kwargs) -> TwoNodes:
+    nodes = TwoNodes(folder, args, **kwargs)
+    codes = nodes.wait()
+    assert codes == [0, 0], nodes.output(0) + nodes.output(1)
+    return nodes
+
+
+def model_at(out: Path) -> dict:
+    return torch.load(out / "model.pt", weights_only=True)
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("strategy", ["sync", "ddp", "fedavg"])
+def test_two_nodes_train_like_four_own_workers(tmp_path, strategy):
+    units = ["--rounds", "3", "--clients", "8", "--clients-per-round", "4"] \
+        if strategy == "fedavg" else ["--epochs", "2"]
+    args = FACTORY + ["--strategy", strategy, *units]
+    before = {e for e in shm_entries() if e.startswith("mptrain-node-")}
+    run_two_nodes(tmp_path, args + ["--out", "torchrun"])
+    own = mptrain_run(tmp_path, ["run", *args, "--workers", "4", "--out", "own"])
+    assert own.returncode == 0, own.stderr
+
+    summary = json.loads((tmp_path / "torchrun" / "summary.json").read_text())
+    assert (summary["workers"], summary["strategy"]) == (4, strategy)
+    rows = (tmp_path / "torchrun" / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == (3 if strategy == "fedavg" else 2)
+    theirs, ours = model_at(tmp_path / "torchrun"), model_at(tmp_path / "own")
+    assert theirs.keys() == ours.keys()
+    for key in ours:  # the same maths, summed in another order
+        assert torch.allclose(theirs[key].float(), ours[key].float(), rtol=0, atol=1e-5), key
+    # The data set and the node's collectives lived in /dev/shm only while ranks mapped them.
+    assert {e for e in shm_entries() if e.startswith("mptrain-node-")} <= before
+
+
+@pytest.mark.timeout(300)
+def test_every_rank_starts_from_rank_zeros_model(tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    run_two_nodes(tmp_path, FACTORY + ["--strategy", "sync", "--epochs", "1"],
+                  env={"UNSEEDED": "1", "MARK_DIR": str(marks)})
+    initial = [torch.load(marks / f"initial-{rank}.pt", weights_only=True)
+               for rank in range(4)]
+    for other in initial[1:]:
+        for key, value in initial[0].items():
+            assert torch.equal(value, other[key]), key
+
+
+@pytest.mark.timeout(500)
+@pytest.mark.parametrize("strategy", ["sync", "ddp"])
+def test_a_restarted_group_resumes_bitwise(tmp_path, strategy):
+    """Rank 3 (node 1) dies in epoch 2 of torchrun's first attempt; torchrun restarts both
+    nodes; mptrain resumes from the epoch-1 checkpoint with no flag and ends with the model
+    of an uninterrupted run, bit for bit."""
+    args = FACTORY + ["--strategy", strategy, "--epochs", "3"]
+    (tmp_path / "clean").mkdir()
+    run_two_nodes(tmp_path / "clean", args + ["--out", "out"])
+    (tmp_path / "crash").mkdir()
+    nodes = run_two_nodes(tmp_path / "crash", args + ["--out", "out"],
+                          env={"CRASH_RANK": "3", "CRASH_STEP": "12"},  # 8 steps per epoch
+                          launcher_args=("--max-restarts", "1"))
+    logs = nodes.output(0) + nodes.output(1)
+    assert "exitcode: 3" in logs or "exitcode  : 3" in logs or "Restarting" in logs, logs
+    clean, resumed = model_at(tmp_path / "clean" / "out"), model_at(tmp_path / "crash" / "out")
+    for key in clean:
+        assert torch.equal(clean[key], resumed[key]), key
+    rows = [json.loads(line) for line in
+            (tmp_path / "crash" / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+
+
+@pytest.mark.timeout(300)
+def test_a_lost_node_is_named_by_the_survivors(tmp_path):
+    """SIGKILL node 1's agent mid-run: its ranks die with it (none is left behind) and node
+    0's ranks stop, naming the ranks they lost, instead of hanging. (When the node that
+    hosts the rendezvous store goes, torchrun's agents stop every rank themselves.)"""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    nodes = TwoNodes(tmp_path, FACTORY + ["--strategy", "sync", "--sync-every", "1",
+                                          "--epochs", "50"],
+                     env={"STEP_DELAY": "0.02", "MARK_DIR": str(marks)})
+    try:
+        started = poll(lambda: len(list(marks.glob("initial-*.pt"))) == 4, timeout=120)
+        assert started, nodes.output(0) + nodes.output(1)
+        victim, survivor = nodes.agents[1], nodes.agents[0]
+        victim.send_signal(signal.SIGKILL)
+        code = survivor.wait(timeout=120)
+    finally:
+        nodes.stop()
+    output = nodes.output(0)
+    assert code != 0, output
+    lost = [line for line in output.splitlines() if "lost contact with the job" in line]
+    assert lost, output
+    assert any("lost rank(s) 2, 3 on node(s) 1" in line for line in lost), lost
+    assert poll(lambda: not live_children(), timeout=30), live_children()
