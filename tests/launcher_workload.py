@@ -21,6 +21,17 @@ STEP_DELAY = float(os.environ.get("STEP_DELAY", "0"))
 MARK_DIR = os.environ.get("MARK_DIR")
 
 
+def _mark(name: str) -> None:
+    """Write the time now to MARK_DIR/name (benchmarks/scale_out.py reads them)."""
+    if MARK_DIR:
+        (Path(MARK_DIR) / name).write_text(repr(time.time()))
+
+
+_ATTEMPT = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+if os.environ.get("RANK"):
+    _mark(f"imported-{_ATTEMPT}-{os.environ['RANK']}")
+
+
 def make_data():
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(1024, 1, 8, 8, generator=generator)
@@ -49,8 +60,10 @@ class SteppedNet(nn.Module):
         if self.training and rank >= 0 and _in_training_round():
             if self.steps == 0 and MARK_DIR:
                 torch.save(self.state_dict(), Path(MARK_DIR) / f"initial-{rank}.pt")
+                _mark(f"first-step-{_ATTEMPT}-{rank}")
             if rank == CRASH_RANK and self.steps == CRASH_STEP and \
                     os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+                _mark("crash")
                 os._exit(3)
             self.steps += 1
             if STEP_DELAY:

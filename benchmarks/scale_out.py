@@ -1,0 +1,204 @@
+"""torchrun scale-out on one machine, two torchrun agents on loopback as two nodes of 2 ranks:
+
+1. ``allreduce``: hierarchical (shared memory within a node, gloo between the 2 node leaders)
+   against a flat gloo all-reduce over all 4 ranks, for tensors shaped like the classic MNIST
+   CNN's parameters and like a ~6M-parameter MLP: median milliseconds per all-reduce.
+2. ``recovery``: rank 3 (node 1) exits at a training step; torchrun (--max-restarts 1)
+   restarts both nodes and mptrain resumes from the last checkpoint by itself. Times from
+   the crash to the restarted ranks' start and to their first training step.
+
+    python benchmarks/scale_out.py [--repeats 3] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOAD = ROOT / "tests" / "launcher_workload.py"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def two_agents(folder: Path, program: list[str], env: dict, launcher_args=()) -> list[int]:
+    """Run ``program`` under two torchrun agents (node 0 first: it hosts the store)."""
+    port = free_port()
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+               "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"bench-{port}",
+               *launcher_args, *program]
+    environment = {k: v for k, v in os.environ.items()
+                   if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                "MASTER_PORT")} | env
+    agents = []
+    for node in range(2):
+        log = open(folder / f"node{node}.log", "w")
+        agents.append(subprocess.Popen(command, cwd=folder, env=environment, stdout=log,
+                                       stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 60
+        while node == 0 and not listening(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return [agent.wait(timeout=600) for agent in agents]
+
+
+# -- 1. all-reduce ------------------------------------------------------------------------------
+
+def rank_allreduce(out: str, iterations: int) -> None:
+    """Runs in every rank: both groups, both tensor sets, rank 0 writes the timings."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    from mptrain.comm.dist import TorchDistGroup
+    from mptrain.comm.hierarchical import HierarchicalGroup
+    from mptrain.comm.shm import ShmGroupState
+    from mptrain.launch import launcher
+    from mptrain.launch.node_memory import NodeMemory
+    from mptrain.launch.world import detect_external_world
+    from mptrain.models.nets import MnistCNN
+
+    torch.set_num_threads(1)
+    world = detect_external_world()
+    launcher.join(world, "gloo", 120)
+    node = launcher.discover(world)
+    mlp = nn.Sequential(nn.Linear(784, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                        nn.Linear(2048, 10))
+    models = {"mnist-cnn": MnistCNN(), "mlp-6m": mlp}
+    numel = max(sum(p.numel() for p in m.parameters()) for m in models.values())
+    leader = node.is_leader(world.rank)
+    memory = NodeMemory(node.leader_pid, leader)
+    size = len(node.neighbours)
+    state = ShmGroupState.create(size, numel, torch.float32, 120, False,
+                                 allocate=memory.allocate) if leader else None
+    dist.barrier()
+    if not leader:
+        state = ShmGroupState.create(size, numel, torch.float32, 120, False,
+                                     allocate=memory.allocate, initialize=False)
+    dist.barrier()
+    memory.unlink_all()
+    leaders = dist.new_group(node.topology.leaders)
+    groups = {"hierarchical": HierarchicalGroup(world.rank, node.topology,
+                                                state.attach(node.topology.local_rank(
+                                                    world.rank)),
+                                                leaders if leader else None),
+              "flat-gloo": TorchDistGroup()}
+    results = {}
+    for model_name, model in models.items():
+        tensors = [p.detach().clone() for p in model.parameters()]
+        params = sum(t.numel() for t in tensors)
+        for group_name, group in groups.items():
+            for _ in range(5):
+                group.average_(tensors)
+            times = []
+            for _ in range(iterations):
+                dist.barrier()
+                started = time.perf_counter()
+                group.average_(tensors)
+                times.append(time.perf_counter() - started)
+            gathered = [None] * world.world_size
+            dist.all_gather_object(gathered, statistics.median(times))
+            results[f"{model_name}/{group_name}"] = {
+                "parameters": params, "median_ms_slowest_rank": max(gathered) * 1e3}
+    if world.rank == 0:
+        Path(out).write_text(json.dumps(results))
+    dist.barrier()
+
+
+def bench_allreduce(iterations: int) -> dict:
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "allreduce.json"
+        codes = two_agents(Path(folder), [__file__, "--rank-allreduce", str(out),
+                                          "--iterations", str(iterations)], {})
+        if codes != [0, 0]:
+            raise SystemExit(f"all-reduce run failed: {codes}\n"
+                             + (Path(folder) / "node0.log").read_text()[-3000:])
+        return json.loads(out.read_text())
+
+
+# -- 2. recovery --------------------------------------------------------------------------------
+
+def bench_recovery() -> dict:
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        shutil.copy(WORKLOAD, folder / WORKLOAD.name)
+        marks = folder / "marks"
+        marks.mkdir()
+        program = ["-m", "mptrain", "run", "--data", "launcher_workload:make_data",
+                   "--model", "launcher_workload:make_model", "--batch-size", "32",
+                   "--strategy", "sync", "--epochs", "4", "--quiet", "--out", "out"]
+        codes = two_agents(folder, program, {"CRASH_RANK": "3", "CRASH_STEP": "20",
+                                             "MARK_DIR": str(marks)},
+                           ("--max-restarts", "1"))
+        if codes != [0, 0]:
+            raise SystemExit(f"recovery run failed: {codes}\n"
+                             + (folder / "node0.log").read_text()[-3000:])
+
+        def at(pattern: str) -> list[float]:
+            return [float(p.read_text()) for p in marks.glob(pattern)]
+
+        crash = at("crash")[0]
+        # Node 0 may be restarted with TORCHELASTIC_RESTART_COUNT 0 (torchrun counts only a
+        # node's own failures): the restarted ranks are those that started after the crash.
+        restarted = max(t for t in at("imported-*") if t > crash)
+        first_steps = [t for t in at("first-step-*") if t > crash]
+        return {"restarted_s": restarted - crash,
+                "first_step_s": max(first_steps) - crash}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--json")
+    parser.add_argument("--rank-allreduce", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank_allreduce:
+        rank_allreduce(args.rank_allreduce, args.iterations)
+        return
+    import torch
+
+    runs = [bench_allreduce(args.iterations) for _ in range(args.repeats)]
+    allreduce = {key: {"parameters": runs[0][key]["parameters"],
+                       "median_ms": statistics.median(r[key]["median_ms_slowest_rank"]
+                                                      for r in runs)}
+                 for key in runs[0]}
+    for model in ("mnist-cnn", "mlp-6m"):
+        flat = allreduce[f"{model}/flat-gloo"]["median_ms"]
+        hier = allreduce[f"{model}/hierarchical"]["median_ms"]
+        print(f"all-reduce {model} ({allreduce[f'{model}/flat-gloo']['parameters']:,} params): "
+              f"flat gloo {flat:.2f} ms, hierarchical {hier:.2f} ms, speed-up "
+              f"{flat / hier:.2f}x")
+    recoveries = [bench_recovery() for _ in range(args.repeats)]
+    restarted = statistics.median(r["restarted_s"] for r in recoveries)
+    first = statistics.median(r["first_step_s"] for r in recoveries)
+    print(f"recovery (median of {args.repeats}): crash -> restarted ranks start "
+          f"{restarted:.1f} s, -> first step after resume {first:.1f} s (target <= 10 s)")
+    result = {"torch": torch.__version__, "cores": os.cpu_count(), "allreduce": allreduce,
+              "allreduce_runs": runs, "recovery": recoveries,
+              "recovery_median": {"restarted_s": restarted, "first_step_s": first}}
+    print(json.dumps(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
