@@ -84,7 +84,7 @@ def rank_allreduce(out: str, iterations: int) -> None:
                         nn.Linear(2048, 10))
     models = {"mnist-cnn": MnistCNN(), "mlp-6m": mlp}
     numel = max(sum(p.numel() for p in m.parameters()) for m in models.values())
-    leader = node.is_leader(world.rank)
+    leader = node.is_leader
     memory = NodeMemory(node.leader_pid, leader)
     size = len(node.neighbours)
     state = ShmGroupState.create(size, numel, torch.float32, 120, False,

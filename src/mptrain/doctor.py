@@ -20,7 +20,9 @@ import psutil
 import torch
 
 SHM_DIR = Path("/dev/shm")
-_TORCH_SEGMENT = re.compile(r"^torch_(\d+)_")
+#: Segments named after the process that created them: torch's (file_system sharing) and
+#: the node buffers of torchrun's ranks (``launch.node_memory``).
+_TORCH_SEGMENT = re.compile(r"^(?:torch_|mptrain-node-)(\d+)[_-]")
 MIN_SHM_BYTES = 1 << 30
 MIN_OPEN_FILES = 4096
 
@@ -40,15 +42,17 @@ class Leftover:
     size: int
 
 
-def find_leftovers(shm_dir: Path = SHM_DIR) -> list[Leftover]:
-    """torch segments in ``shm_dir`` whose creating process is gone."""
+def find_leftovers(shm_dir: Path = SHM_DIR, pattern: re.Pattern = _TORCH_SEGMENT
+                   ) -> list[Leftover]:
+    """Segments in ``shm_dir`` (matching ``pattern``, whose group 1 is the creator's pid)
+    whose creating process is gone."""
     leftovers = []
     try:
         entries = list(shm_dir.iterdir())
     except OSError:
         return []
     for entry in entries:
-        match = _TORCH_SEGMENT.match(entry.name)
+        match = pattern.match(entry.name)
         if match is None or psutil.pid_exists(int(match.group(1))):
             continue
         try:

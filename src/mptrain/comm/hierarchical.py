@@ -97,7 +97,3 @@ class HierarchicalGroup(Group):
                 tensor.detach().copy_(value)
         self._local.broadcast_(tensors, src=0)
 
-    def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-

@@ -17,17 +17,17 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+import psutil
 import torch.distributed as dist
 
 from ..checkpoint import Checkpoint, load
 from ..comm.base import CollectiveTimeout
 from ..comm.dist import TorchDistGroup
 from ..comm.hierarchical import HierarchicalGroup, Topology
-from ..comm.shm import ShmGroupState
 from ..errors import UserError
 from .lifecycle import die_with_parent
-from .node_memory import NodeMemory, alive
+from .layout import shm_group_state
+from .node_memory import NodeMemory
 
 #: run_info key of the torchrun job a checkpoint belongs to (resumed only by that job).
 RUN_ID_KEY = "torchrun_run_id"
@@ -122,8 +122,9 @@ class Node:
         """The ranks of this rank's node, itself included."""
         return self.topology.nodes[self.topology.node_index(self.rank)]
 
-    def is_leader(self, rank: int) -> bool:
-        return self.topology.local_rank(rank) == 0
+    @property
+    def is_leader(self) -> bool:
+        return self.neighbours[0] == self.rank
 
 
 def discover(world) -> Node:
@@ -139,39 +140,31 @@ def node_group(job, world, node: Node, hierarchical: bool):
     """Put the data set in shared memory once per node and build the group collectives go
     through: shared memory within the node then gloo between node leaders
     (``hierarchical``), else torch.distributed over every rank."""
-    rank, topology = world.rank, node.topology
-    leader = node.is_leader(rank)
-    memory = NodeMemory(node.leader_pid, leader)
-    local_size = len(topology.nodes[topology.node_index(rank)])
+    topology = node.topology
+    memory = NodeMemory(node.leader_pid, node.is_leader)
 
     def place(write: bool):
         job.bundle.place_in_(memory.allocate, write)
         if not hierarchical:
             return None
-        return ShmGroupState.create(local_size, max(job.strategy.comm_numel(job.model), 2),
-                                    _float_dtype(job.model), job.config.worker_timeout,
-                                    oversubscribed=False, allocate=memory.allocate,
-                                    initialize=write)
+        return shm_group_state(job.config, job.strategy, job.model, len(node.neighbours),
+                               oversubscribed=False, allocate=memory.allocate,
+                               initialize=write)
 
     try:
-        state = place(True) if leader else None
+        state = place(True) if node.is_leader else None
         dist.barrier()           # the leader's buffers exist and hold the data
-        if not leader:
+        if not node.is_leader:
             state = place(False)
         dist.barrier()           # every rank maps them: their names can go
     finally:
         memory.unlink_all()
-    # Every rank creates every subgroup, in the same order (torch.distributed's rule).
-    leaders = dist.new_group(topology.leaders) if hierarchical and len(topology.nodes) > 1 \
-        else None
     if not hierarchical:
         return TorchDistGroup()
-    local = state.attach(topology.local_rank(rank))
-    return HierarchicalGroup(rank, topology, local, leaders if leader else None)
-
-
-def _float_dtype(model) -> torch.dtype:
-    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    # Every rank creates every subgroup, in the same order (torch.distributed's rule).
+    leaders = dist.new_group(topology.leaders) if len(topology.nodes) > 1 else None
+    local = state.attach(topology.local_rank(world.rank))
+    return HierarchicalGroup(world.rank, topology, local, leaders if node.is_leader else None)
 
 
 def start_from_rank0(model, group) -> None:
@@ -250,7 +243,7 @@ def lost_peers(world, node: Node | None) -> str:
         prefix = "mptrain/roll-call/"   # the store is this attempt's (see join)
         # Ranks of this node that are alive answer too: they may be waiting for this one
         # in the node's shared memory, where they cannot see that a peer elsewhere is gone.
-        here = [r for r in node.neighbours if alive(node.pids[r])] if node else []
+        here = [r for r in node.neighbours if psutil.pid_exists(node.pids[r])] if node else []
         for rank in {world.rank, *here}:
             store.set(f"{prefix}{rank}", "here")
         keys = [f"{prefix}{r}" for r in range(world.world_size)]

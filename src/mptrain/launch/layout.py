@@ -103,11 +103,20 @@ def launcher_comm(config: TrainConfig, local_ranks: int) -> str:
 
 def make_comm(config, strategy, model, layout):
     if layout.comm == "shm":
-        numel = max(strategy.comm_numel(model), 2)  # 2: the target-accuracy check
-        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
-                     torch.float32)
-        return ShmGroupState.create(layout.workers, numel, dtype, config.worker_timeout,
-                                    oversubscribed=layout.workers > layout.cores)
+        return shm_group_state(config, strategy, model, layout.workers,
+                               oversubscribed=layout.workers > layout.cores)
     if layout.comm in ("gloo", "nccl"):
         return DistSpec(layout.comm, layout.workers, config.worker_timeout)
     return SoloSpec()
+
+
+def shm_group_state(config, strategy, model, ranks: int, oversubscribed: bool,
+                    allocate=None, initialize: bool = True) -> ShmGroupState:
+    """The shared-memory group of ``ranks`` processes for this strategy and model: mptrain's
+    own workers, or the ranks of one torchrun node (``allocate``/``initialize``: see
+    ``ShmGroupState.create``)."""
+    numel = max(strategy.comm_numel(model), 2)  # 2: the target-accuracy check
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                 torch.float32)
+    return ShmGroupState.create(ranks, numel, dtype, config.worker_timeout, oversubscribed,
+                                allocate=allocate, initialize=initialize)

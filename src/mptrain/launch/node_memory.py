@@ -15,7 +15,6 @@ files whose leader is gone before it creates its own.
 from __future__ import annotations
 
 import math
-import os
 import re
 from pathlib import Path
 
@@ -68,21 +67,6 @@ class NodeMemory:
 
 def remove_orphans(folder: Path = FOLDER) -> None:
     """Remove node buffers whose leader process no longer exists."""
-    try:
-        names = [entry.name for entry in os.scandir(folder)]
-    except OSError:
-        return
-    for name in names:
-        match = _NAME.match(name)
-        if match and not alive(int(match.group(1))):
-            (folder / name).unlink(missing_ok=True)
+    from ..doctor import clean_leftovers, find_leftovers
 
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    clean_leftovers(find_leftovers(folder, _NAME))
