@@ -1,12 +1,19 @@
-"""The pieces of the torchrun path that need no job: node layout, loopback binding, node
-memory names."""
+"""The pieces of the torchrun path that need no job: node layout, gloo's interface,
+node memory names."""
 
+import datetime
 import os
+import socket
+from types import SimpleNamespace
 
+import psutil
+import pytest
 import torch
 
 from mptrain.comm.hierarchical import Topology
-from mptrain.launch.launcher import bind_gloo_to_loopback_if_local
+from mptrain.errors import UserError
+from mptrain.launch import launcher
+from mptrain.launch.launcher import choose_gloo_interface
 from mptrain.launch.node_memory import NodeMemory, remove_orphans
 
 
@@ -17,20 +24,26 @@ def test_topology_groups_ranks_by_node_in_node_order():
     assert (topology.node_index(1), topology.local_rank(1)) == (1, 1)
 
 
-def test_gloo_is_kept_on_loopback_only_for_a_local_job():
+def test_gloo_listens_on_loopback_for_a_local_job_else_where_the_other_nodes_are():
     local = {"MASTER_ADDR": "localhost"}
-    bind_gloo_to_loopback_if_local(local)
+    choose_gloo_interface(local)
     assert local["GLOO_SOCKET_IFNAME"].startswith("lo")
     for host in ("127.0.0.1", "::1"):
         environ = {"MASTER_ADDR": host}
-        bind_gloo_to_loopback_if_local(environ)
-        assert "GLOO_SOCKET_IFNAME" in environ
-    remote = {"MASTER_ADDR": "10.0.0.7"}
-    bind_gloo_to_loopback_if_local(remote)
-    assert "GLOO_SOCKET_IFNAME" not in remote
+        choose_gloo_interface(environ)
+        assert environ["GLOO_SOCKET_IFNAME"].startswith("lo")
     chosen = {"MASTER_ADDR": "localhost", "GLOO_SOCKET_IFNAME": "eth1"}
-    bind_gloo_to_loopback_if_local(chosen)
+    choose_gloo_interface(chosen)
     assert chosen["GLOO_SOCKET_IFNAME"] == "eth1"   # the user's choice stands
+    # A rendezvous host on another network: the interface that routes there, found from
+    # this machine's own non-loopback addresses (the kernel routes to them through it).
+    own = [(name, a.address) for name, addresses in psutil.net_if_addrs().items()
+           for a in addresses if a.family == socket.AF_INET
+           and not a.address.startswith("127.")]
+    for name, address in own:
+        environ = {"MASTER_ADDR": address}
+        choose_gloo_interface(environ)
+        assert environ["GLOO_SOCKET_IFNAME"] == name
 
 
 def test_node_memory_is_shared_by_name_then_unlinked(tmp_path):
@@ -54,3 +67,23 @@ def test_buffers_of_a_dead_leader_are_removed(tmp_path):
     remove_orphans(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == \
         sorted([f"mptrain-node-{os.getpid()}-0", "unrelated"])
+
+
+def test_a_store_address_no_rank_can_reach_is_one_line_with_the_fix(monkeypatch):
+    """torchrun hands its ranks the first node's host name, or "localhost" where that name
+    does not resolve: the ranks of other nodes cannot reach it, and say so at once instead
+    of waiting out --worker-timeout."""
+    with socket.socket() as probe:      # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    monkeypatch.setenv("GROUP_RANK", "1")
+    monkeypatch.setattr(launcher, "_STORE_CONNECT_S", 0.5)
+    with pytest.raises(UserError) as raised:
+        launcher._attempt_store(SimpleNamespace(rank=2, world_size=4),
+                                datetime.timedelta(seconds=300))
+    message = str(raised.value)
+    assert "\n" not in message
+    assert f"rank 2 (node 1) cannot reach the job's store at 127.0.0.1:{port}" in message
+    assert "--local-addr" in message

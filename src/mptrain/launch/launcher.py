@@ -33,6 +33,9 @@ from .node_memory import NodeMemory
 RUN_ID_KEY = "torchrun_run_id"
 #: How long survivors of a lost peer wait for each other before naming who is missing.
 _ROLL_CALL_S = 3.0
+#: The agents' store exists before torchrun starts a rank: reaching it takes moments, or
+#: the address torchrun handed out is wrong and waiting longer will not help.
+_STORE_CONNECT_S = 30.0
 
 
 def run_id() -> str:
@@ -51,10 +54,11 @@ def may_restart() -> bool:
 def join(world, backend: str, timeout_s: float) -> int:
     """Join the job's process group, with mptrain's timeout instead of gloo's 30 minutes;
     die with torchrun's agent (a SIGKILLed agent would otherwise leave its ranks running);
-    keep gloo on loopback when the job is on this machine only. Returns how many times
-    this rank has joined the job (1 on a first attempt, where that can be known)."""
+    bind gloo to the interface that reaches the other nodes (loopback when the job is on
+    this machine only). Returns how many times this rank has joined the job (1 on a first
+    attempt, where that can be known)."""
     die_with_parent(os.getppid())
-    bind_gloo_to_loopback_if_local()
+    choose_gloo_interface()
     if dist.is_initialized():
         return 1
     timeout = datetime.timedelta(seconds=timeout_s)
@@ -78,24 +82,60 @@ def _attempt_store(world, timeout: datetime.timedelta):
     of the job each time, so "how often has rank r joined" is the same number on every
     rank of one attempt (with a fixed number of nodes).
     """
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
-                          world.world_size, is_master=False, timeout=timeout)
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    connect = min(timeout.total_seconds(), _STORE_CONNECT_S)
+    try:
+        store = dist.TCPStore(host, port, world.world_size, is_master=False,
+                              timeout=datetime.timedelta(seconds=connect))
+    except dist.DistError as err:
+        raise UserError(
+            f"rank {world.rank} (node {os.environ.get('GROUP_RANK', '?')}) cannot reach the "
+            f"job's store at {host}:{port}, the address torchrun gave it ({connect:.0f} s: "
+            f"{str(err).splitlines()[0]}); when a node's host name does not resolve to an "
+            f"address the other nodes reach, give torchrun --local-addr ADDRESS on every "
+            f"node") from None
+    store.set_timeout(timeout)
     attempt = store.add(f"mptrain/{run_id()}/joins/{world.rank}", 1)
     return dist.PrefixStore(f"mptrain/{run_id()}/attempt-{attempt}", store), attempt
 
 
-def bind_gloo_to_loopback_if_local(environ=os.environ) -> None:
-    """gloo listens on the address of the host name by default, which may face a network;
-    when the rendezvous host is this machine's loopback (``--standalone``, or
-    ``--rdzv-endpoint localhost:PORT``), nothing needs to be reachable from outside."""
+def choose_gloo_interface(environ=os.environ) -> None:
+    """Bind gloo to the interface that reaches the rendezvous host.
+
+    By default gloo listens on the address its host name resolves to, which on many
+    machines is 127.0.1.1 or an address other nodes cannot reach ("Connection refused"
+    from the second node, the commonest multi-node failure). The interface the kernel
+    would route to the rendezvous host by is one every node can reach: loopback when the
+    job is on this machine only (``--standalone``, ``localhost``), so nothing listens
+    beyond it. The user's GLOO_SOCKET_IFNAME always stands.
+    """
     if "GLOO_SOCKET_IFNAME" in environ:
         return
     host = environ.get("MASTER_ADDR", "")
+    if not host:
+        return
     if host == "localhost" or _is_loopback(host):
-        loopback = next((name for _, name in socket.if_nameindex()
-                         if name == "lo" or name.startswith("lo")), None)
-        if loopback is not None:
-            environ["GLOO_SOCKET_IFNAME"] = loopback
+        name = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+    else:
+        name = _interface_towards(host)
+    if name is not None:
+        environ["GLOO_SOCKET_IFNAME"] = name
+
+
+def _interface_towards(host: str) -> str | None:
+    """The name of the interface whose address the kernel picks to reach ``host`` (a UDP
+    socket's connect sends nothing; it only chooses the route)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 1, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            local = probe.getsockname()[0]
+    except OSError:
+        return None
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.address.split("%")[0] == local for a in addresses):
+            return name
+    return None
 
 
 def _is_loopback(host: str) -> bool:
