@@ -35,7 +35,7 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     world = detect_external_world()
     given_out = out
     if world is not None and world.rank != 0:
-        presenter, out = ConsolePresenter(quiet=True), None  # rank 0 speaks and writes
+        presenter, out = ConsolePresenter(silent=True), None  # rank 0 speaks and writes
     presenter = presenter or ConsolePresenter(quiet=config.quiet)
     strategy = make_strategy(config)
     layout = plan_layout(config, strategy, world)

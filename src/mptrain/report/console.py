@@ -18,8 +18,10 @@ class ConsolePresenter:
     workers between the two, with no thread but its own.
     """
 
-    def __init__(self, quiet: bool = False, console: Console | None = None):
-        self.quiet = quiet
+    def __init__(self, quiet: bool = False, console: Console | None = None,
+                 silent: bool = False):
+        self.quiet = quiet or silent
+        self.silent = silent     # not even notes: another process speaks for the run
         self.console = console or Console(highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task = None
@@ -74,6 +76,8 @@ class ConsolePresenter:
     def note(self, text: str) -> None:
         """Something the user must know even in --quiet mode (a restart, a fallback)."""
         self.close()
+        if self.silent:
+            return
         Console(stderr=True, highlight=False, soft_wrap=True).print(f"mptrain: {text}")
 
     def close(self) -> None:
