@@ -35,28 +35,43 @@ def free_port() -> int:
 
 
 class TwoNodes:
-    """Two torchrun agents, each a "node" of 2 ranks, meeting at a c10d rendezvous on
-    loopback; their output goes to node0.log / node1.log in ``folder``."""
+    """Two torchrun agents, each a "node" of 2 ranks, meeting at a c10d rendezvous; their
+    output goes to node0.log / node1.log in ``folder``. On loopback by default; ``hosts``
+    (test_two_hosts.TwoHosts) puts each agent in a network namespace of its own."""
 
     def __init__(self, folder: Path, args: list[str], env: dict | None = None,
-                 launcher_args: tuple = ()):
+                 launcher_args: tuple = (), hosts=None):
         shutil.copy(WORKLOAD, folder / WORKLOAD.name)
         self.folder = folder
+        self.hosts = hosts
         port = free_port()
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                   "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
-                   *launcher_args, "-m", "mptrain", "run", *args]
-        environment = {**clean_environment(), **(env or {})}
+        host = "127.0.0.1" if hosts is None else hosts.addresses[0]
+        self.launcher = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                         "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", f"{host}:{port}", "--rdzv-id", f"test-{port}",
+                         *launcher_args]
+        self.program = ["-m", "mptrain", "run", *args]
+        self.environment = {**clean_environment(), **(env or {})}
         self.logs = [open(folder / f"node{n}.log", "w") for n in range(2)]
-        self.agents = []
-        for log in self.logs:
-            self.agents.append(subprocess.Popen(command, cwd=folder, env=environment,
-                                                stdout=log, stderr=subprocess.STDOUT))
-            # Node 0's agent hosts the rendezvous store: started first, it is listening
-            # before node 1's agent looks for it.
-            if len(self.agents) == 1:
-                poll(lambda: _listening(port) or self.agents[0].poll() is not None, 60)
+        self.agents: list = [None, None]
+        self.start(0)
+        if hosts is None:
+            # Both agents on loopback think they host the rendezvous store; node 0's,
+            # started first, is listening before node 1's looks for it.
+            poll(lambda: _listening(port) or self.agents[0].poll() is not None, 60)
+        self.start(1)
+
+    def start(self, node: int) -> None:
+        """Start (or start again) node ``node``'s agent."""
+        command = self.launcher + self.program
+        if self.hosts is not None:
+            # A namespace's host name resolves to nothing there: torchrun is told which
+            # address is the node's, and which node hosts the store.
+            command = self.hosts.enter(node) + self.launcher + [
+                "--local-addr", self.hosts.addresses[node],
+                "--rdzv-conf", f"is_host={node == 0}"] + self.program
+        self.agents[node] = subprocess.Popen(command, cwd=self.folder, env=self.environment,
+                                             stdout=self.logs[node], stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 240) -> list[int]:
         try:
@@ -75,7 +90,7 @@ class TwoNodes:
 
     def stop(self) -> None:
         for agent in self.agents:
-            if agent.poll() is None:
+            if agent is not None and agent.poll() is None:
                 agent.kill()
                 agent.wait()
         for log in self.logs:
@@ -144,6 +159,7 @@ def test_a_restarted_group_resumes_bitwise(tmp_path, strategy):
                           launcher_args=("--max-restarts", "1"))
     logs = nodes.output(0) + nodes.output(1)
     assert "exitcode: 3" in logs or "exitcode  : 3" in logs or "Restarting" in logs, logs
+    assert logs.count("resuming after epoch 1") == 1, logs   # rank 0 speaks for the job
     clean, resumed = model_at(tmp_path / "clean" / "out"), model_at(tmp_path / "crash" / "out")
     for key in clean:
         assert torch.equal(clean[key], resumed[key]), key
