@@ -3,6 +3,7 @@ node memory names."""
 
 import datetime
 import os
+import signal
 import socket
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pytest
 import torch
 
 from mptrain.comm.hierarchical import Topology
-from mptrain.errors import UserError
+from mptrain.errors import Interrupted, UserError
 from mptrain.launch import launcher
 from mptrain.launch.launcher import choose_gloo_interface
 from mptrain.launch.node_memory import NodeMemory, remove_orphans
@@ -87,3 +88,36 @@ def test_a_store_address_no_rank_can_reach_is_one_line_with_the_fix(monkeypatch)
     assert "\n" not in message
     assert f"rank 2 (node 1) cannot reach the job's store at 127.0.0.1:{port}" in message
     assert "--local-addr" in message
+
+
+def test_the_roll_call_names_who_did_not_check_in(monkeypatch):
+    store = torch.distributed.HashStore()
+    store.set("mptrain/roll-call/2", "here")          # rank 2 survived too
+    monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store",
+                        lambda: store)
+    # Nobody else checks in: the quiet spell ends the roll call, long before its limit.
+    monkeypatch.setattr(launcher, "_ROLL_CALL_S", 3600.0)
+    monkeypatch.setattr(launcher, "_ROLL_CALL_QUIET_S", 0.2)
+    assert launcher.lost_peers(SimpleNamespace(rank=0, world_size=4), None) == \
+        "lost rank(s) 1, 3"
+
+
+def test_a_stop_signal_ends_the_roll_call_at_once(monkeypatch):
+    """torchrun SIGTERMs the survivors when it restarts the job: the roll call must not
+    hold the rank until it is over (it would if it waited inside the store)."""
+    monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store",
+                        torch.distributed.HashStore)
+    monkeypatch.setattr(launcher, "_ROLL_CALL_S", 3600.0)  # the test's timeout ends it
+    monkeypatch.setattr(launcher, "_ROLL_CALL_QUIET_S", 3600.0)
+
+    def stop(signum, frame):
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(Interrupted):
+            launcher.lost_peers(SimpleNamespace(rank=0, world_size=2), None)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

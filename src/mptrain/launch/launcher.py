@@ -13,6 +13,7 @@ import datetime
 import ipaddress
 import os
 import socket
+import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +32,12 @@ from .node_memory import NodeMemory
 
 #: run_info key of the torchrun job a checkpoint belongs to (resumed only by that job).
 RUN_ID_KEY = "torchrun_run_id"
-#: How long survivors of a lost peer wait for each other before naming who is missing.
+#: How long survivors of a lost peer wait for each other before naming who is missing, at
+#: most; they stop sooner once nobody has checked in for _ROLL_CALL_QUIET_S (survivors see
+#: a peer's connection close within moments of each other; torchrun restarts the job only
+#: once they have exited).
 _ROLL_CALL_S = 3.0
+_ROLL_CALL_QUIET_S = 1.0
 #: The agents' store exists before torchrun starts a rank: reaching it takes moments, or
 #: the address torchrun handed out is wrong and waiting longer will not help.
 _STORE_CONNECT_S = 30.0
@@ -284,14 +289,25 @@ def lost_peers(world, node: Node | None) -> str:
         # Ranks of this node that are alive answer too: they may be waiting for this one
         # in the node's shared memory, where they cannot see that a peer elsewhere is gone.
         here = [r for r in node.neighbours if psutil.pid_exists(node.pids[r])] if node else []
-        for rank in {world.rank, *here}:
+        answering = {world.rank, *here}
+        for rank in answering:
             store.set(f"{prefix}{rank}", "here")
+        arrivals = store.add(f"{prefix}arrivals", len(answering))
         keys = [f"{prefix}{r}" for r in range(world.world_size)]
-        try:
-            store.wait(keys, datetime.timedelta(seconds=_ROLL_CALL_S))
+        # Polled from Python, not store.wait: torchrun stops the survivors with SIGTERM
+        # when it restarts the job, and a signal handler runs only between bytecodes --
+        # inside store.wait the rank would sit out the whole roll call first.
+        started = last_arrival = time.monotonic()
+        while not store.check(keys):
+            now = time.monotonic()
+            if now - started > _ROLL_CALL_S or now - last_arrival > _ROLL_CALL_QUIET_S:
+                break
+            time.sleep(0.05)
+            if store.add(f"{prefix}arrivals", 0) != arrivals:
+                arrivals, last_arrival = store.add(f"{prefix}arrivals", 0), time.monotonic()
+        else:
             return "every rank is still there"
-        except Exception:  # noqa: BLE001 -- timed out: some never checked in
-            missing = [r for r, key in enumerate(keys) if not store.check([key])]
+        missing = [r for r, key in enumerate(keys) if not store.check([key])]
     except Exception:  # noqa: BLE001 -- the store itself is gone with its node
         return (f"the job's store at {os.environ.get('MASTER_ADDR', '?')}:"
                 f"{os.environ.get('MASTER_PORT', '?')} is gone (its node stopped)")
