@@ -5,9 +5,18 @@
    CNN's parameters and like a ~6M-parameter MLP: median milliseconds per all-reduce.
 2. ``recovery``: rank 3 (node 1) exits at a training step; torchrun (--max-restarts 1)
    restarts both nodes and mptrain resumes from the last checkpoint by itself. Times from
-   the crash to the restarted ranks' start and to their first training step.
+   the crash to the last old rank's exit (detected and stopped), to the restarted ranks'
+   start and to their first training step.
+3. ``rejoin``: node 1's agent is SIGKILLed after the first checkpoint and a new agent is
+   started for node 1 at once (as a supervisor would); node 0's agent restarts its ranks and
+   the two nodes resume together. Times from the kill, as in 2. Both agents run with
+   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: torch 2.13's agents do not hand a node that joins
+   after a restart the address of the store they share with their ranks. Once with
+   torchrun's rendezvous heartbeat as it comes (a node is dead after 3 x 5 s), once at 1 s
+   (``rejoin-keepalive-1s``: --rdzv-conf keep_alive_interval=1).
 
-    python benchmarks/scale_out.py [--repeats 3] [--json FILE]
+    python benchmarks/scale_out.py [--parts allreduce,recovery,rejoin,rejoin-keepalive-1s]
+                                   [--repeats 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -39,25 +48,37 @@ def listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def two_agents(folder: Path, program: list[str], env: dict, launcher_args=()) -> list[int]:
-    """Run ``program`` under two torchrun agents (node 0 first: it hosts the store)."""
-    port = free_port()
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-               "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"bench-{port}",
-               *launcher_args, *program]
+def agent_command(port: int, program: list[str], launcher_args=()) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+            "--nproc-per-node", "2", "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"bench-{port}",
+            *launcher_args, *program]
+
+
+def start_agents(folder: Path, port: int, command: list[str],
+                 env: dict) -> list[subprocess.Popen]:
+    """Two agents running ``command`` (node 0 first: it hosts the store on ``port``)."""
+    agents = [start_agent(folder, 0, command, env)]
+    deadline = time.monotonic() + 60
+    while not listening(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return agents + [start_agent(folder, 1, command, env)]
+
+
+def start_agent(folder: Path, node: int, command: list[str], env: dict) -> subprocess.Popen:
     environment = {k: v for k, v in os.environ.items()
                    if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                 "MASTER_PORT")} | env
-    agents = []
-    for node in range(2):
-        log = open(folder / f"node{node}.log", "w")
-        agents.append(subprocess.Popen(command, cwd=folder, env=environment, stdout=log,
-                                       stderr=subprocess.STDOUT))
-        deadline = time.monotonic() + 60
-        while node == 0 and not listening(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-    return [agent.wait(timeout=600) for agent in agents]
+    log = open(folder / f"node{node}.log", "a")
+    return subprocess.Popen(command, cwd=folder, env=environment, stdout=log,
+                            stderr=subprocess.STDOUT)
+
+
+def two_agents(folder: Path, program: list[str], env: dict, launcher_args=()) -> list[int]:
+    """Run ``program`` under two torchrun agents and wait for both."""
+    port = free_port()
+    command = agent_command(port, program, launcher_args)
+    return [agent.wait(timeout=600) for agent in start_agents(folder, port, command, env)]
 
 
 # -- 1. all-reduce ------------------------------------------------------------------------------
@@ -136,36 +157,96 @@ def bench_allreduce(iterations: int) -> dict:
 
 # -- 2. recovery --------------------------------------------------------------------------------
 
+RECOVERY_PROGRAM = ["-m", "mptrain", "run", "--data", "launcher_workload:make_data",
+                    "--model", "launcher_workload:make_model", "--batch-size", "32",
+                    "--strategy", "sync", "--quiet", "--out", "out"]
+
+
+def recovery_times(marks: Path, since: float) -> dict:
+    """From the event at ``since``: the last rank of the old group gone, the restarted
+    ranks' start (the workload imported) and their first training step."""
+    def at(pattern: str) -> list[float]:
+        return [float(p.read_text()) for p in marks.glob(pattern)]
+
+    # Node 0 may be restarted with TORCHELASTIC_RESTART_COUNT 0 (torchrun counts only a
+    # node's own failures): the restarted ranks are those that started after the event.
+    imported = [t for t in at("imported-*") if t > since]
+    exits = [t for t in at("exit-*") if since < t < min(imported)]
+    return {"stopped_s": max(exits) - since if exits else None,
+            "restarted_s": max(imported) - since,
+            "first_step_s": max(t for t in at("first-step-*") if t > since) - since}
+
+
 def bench_recovery() -> dict:
     with tempfile.TemporaryDirectory() as name:
         folder = Path(name)
         shutil.copy(WORKLOAD, folder / WORKLOAD.name)
         marks = folder / "marks"
         marks.mkdir()
-        program = ["-m", "mptrain", "run", "--data", "launcher_workload:make_data",
-                   "--model", "launcher_workload:make_model", "--batch-size", "32",
-                   "--strategy", "sync", "--epochs", "4", "--quiet", "--out", "out"]
-        codes = two_agents(folder, program, {"CRASH_RANK": "3", "CRASH_STEP": "20",
-                                             "MARK_DIR": str(marks)},
+        codes = two_agents(folder, RECOVERY_PROGRAM + ["--epochs", "4"],
+                           {"CRASH_RANK": "3", "CRASH_STEP": "20", "MARK_DIR": str(marks)},
                            ("--max-restarts", "1"))
         if codes != [0, 0]:
             raise SystemExit(f"recovery run failed: {codes}\n"
                              + (folder / "node0.log").read_text()[-3000:])
+        return recovery_times(marks, float((marks / "crash").read_text()))
 
-        def at(pattern: str) -> list[float]:
-            return [float(p.read_text()) for p in marks.glob(pattern)]
 
-        crash = at("crash")[0]
-        # Node 0 may be restarted with TORCHELASTIC_RESTART_COUNT 0 (torchrun counts only a
-        # node's own failures): the restarted ranks are those that started after the crash.
-        restarted = max(t for t in at("imported-*") if t > crash)
-        first_steps = [t for t in at("first-step-*") if t > crash]
-        return {"restarted_s": restarted - crash,
-                "first_step_s": max(first_steps) - crash}
+def bench_rejoin(keep_alive: int | None = None) -> dict:
+    """``keep_alive``: torchrun's rendezvous heartbeat in seconds (--rdzv-conf
+    keep_alive_interval; a node is declared dead after 3 missed beats, 5 s each by
+    default): the new node joins only once the killed one is declared dead."""
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        shutil.copy(WORKLOAD, folder / WORKLOAD.name)
+        marks = folder / "marks"
+        marks.mkdir()
+        env = {"STEP_DELAY": "0.05", "MARK_DIR": str(marks),
+               "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+        port = free_port()
+        launcher_args = ["--max-restarts", "1"]
+        if keep_alive is not None:
+            launcher_args += ["--rdzv-conf",
+                              f"keep_alive_interval={keep_alive},keep_alive_max_attempt=3"]
+        command = agent_command(port, RECOVERY_PROGRAM + ["--epochs", "8"], launcher_args)
+        agents = start_agents(folder, port, command, env)
+        try:
+            deadline = time.monotonic() + 300
+            while not (folder / "out" / "checkpoint.pt").exists():
+                if time.monotonic() > deadline or agents[0].poll() is not None:
+                    raise SystemExit("rejoin run: no checkpoint\n"
+                                     + (folder / "node0.log").read_text()[-3000:])
+                time.sleep(0.02)
+            killed = time.time()
+            agents[1].kill()
+            agents[1].wait()
+            agents[1] = start_agent(folder, 1, command, env)
+            codes = [agent.wait(timeout=600) for agent in agents]
+        finally:
+            for agent in agents:
+                if agent.poll() is None:
+                    agent.kill()
+                    agent.wait()
+        if codes != [0, 0]:
+            raise SystemExit(f"rejoin run failed: {codes}\n"
+                             + (folder / "node0.log").read_text()[-3000:])
+        return recovery_times(marks, killed)
+
+
+def summarise(name: str, runs: list[dict]) -> dict:
+    median = {key: statistics.median(r[key] for r in runs if r[key] is not None)
+              for key in ("stopped_s", "restarted_s", "first_step_s")
+              if any(r[key] is not None for r in runs)}
+    print(f"{name} (median of {len(runs)}): old ranks gone "
+          f"{median.get('stopped_s', float('nan')):.1f} s, restarted ranks start "
+          f"{median['restarted_s']:.1f} s, first step after resume "
+          f"{median['first_step_s']:.1f} s (target <= 10 s)")
+    return median
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="allreduce,recovery,rejoin,rejoin-keepalive-1s")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--json")
@@ -176,25 +257,27 @@ def main() -> None:
         return
     import torch
 
-    runs = [bench_allreduce(args.iterations) for _ in range(args.repeats)]
-    allreduce = {key: {"parameters": runs[0][key]["parameters"],
-                       "median_ms": statistics.median(r[key]["median_ms_slowest_rank"]
-                                                      for r in runs)}
-                 for key in runs[0]}
-    for model in ("mnist-cnn", "mlp-6m"):
-        flat = allreduce[f"{model}/flat-gloo"]["median_ms"]
-        hier = allreduce[f"{model}/hierarchical"]["median_ms"]
-        print(f"all-reduce {model} ({allreduce[f'{model}/flat-gloo']['parameters']:,} params): "
-              f"flat gloo {flat:.2f} ms, hierarchical {hier:.2f} ms, speed-up "
-              f"{flat / hier:.2f}x")
-    recoveries = [bench_recovery() for _ in range(args.repeats)]
-    restarted = statistics.median(r["restarted_s"] for r in recoveries)
-    first = statistics.median(r["first_step_s"] for r in recoveries)
-    print(f"recovery (median of {args.repeats}): crash -> restarted ranks start "
-          f"{restarted:.1f} s, -> first step after resume {first:.1f} s (target <= 10 s)")
-    result = {"torch": torch.__version__, "cores": os.cpu_count(), "allreduce": allreduce,
-              "allreduce_runs": runs, "recovery": recoveries,
-              "recovery_median": {"restarted_s": restarted, "first_step_s": first}}
+    parts = args.parts.split(",")
+    result = {"torch": torch.__version__, "cores": os.cpu_count()}
+    if "allreduce" in parts:
+        runs = [bench_allreduce(args.iterations) for _ in range(args.repeats)]
+        allreduce = {key: {"parameters": runs[0][key]["parameters"],
+                           "median_ms": statistics.median(r[key]["median_ms_slowest_rank"]
+                                                          for r in runs)}
+                     for key in runs[0]}
+        for model in ("mnist-cnn", "mlp-6m"):
+            flat = allreduce[f"{model}/flat-gloo"]["median_ms"]
+            hier = allreduce[f"{model}/hierarchical"]["median_ms"]
+            print(f"all-reduce {model} "
+                  f"({allreduce[f'{model}/flat-gloo']['parameters']:,} params): "
+                  f"flat gloo {flat:.2f} ms, hierarchical {hier:.2f} ms, speed-up "
+                  f"{flat / hier:.2f}x")
+        result |= {"allreduce": allreduce, "allreduce_runs": runs}
+    for part, bench in (("recovery", bench_recovery), ("rejoin", bench_rejoin),
+                        ("rejoin-keepalive-1s", lambda: bench_rejoin(keep_alive=1))):
+        if part in parts:
+            runs = [bench() for _ in range(args.repeats)]
+            result |= {part: runs, f"{part}_median": summarise(part, runs)}
     print(json.dumps(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -3,9 +3,11 @@
 ``CRASH_RANK``/``CRASH_STEP``: that global rank exits with code 3 at that training step of
 torchrun's first attempt (so a restarted group runs clean). ``STEP_DELAY``: seconds per
 step, to keep a run going while a test acts on it. ``MARK_DIR``: each rank saves the
-parameters it starts training from there as ``initial-RANK.pt`` at its first step.
+parameters it starts training from there as ``initial-RANK.pt`` at its first step, and the
+times it was imported, made its first step and exited (benchmarks/scale_out.py).
 ``UNSEEDED``: every process builds a different model (as a user's unseeded model would).
 """
+import atexit
 import os
 import sys
 import time
@@ -30,6 +32,7 @@ def _mark(name: str) -> None:
 _ATTEMPT = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 if os.environ.get("RANK"):
     _mark(f"imported-{_ATTEMPT}-{os.environ['RANK']}")
+    atexit.register(_mark, f"exit-{_ATTEMPT}-{os.environ['RANK']}")
 
 
 def make_data():
