@@ -17,6 +17,7 @@ import torch
 
 from ..data.sharding import eval_shard
 from ..data.sources import CLASSIFICATION
+from .channels_last import ChannelsLastEvaluation
 from .task import evaluate
 
 
@@ -66,6 +67,7 @@ def train(setup: WorkerSetup) -> None:
     program = setup.strategy.program(setup)
     if setup.resume_state is not None:
         program.load_state(setup.resume_state)
+    layout = ChannelsLastEvaluation(setup.device)
 
     for index in range(setup.start_epoch, config.units):
         faults_before = minor_faults()
@@ -77,7 +79,7 @@ def train(setup: WorkerSetup) -> None:
             indices = eval_shard(len(test_data), group.world_size, group.rank)
             eval_loss, correct, count = evaluate(program.eval_model(), test_data, indices,
                                                  task, config.eval_batch_size, setup.device,
-                                                 beat=setup.progress.beat)
+                                                 beat=setup.progress.beat, layout=layout)
         evaluated_at = time.monotonic()
         checkpoint = None
         if checkpoint_due(setup.checkpoint_every, index, config.units):

@@ -21,15 +21,19 @@ def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tens
 
 @torch.no_grad()
 def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
-             device: torch.device, beat=None) -> tuple[float, int, int]:
-    """Sum of losses, number correct (classification) and count over ``indices`` of ``data``."""
+             device: torch.device, beat=None, layout=None) -> tuple[float, int, int]:
+    """Sum of losses, number correct (classification) and count over ``indices`` of ``data``.
+
+    ``layout`` (a ChannelsLastEvaluation) may run the forward passes on a faster twin.
+    """
     was_training = model.training
     model.eval()
+    forward = layout.forward_for(model) if layout is not None else model
     loss_sum, correct, count = 0.0, 0, 0
     for chunk in torch.split(indices, batch_size):
         inputs, targets = data.batch(chunk)
         inputs, targets = inputs.to(device, non_blocking=True), targets.to(device)
-        output = model(inputs)
+        output = forward(inputs)
         loss_sum += loss_fn(task, output, targets).item() * len(chunk)
         if task == CLASSIFICATION:
             correct += int((output.argmax(dim=1) == targets).sum())
