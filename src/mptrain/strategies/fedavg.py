@@ -214,7 +214,7 @@ class FedAvgProgram(WorkerProgram):
             strategy.client_offsets[client + 1].item()
         indices = strategy.client_index[start:end]
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
-        torch.manual_seed(client_seed(c.seed, round_index, client))  # dropout and the like
+        seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
         self.optimizer.state.clear()  # a fresh optimizer for every client
         lr = learning_rate(c.lr_schedule, c.lr, c.lr_decay, round_index, 0, 1)
         for group in self.optimizer.param_groups:
@@ -295,6 +295,17 @@ class FedAvgProgram(WorkerProgram):
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
             copy_model_state(self.model, shared_model)
+
+
+def seed_global_generator(seed: int, device: torch.device) -> None:
+    """Seed the generator dropout and the like draw from on ``device``, as torch.manual_seed
+    would. torch.manual_seed also queues the seed for every accelerator not yet initialised
+    (CUDA, XPU, MTIA), formatting a stack trace for each: 7% of a worker's time when clients
+    train two steps each (1,000 clients x 60 samples)."""
+    torch.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        torch.cuda.default_generators[index].manual_seed(seed)
 
 
 def _workers_share_memory(layout) -> bool:
