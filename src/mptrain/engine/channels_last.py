@@ -4,9 +4,10 @@ PyTorch's CPU kernels for convolution and max-pooling are much faster on channel
 (NHWC) tensors than on the default NCHW: the classic MNIST CNN evaluates 5,000 images in
 0.26 s instead of 0.39 s (one thread), with the same predictions. The model a worker
 trains cannot change layout itself -- its parameters are views into shared memory and
-into flat buffers the collectives use -- so a channels-last twin of it takes its values
-before each evaluation (a copy of a few thousand to a few million numbers, against
-thousands of forward passes).
+into flat buffers the collectives use -- so a channels-last twin of it takes its parameters
+and buffers, by name, before each evaluation (a copy of a few thousand to a few million
+numbers, against thousands of forward passes). Only those are refreshed: a model with
+forward hooks, or that cannot be deep-copied, is evaluated as it is.
 
 Not every network runs in channels-last: ``x.view(-1, n)`` after a convolution needs NCHW.
 Such a model fails on its first channels-last batch and is evaluated as it is from then on;
@@ -34,35 +35,50 @@ class ChannelsLastEvaluation:
         self._proven = False
         self._source: nn.Module | None = None
         self._twin: nn.Module | None = None
-        self._pairs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._shapes: dict[str, tuple] = {}
 
     def forward_for(self, model: nn.Module):
         if not self._usable:
             return model
-        if model is not self._source:
+        state = model.state_dict()
+        if model is not self._source or not self._fits(state):
             self._build(model)
             if not self._usable:
                 return model
-        with torch.no_grad():
-            for twin_tensor, tensor in self._pairs:
-                twin_tensor.copy_(tensor)
+        # By name, every time: a module may have put a new tensor in a buffer since.
+        self._twin.load_state_dict(state)
         self._twin.train(model.training)
         return self._forward
 
+    def _fits(self, state: dict) -> bool:
+        return state.keys() == self._shapes.keys() and all(
+            tuple(getattr(value, "shape", ())) == self._shapes[key]
+            for key, value in state.items())
+
     def _build(self, model: nn.Module) -> None:
+        """A twin of ``model`` in channels-last, or ``_usable`` False when there can be
+        none: no convolution, too big, hooks (they would run on a copy of their owner, or
+        not at all), a model that cannot be copied or has tensors of another rank."""
+        self._source, self._twin, self._proven = model, None, False
         tensors = list(model.parameters()) + list(model.buffers())
         size = sum(t.numel() * t.element_size() for t in tensors)
-        if size > MAX_TWIN_BYTES or not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+        if size > MAX_TWIN_BYTES or hooked or \
+                not any(isinstance(m, nn.Conv2d) for m in model.modules()):
             self._usable = False
             return
         try:
             twin = copy.deepcopy(model)
-        except Exception:  # noqa: BLE001 -- a model that cannot be copied runs as it is
+            twin.to(memory_format=torch.channels_last)
+        except Exception:  # noqa: BLE001 -- such a model is evaluated as it is
             self._usable = False
             return
-        twin.to(memory_format=torch.channels_last)
-        self._source, self._twin = model, twin
-        self._pairs = list(zip(list(twin.parameters()) + list(twin.buffers()), tensors))
+        for param in twin.parameters():
+            param.grad = None
+            param.requires_grad_(False)
+        self._twin = twin
+        self._shapes = {key: tuple(getattr(value, "shape", ())) for key, value in
+                        twin.state_dict().items()}
 
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self._usable and inputs.dim() == 4:

@@ -65,3 +65,38 @@ def test_an_error_after_the_twin_has_worked_is_the_models_own():
         forward(torch.randn(2, 1, 28, 28))
         with pytest.raises(RuntimeError):
             forward(torch.randn(2, 1, 20, 20))       # wrong image size: 320 features no more
+
+
+class NewBufferEachStep(nn.Module):
+    """A conv net with BatchNorm that puts a new tensor in a buffer of its own as it
+    trains (an exponential average, say): the twin must see the new one."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.norm = nn.BatchNorm2d(2)
+        self.register_buffer("scale", torch.ones(()))
+
+    def forward(self, x):
+        return (self.norm(self.conv(x)) * self.scale).flatten(1)
+
+
+def test_the_twin_reads_the_models_values_by_name_every_time():
+    torch.manual_seed(0)
+    model, inputs = NewBufferEachStep(), torch.randn(4, 1, 8, 8)
+    model.train()
+    model(torch.randn(16, 1, 8, 8))          # BatchNorm's running statistics move
+    model.eval()
+    layout = ChannelsLastEvaluation(CPU)
+    with torch.no_grad():
+        layout.forward_for(model)(inputs)
+        model.scale = torch.full((), 3.0)     # a new tensor, not an in-place change
+        assert torch.allclose(layout.forward_for(model)(inputs), model(inputs), atol=1e-5)
+
+
+def test_models_the_twin_cannot_serve_are_evaluated_as_they_are():
+    volume = nn.Sequential(nn.Conv2d(1, 1, 1), nn.Conv3d(1, 1, 1))   # 5-D weights
+    assert ChannelsLastEvaluation(CPU).forward_for(volume) is volume
+    hooked = MnistCNN()
+    hooked.conv1.register_forward_hook(lambda module, args, output: None)
+    assert ChannelsLastEvaluation(CPU).forward_for(hooked) is hooked
