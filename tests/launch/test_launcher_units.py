@@ -5,6 +5,7 @@ import datetime
 import os
 import signal
 import socket
+import threading
 from types import SimpleNamespace
 
 import psutil
@@ -107,17 +108,46 @@ def test_a_stop_signal_ends_the_roll_call_at_once(monkeypatch):
     hold the rank until it is over (it would if it waited inside the store)."""
     monkeypatch.setattr(torch.distributed.distributed_c10d, "_get_default_store",
                         torch.distributed.HashStore)
-    monkeypatch.setattr(launcher, "_ROLL_CALL_S", 3600.0)  # the test's timeout ends it
-    monkeypatch.setattr(launcher, "_ROLL_CALL_QUIET_S", 3600.0)
+    # Nobody else checks in: without the signal the roll call would end after 30 s
+    # without raising, and the test would fail.
+    monkeypatch.setattr(launcher, "_ROLL_CALL_S", 30.0)
+    monkeypatch.setattr(launcher, "_ROLL_CALL_QUIET_S", 30.0)
 
     def stop(signum, frame):
         raise Interrupted(signum)
 
-    previous = signal.signal(signal.SIGALRM, stop)
-    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    previous = signal.signal(signal.SIGUSR1, stop)
+    sender = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+    sender.start()
     try:
         with pytest.raises(Interrupted):
             launcher.lost_peers(SimpleNamespace(rank=0, world_size=2), None)
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        sender.cancel()
+        sender.join()
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_host_name_that_resolves_to_loopback_on_a_multi_machine_job(monkeypatch, tmp_path):
+    """Debian's /etc/hosts maps the first node's own name to 127.0.1.1: routing there says
+    loopback, where the other machines cannot reach gloo. The default route's interface
+    is used instead; a job on this machine alone stays on loopback."""
+    monkeypatch.setattr(launcher, "_interface_towards", lambda host: "lo")
+    monkeypatch.setattr(launcher, "_default_route_interface", lambda: "eth9")
+    spanning = {"MASTER_ADDR": "node0", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2"}
+    choose_gloo_interface(spanning)
+    assert spanning["GLOO_SOCKET_IFNAME"] == "eth9"
+    alone = {"MASTER_ADDR": "node0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+    choose_gloo_interface(alone)
+    assert alone["GLOO_SOCKET_IFNAME"] == "lo"
+
+
+def test_the_default_route_is_read_from_the_kernels_table(tmp_path):
+    routes = tmp_path / "route"
+    routes.write_text("Iface\tDestination\tGateway\n"
+                      "eth1\t000200C0\t00000000\n"
+                      "eth0\t00000000\t010200C0\n")
+    assert launcher._default_route_interface(str(routes)) == "eth0"
+    routes.write_text("Iface\tDestination\tGateway\neth1\t000200C0\t00000000\n")
+    assert launcher._default_route_interface(str(routes)) is None
+    assert launcher._default_route_interface(str(tmp_path / "absent")) is None

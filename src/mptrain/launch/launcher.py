@@ -123,8 +123,31 @@ def choose_gloo_interface(environ=os.environ) -> None:
         name = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
     else:
         name = _interface_towards(host)
+        if name is not None and name.startswith("lo") and _spans_machines(environ):
+            # The first node's name resolves to 127.0.1.1 there (Debian's /etc/hosts) while
+            # the other nodes reach it by another address: the default route's interface.
+            name = _default_route_interface()
     if name is not None:
         environ["GLOO_SOCKET_IFNAME"] = name
+
+
+def _spans_machines(environ) -> bool:
+    try:
+        return int(environ["WORLD_SIZE"]) > int(environ["LOCAL_WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return False
+
+
+def _default_route_interface(routes: str = "/proc/net/route") -> str | None:
+    try:
+        lines = Path(routes).read_text().splitlines()[1:]
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 1 and fields[1] == "00000000":
+            return fields[0]
+    return None
 
 
 def _interface_towards(host: str) -> str | None:
@@ -134,7 +157,7 @@ def _interface_towards(host: str) -> str | None:
         family, _, _, _, address = socket.getaddrinfo(host, 1, type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(address)
-            local = probe.getsockname()[0]
+            local = probe.getsockname()[0].split("%")[0]
     except OSError:
         return None
     for name, addresses in psutil.net_if_addrs().items():
@@ -289,6 +312,9 @@ def lost_peers(world, node: Node | None) -> str:
         # Ranks of this node that are alive answer too: they may be waiting for this one
         # in the node's shared memory, where they cannot see that a peer elsewhere is gone.
         here = [r for r in node.neighbours if psutil.pid_exists(node.pids[r])] if node else []
+        # A store whose host vanished without closing its connection must not hold the
+        # roll call for --worker-timeout.
+        store.set_timeout(datetime.timedelta(seconds=_ROLL_CALL_S))
         answering = {world.rank, *here}
         for rank in answering:
             store.set(f"{prefix}{rank}", "here")
@@ -303,8 +329,9 @@ def lost_peers(world, node: Node | None) -> str:
             if now - started > _ROLL_CALL_S or now - last_arrival > _ROLL_CALL_QUIET_S:
                 break
             time.sleep(0.05)
-            if store.add(f"{prefix}arrivals", 0) != arrivals:
-                arrivals, last_arrival = store.add(f"{prefix}arrivals", 0), time.monotonic()
+            now_arrived = store.add(f"{prefix}arrivals", 0)
+            if now_arrived != arrivals:
+                arrivals, last_arrival = now_arrived, time.monotonic()
         else:
             return "every rank is still there"
         missing = [r for r, key in enumerate(keys) if not store.check([key])]
