@@ -58,9 +58,12 @@ class TwoHosts:
         return ["ip", "netns", "exec", self.names[host]]
 
     def remove(self) -> None:
-        """Delete both namespaces (the veth pair goes with them)."""
+        """Delete both namespaces (the veth pair goes with them, or by name when setting up
+        stopped before it was moved into them)."""
         for name in self.names:
             subprocess.run(["ip", "netns", "delete", name], capture_output=True, timeout=30)
+        subprocess.run(["ip", "link", "delete", self.names[0]], capture_output=True,
+                       timeout=30)
 
     @staticmethod
     def _remove_orphans() -> None:

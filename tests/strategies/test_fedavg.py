@@ -15,6 +15,7 @@ from mptrain.comm.shm import ShmGroupState
 from mptrain.data.partitions import partition_clients
 from mptrain.errors import UserError, WorkerFailedError
 from mptrain.launch.supervisor import Supervisor
+from mptrain.strategies.fedavg import seed_global_generator
 from mptrain.strategies.federated import client_seed, sample_clients
 
 SAMPLES, FEATURES, CLASSES = 240, 6, 3
@@ -222,3 +223,10 @@ def test_weighted_average_collective_across_processes():
         assert total == pytest.approx(3.0)
         assert values == pytest.approx([(1 * 1 + 2 * 2) / 3] * 3)
 
+
+def test_a_clients_seed_sets_the_cpu_stream_as_torch_manual_seed_does():
+    torch.manual_seed(123)
+    expected = torch.rand(5)
+    torch.manual_seed(0)
+    seed_global_generator(123, torch.device("cpu"))
+    assert torch.equal(torch.rand(5), expected)

@@ -127,12 +127,3 @@ def test_weighted_average_collective_with_zero_weight_leaves_tensors():
     tensors = [torch.tensor([2.0, 4.0])]
     assert SoloGroup().weighted_average_(tensors, 0.0) == 0.0
     assert torch.equal(tensors[0], torch.tensor([2.0, 4.0]))
-
-def test_a_clients_seed_sets_the_cpu_stream_as_torch_manual_seed_does():
-    from mptrain.strategies.fedavg import seed_global_generator
-
-    torch.manual_seed(123)
-    expected = torch.rand(5)
-    torch.manual_seed(0)
-    seed_global_generator(123, torch.device("cpu"))
-    assert torch.equal(torch.rand(5), expected)

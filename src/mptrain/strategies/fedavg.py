@@ -304,8 +304,8 @@ def seed_global_generator(seed: int, device: torch.device) -> None:
     train two steps each (1,000 clients x 60 samples)."""
     torch.default_generator.manual_seed(seed)
     if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        torch.cuda.default_generators[index].manual_seed(seed)
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)   # this GPU only, as soon as CUDA is initialised
 
 
 def _workers_share_memory(layout) -> bool:
