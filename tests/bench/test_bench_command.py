@@ -60,18 +60,6 @@ def test_bench_writes_table_json_csv_and_plot(tmp_path, capsys):
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def fedavg_runs() -> bool:
-    """fedavg is a strategy and `mptrain run` takes --rounds (the lead's fedavg landed)."""
-    from mptrain import config
-    from mptrain.cli.run import run
-
-    strategies = getattr(config, "AVAILABLE_STRATEGIES", config.STRATEGIES)
-    return "fedavg" in strategies and any("--rounds" in p.opts for p in run.params)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@pytest.mark.skipif(not fedavg_runs(), reason="mptrain run has no fedavg yet")
 def test_fedavg_cells_run_rounds_against_their_own_reference(tmp_path, capsys):
     out = tmp_path / "bench"
     code = bench(["--data", "digits", "--strategies", "single,fedavg", "--workers", "2",
