@@ -69,9 +69,9 @@ def start_agent(folder: Path, node: int, command: list[str], env: dict) -> subpr
     environment = {k: v for k, v in os.environ.items()
                    if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
                                 "MASTER_PORT")} | env
-    log = open(folder / f"node{node}.log", "a")
-    return subprocess.Popen(command, cwd=folder, env=environment, stdout=log,
-                            stderr=subprocess.STDOUT)
+    with open(folder / f"node{node}.log", "a") as log:   # the agent keeps its own copy
+        return subprocess.Popen(command, cwd=folder, env=environment, stdout=log,
+                                stderr=subprocess.STDOUT)
 
 
 def two_agents(folder: Path, program: list[str], env: dict, launcher_args=()) -> list[int]:

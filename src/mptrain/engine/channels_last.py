@@ -35,7 +35,6 @@ class ChannelsLastEvaluation:
         self._proven = False
         self._source: nn.Module | None = None
         self._twin: nn.Module | None = None
-        self._shapes: dict[str, tuple] = {}
 
     def forward_for(self, model: nn.Module):
         if not self._usable:
@@ -51,8 +50,11 @@ class ChannelsLastEvaluation:
         return self._forward
 
     def _fits(self, state: dict) -> bool:
-        return state.keys() == self._shapes.keys() and all(
-            tuple(getattr(value, "shape", ())) == self._shapes[key]
+        """Whether the twin has the same tensors by name and shape (a module may have
+        added a buffer, or resized one, since the twin was made)."""
+        mine = self._twin.state_dict()
+        return mine.keys() == state.keys() and all(
+            getattr(mine[key], "shape", None) == getattr(value, "shape", None)
             for key, value in state.items())
 
     def _build(self, model: nn.Module) -> None:
@@ -77,8 +79,6 @@ class ChannelsLastEvaluation:
             param.grad = None
             param.requires_grad_(False)
         self._twin = twin
-        self._shapes = {key: tuple(getattr(value, "shape", ())) for key, value in
-                        twin.state_dict().items()}
 
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self._usable and inputs.dim() == 4:
