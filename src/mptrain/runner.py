@@ -16,10 +16,12 @@ from .data.sources import DataBundle
 from .launch import launcher
 from .launch.execute import Job
 from .launch.layout import plan_layout, preflight
+from .launch import warmup
 from .launch.restarts import train_with_restarts
 from .launch.world import detect_external_world
 from .report.console import ConsolePresenter
 from .report.metrics import EpochMetrics
+from .report import plots
 from .report.outputs import prepare_out_dir
 from .report.recorder import RunRecorder
 from .report.summary import banner_lines, build_summary, result_lines, write_outputs
@@ -75,7 +77,10 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     result.restarts = train_with_restarts(
         Job(config=config, bundle=bundle, model=model, strategy=strategy, layout=layout,
             presenter=presenter, on_report=recorder.on_report,
-            checkpoint_every=keeper.every), keeper, recorder, world)
+            checkpoint_every=keeper.every,
+            while_workers_train=_import_plotting if out_dir is not None else None),
+        keeper, recorder, world)
+    warmup.finish()  # the plotting import, before the plot
 
     wall_s = time.monotonic() - started
     first = recorder.first_step_at
@@ -86,3 +91,7 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
         write_outputs(out_dir, result)
     presenter.result(result_lines(result.summary, out_dir))
     return result
+
+
+def _import_plotting() -> None:
+    warmup.import_in_background(plots.MODULES)

@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.table import Table
 
 from ..report.outputs import atomic_write, write_json
+from ..report.plots import new_figure, save_png
 from .matrix import Cell, reference_of, speedup_baseline
 from .stats import UNSTEADY_SPREAD, efficiency, paired_ratios, speedup, spread
 
@@ -136,12 +137,8 @@ def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict]
 
 
 def plot_bench(path: Path, rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (speed_axis, score_axis) = plt.subplots(1, 2, figsize=(11, 4))
+    figure = new_figure((11, 4))
+    speed_axis, score_axis = figure.subplots(1, 2)
     use_accuracy = any(r["test_accuracy"]["n"] for r in rows)
     for strategy in dict.fromkeys(r["strategy"] for r in rows if not r["reference"]):
         mine = sorted((r for r in rows if r["strategy"] == strategy and not r["reference"]
@@ -163,9 +160,7 @@ def plot_bench(path: Path, rows: list[dict]) -> None:
     for axis in (speed_axis, score_axis):
         axis.grid(alpha=0.3)
         axis.legend()
-    figure.tight_layout()
-    atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def _errors(rows, key):

@@ -38,6 +38,9 @@ class Job:
     start_epoch: int = 0
     rank_states: list | None = None       # per rank: optimizer and RNG state to resume from
     checkpoint_every: int | None = None
+    #: Work for the parent while its own workers train (it only watches them then); it
+    #: must not leave a thread running at the next fork (``warmup`` joins its own).
+    while_workers_train: Callable | None = None
     #: What every worker runs (a module-level function of a ``WorkerSetup``): the supervised
     #: driver, or another driver over the same services (``mptrain.rl``'s actors).
     driver: Callable = train
@@ -139,7 +142,8 @@ def train_on_workers(job: Job) -> None:
     supervisor = Supervisor(layout.start_method, heartbeat_timeout_s=config.worker_timeout,
                             seconds_since_beat=board.seconds_since_beat,
                             waiting_ranks=board.waiting_ranks,
-                            on_message=on_message, on_tick=on_tick)
+                            on_message=on_message, on_tick=on_tick,
+                            on_started=job.while_workers_train)
     board.beat_all()
     if layout.start_method == "fork":
         # Forked workers share the parent's Python objects copy-on-write; a collection in a

@@ -129,7 +129,8 @@ class Supervisor:
                  seconds_since_beat: Callable[[], list[float]] | None = None,
                  waiting_ranks: Callable[[], list[bool]] | None = None,
                  on_message: Callable[[int, object], None] | None = None,
-                 on_tick: Callable[[], None] | None = None, tick_s: float = 0.1):
+                 on_tick: Callable[[], None] | None = None,
+                 on_started: Callable[[], None] | None = None, tick_s: float = 0.1):
         """``seconds_since_beat`` and ``waiting_ranks`` read the progress board (per rank:
         seconds since its last heartbeat; whether it waits at a collective): a rank silent
         for ``heartbeat_timeout_s`` is hung, and the ranks waiting meanwhile are named as
@@ -145,6 +146,7 @@ class Supervisor:
         self._released_at = time.monotonic()
         self._on_message = on_message or (lambda rank, payload: None)
         self._on_tick = on_tick or (lambda: None)
+        self._on_started = on_started or (lambda: None)  # every worker released
         self._tick_s = tick_s
         self._processes: list = []
 
@@ -182,6 +184,7 @@ class Supervisor:
                 _deliver(noted[0])
             _open_gate(gate_opener, len(self._processes))
             self._released_at = time.monotonic()
+            self._on_started()
             self._watch(result, connections, finished)
         finally:
             self.stop_all()

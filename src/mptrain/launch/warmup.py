@@ -1,36 +1,60 @@
-"""Pay torch's lazy imports early and off the critical path.
+"""Pay lazy imports early and off the critical path.
 
 The first optimizer built in a process imports ``torch._dynamo`` (~1 s here). Started in a
 thread while the data set loads (mostly zlib and numpy, which release the GIL), it is
 usually done by the time training starts; with fork, workers then inherit it for free.
-The thread must be joined before any fork: a child forked while another thread holds an
+Modules the parent needs only at the end (matplotlib, ~0.4 s, for the curves) are imported
+the same way while its workers train and the parent only watches them.
+
+Every such thread is joined before any fork: a child forked while another thread holds an
 import lock deadlocks on its first import.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 
 import torch
 
-_thread: threading.Thread | None = None
+_optimizer_thread: threading.Thread | None = None
+_threads: list[threading.Thread] = []
 
 
 def _build_an_optimizer() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
+def _import(modules) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            return  # whoever needs the module imports it again and sees the error
+
+
+def _start(target, name: str, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    thread.start()
+    _threads.append(thread)
+    return thread
+
+
 def start_in_background() -> None:
-    global _thread
-    if _thread is None:
-        _thread = threading.Thread(target=_build_an_optimizer, name="mptrain-warmup",
-                                   daemon=True)
-        _thread.start()
+    global _optimizer_thread
+    if _optimizer_thread is None:
+        _optimizer_thread = _start(_build_an_optimizer, "mptrain-warmup")
+
+
+def import_in_background(modules) -> None:
+    """Import ``modules`` in a thread; :func:`finish` waits for it."""
+    _start(_import, "mptrain-import", tuple(modules))
 
 
 def finish() -> None:
-    """Return once the lazy imports are done (in the background thread or here)."""
-    if _thread is not None:
-        _thread.join()
-    else:
+    """Return once every background import is done and torch's lazy imports are paid (in
+    the background thread or here)."""
+    while _threads:
+        _threads.pop().join()
+    if _optimizer_thread is None:
         _build_an_optimizer()

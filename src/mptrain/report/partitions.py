@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .outputs import atomic_write
+from .plots import new_figure, save_png
 
 MAX_BARS = 100  # past this the bars are thinner than a pixel at the figure's size
 
@@ -54,21 +54,19 @@ def plot_label_mix(path: Path, parts: list[torch.Tensor], targets: torch.Tensor,
                    num_classes: int | None) -> None:
     """One stacked bar per client (the first ``MAX_BARS``), one colour per label; plain
     sample-count bars when ``num_classes`` is None (regression)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shown = parts[:MAX_BARS]
     x = range(len(shown))
-    figure, axis = plt.subplots(figsize=(max(6.0, min(16.0, 0.15 * len(shown) + 3)), 4.5))
+    figure = new_figure((max(6.0, min(16.0, 0.15 * len(shown) + 3)), 4.5))
+    axis = figure.subplots()
     if num_classes is None:
         axis.bar(x, [len(part) for part in shown], width=0.9, color="tab:blue")
     else:
         counts = torch.stack([torch.bincount(targets[part], minlength=num_classes)
                               for part in shown]).numpy()
-        colours = plt.get_cmap("tab10" if num_classes <= 10 else "tab20" if num_classes <= 20
-                               else "viridis")
+        from matplotlib import colormaps
+
+        colours = colormaps["tab10" if num_classes <= 10 else "tab20" if num_classes <= 20
+                           else "viridis"]
         bottom = counts[:, 0] * 0
         for label in range(num_classes):
             axis.bar(x, counts[:, label], bottom=bottom, width=0.9, label=str(label),
@@ -83,9 +81,7 @@ def plot_label_mix(path: Path, parts: list[torch.Tensor], targets: torch.Tensor,
              title=f"label mix per client{capped}" if num_classes else
              f"samples per client{capped}")
     axis.grid(axis="y", alpha=0.3)
-    figure.tight_layout()
-    atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
-    plt.close(figure)
+    save_png(figure, path)
 
 
 def _spread(values: list[int]) -> Spread:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from ..files import atomic_write
 from ..report.outputs import save_state_dict, write_json, write_jsonl
+from ..report.plots import new_figure, save_png
 
 
 def banner_lines(config, shape, model, layout) -> list[str]:
@@ -86,12 +86,8 @@ def write_outputs(out_dir: Path, rows: list[dict], model, summary: dict) -> None
 
 def plot_returns(path: Path, rows: list[dict], title: str) -> None:
     """Training and greedy returns against environment steps and against seconds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(10, 4))
+    figure = new_figure((10, 4))
+    axes = figure.subplots(1, 2)
     for axis, x_key, x_label in ((axes[0], "env_steps", "environment steps"),
                                  (axes[1], "elapsed_s", "seconds")):
         for key, label in (("return_mean", "training episodes"),
@@ -105,6 +101,4 @@ def plot_returns(path: Path, rows: list[dict], title: str) -> None:
         axis.grid(alpha=0.3)
         axis.legend()
     figure.suptitle(title)
-    figure.tight_layout()
-    atomic_write(path, lambda handle: figure.savefig(handle, format="png", dpi=100))
-    plt.close(figure)
+    save_png(figure, path)
