@@ -329,3 +329,40 @@ def test_command_leaves_no_fork_server_behind(tmp_path):
             if "multiprocessing.forkserver" in " ".join(p.info["cmdline"] or [])
             and p.info["ppid"] != os.getpid()]
     assert left == []
+
+
+def test_importing_the_package_and_its_command_leaves_torch_unimported():
+    # The command parses its flags (and starts reading MNIST) before torch's second of
+    # import; `mptrain --help` and a refused flag never import it.
+    code = ("import sys, mptrain, mptrain.cli, mptrain.rl\n"
+            "assert 'torch' not in sys.modules, 'torch imported'\n"
+            "assert mptrain.fit.__module__ == 'mptrain.api'\n"
+            "assert mptrain.rl.ALGOS and 'fit' in dir(mptrain)\n"
+            "assert 'torch' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    missing = subprocess.run([sys.executable, "-c", "import mptrain; mptrain.nothing"],
+                             capture_output=True, text=True, timeout=60)
+    assert "module 'mptrain' has no attribute 'nothing'" in missing.stderr
+
+
+def test_mnist_run_reads_its_files_ahead_and_leaves_no_thread(tmp_path, monkeypatch):
+    import threading
+
+    from mnist_files import write_mnist
+    from mptrain.data import idx
+
+    folder = write_mnist(tmp_path / "mnist", n_train=64, n_test=32)
+    taken = []
+    original = idx._ReadAhead.take
+    monkeypatch.setattr(idx._ReadAhead, "take",
+                        lambda self, path: taken.append(path) or original(self, path))
+    assert main(["run", "--data", "mnist", "--data-dir", str(folder), "--model", "mlp",
+                 "--epochs", "1", "--batch-size", "16", "--quiet",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert len(taken) == 4
+    assert idx._read_ahead is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("mptrain-read")]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["train_samples"] == 64 and summary["test_samples"] == 32

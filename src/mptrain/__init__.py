@@ -5,12 +5,15 @@ Strategies (``single``, ``hogwild``, ``sync``, ``ddp``, ``fedavg``) are one swit
     import mptrain
     result = mptrain.fit(model, train_set, test_set, strategy="sync", workers=4, epochs=3)
     print(result.test_accuracy)
+
+The names below are imported on first use (``imports.lazy_exports``): importing the package
+does not import torch.
 """
 
-from .api import fit
-from .config import TrainConfig
-from .errors import UserError, WorkerFailedError
-from .result import FitResult
+from .imports import lazy_exports
 
 __version__ = "0.1.0"
 __all__ = ["fit", "FitResult", "TrainConfig", "UserError", "WorkerFailedError"]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "fit": ".api", "TrainConfig": ".config", "FitResult": ".result", "UserError": ".errors",
+    "WorkerFailedError": ".errors"})

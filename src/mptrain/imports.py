@@ -1,4 +1,5 @@
-"""Resolve user import strings such as ``my_pkg.my_mod:make_model`` or ``./nets.py:make_model``."""
+"""Imports: user import strings such as ``my_pkg.my_mod:make_model`` or
+``./nets.py:make_model``, and the lazy exports of mptrain's packages."""
 
 from __future__ import annotations
 
@@ -68,3 +69,25 @@ def _load_file(path: Path, spec: str, what: str):
         raise UserError(f"{what} {spec!r}: running {path} raised "
                         f"{type(err).__name__}: {err}") from None
     return module
+
+
+def lazy_exports(package: str, homes: dict[str, str]):
+    """``__getattr__`` and ``__dir__`` for a package whose public names (name -> module,
+    relative to ``package``) are imported on first use (PEP 562).
+
+    ``import mptrain`` must not import torch: the ``mptrain`` command imports the package
+    before it parses its flags, and a second of torch import is a second that ``--help``, a
+    refused flag, or the MNIST files read meanwhile do not need to wait for.
+    """
+    def __getattr__(name: str):
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home, package), name)
+        setattr(sys.modules[package], name, value)  # looked up once
+        return value
+
+    def __dir__():
+        return sorted({*vars(sys.modules[package]), *homes})
+
+    return __getattr__, __dir__

@@ -6,38 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mnist_files import idx_bytes, write, write_mnist
 from mptrain.data.idx import find_mnist_files, load_mnist, read_idx
 from mptrain.errors import UserError
 
-_TYPE_CODES = {"u1": 0x08, "i1": 0x09, "i2": 0x0B, "i4": 0x0C, "f4": 0x0D, "f8": 0x0E}
 REAL_MNIST = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist"
-
-
-def idx_bytes(array, type_code=None):
-    """Encode ``array`` as IDX; ``type_code`` overrides the code derived from its dtype."""
-    array = np.asarray(array)
-    code = _TYPE_CODES[array.dtype.str[1:]] if type_code is None else type_code
-    header = bytes([0, 0, code, array.ndim]) + b"".join(d.to_bytes(4, "big") for d in array.shape)
-    return header + array.astype(array.dtype.newbyteorder(">")).tobytes()
-
-
-def write(path, data, gz=False):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gzip.compress(data) if gz else data)
-    return path
-
-
-def write_mnist(root, n_train=5, n_test=3, sep="-", gz=True, sub="."):
-    """Write a tiny MNIST-shaped data set; returns the folder the files went into."""
-    rng = np.random.default_rng(0)
-    folder = root / sub
-    ext = ".gz" if gz else ""
-    for prefix, n in (("train", n_train), ("t10k", n_test)):
-        images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-        labels = rng.integers(0, 10, size=n, dtype=np.uint8)
-        write(folder / f"{prefix}-images{sep}idx3-ubyte{ext}", idx_bytes(images), gz)
-        write(folder / f"{prefix}-labels{sep}idx1-ubyte{ext}", idx_bytes(labels), gz)
-    return folder
 
 
 @pytest.mark.parametrize("gz", [False, True], ids=["raw", "gz"])
@@ -139,3 +112,49 @@ def test_real_mnist_if_present():
     assert test_x.shape == (10000, 28, 28) and test_y.shape == (10000,)
     counts = np.bincount(test_y, minlength=10).tolist()
     assert counts == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
+
+
+def test_read_ahead_hands_over_the_same_arrays_and_leaves_no_thread(tmp_path):
+    import threading
+
+    from mptrain.data import idx
+
+    folder = write_mnist(tmp_path, n_train=7, n_test=4)
+    expected = load_mnist(folder)
+    idx.read_ahead(folder)
+    try:
+        ahead = load_mnist(folder)
+    finally:
+        idx.finish_read_ahead()
+    for got, want in zip(ahead, expected):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype and got.flags.writeable
+    assert not [t for t in threading.enumerate() if t.name == "mptrain-read-mnist"]
+    assert idx._read_ahead is None
+
+
+def test_read_ahead_reports_a_bad_file_as_the_plain_read_does(tmp_path):
+    from mptrain.data import idx
+
+    folder = write_mnist(tmp_path)
+    write(folder / "t10k-labels-idx1-ubyte.gz", idx_bytes(np.zeros(3, np.uint8)) + b"x", True)
+    with pytest.raises(UserError) as plain:
+        load_mnist(folder)
+    idx.read_ahead(folder)
+    try:
+        with pytest.raises(UserError) as ahead:
+            load_mnist(folder)
+    finally:
+        idx.finish_read_ahead()
+    assert str(ahead.value) == str(plain.value) and "trailing bytes" in str(plain.value)
+
+
+def test_read_ahead_of_a_missing_folder_leaves_the_error_to_the_loader(tmp_path):
+    from mptrain.data import idx
+
+    idx.read_ahead(tmp_path / "absent")
+    try:
+        with pytest.raises(UserError, match="does not exist"):
+            load_mnist(tmp_path / "absent")
+    finally:
+        idx.finish_read_ahead()

@@ -12,8 +12,7 @@ import sys
 import click
 
 from ..errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
-from ..launch.lifecycle import exit_after_cleanup
-from ..launch.restarts import sigterm_raises
+from ..launch.lifecycle import exit_after_cleanup, sigterm_raises
 from . import bench, partitions, rl, run, tools  # noqa: F401  (each registers its command)
 from .app import cli
 

@@ -78,29 +78,20 @@ def run(config_file, resume, **flags):
     --clients-per-round of --clients, each trains --local-epochs on its own data, and the
     server averages them weighted by their sample counts.
     """
-    from ..api import check_settings, fit
-    from ..checkpoint import load as load_checkpoint
-    from ..launch import warmup
+    from ..data import idx
 
-    warmup.start_in_background()
-    from ..data.sources import load_data
-    from ..models import build_model
+    given = load_config_file(config_file) if config_file else {}
+    given.update({k: v for k, v in flags.items() if v is not None})
+    quiet = bool(given.pop("quiet", False))
+    if given.get("data") == "mnist" and given.get("data_dir"):
+        idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
+    try:
+        model, bundle, locations, settings, checkpoint = _prepare(given, resume)
+    finally:
+        idx.finish_read_ahead()  # no thread may be left running when workers fork
+    from ..api import fit
 
-    checkpoint = load_checkpoint(resume) if resume else None
-    # Precedence: checkpoint < config file < flags (the data set's defaults fill the rest);
-    # fit() puts the checkpoint's settings under these.
-    settings = _resumed_locations(checkpoint, resume) if checkpoint else {}
-    settings.update(load_config_file(config_file) if config_file else {})
-    settings.update({k: v for k, v in flags.items() if v is not None})
-    locations = {k: settings.pop(k, None) for k in RUN_FLAGS}
-    quiet = bool(settings.pop("quiet", False))
-    # A bad flag is refused before the data is built (over the checkpoint's own settings).
-    check_settings({**(applicable_settings(checkpoint.config) if checkpoint else {}),
-                    **settings})
-    bundle = load_data(locations["data"] or "digits", locations["data_dir"])
     model_name = locations["model"] or bundle.default_model
-    seed = settings.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
-    model = build_model(model_name, bundle.input_shape, bundle.output_size, seed)
     source = {"data": bundle.name if locations["data"] is None else locations["data"],
               "data_dir": locations["data_dir"], "model": model_name}
     fit(model, bundle, out=locations["out"], quiet=quiet, resume=checkpoint,
@@ -109,6 +100,32 @@ def run(config_file, resume, **flags):
         # gloo's teardown aborts now and then after the work is done; torchrun would
         # report that finished rank as failed.
         leave(0)
+
+
+def _prepare(given: dict, resume):
+    """The run's model and data set, where they came from, the settings left for fit(),
+    and the checkpoint to resume from."""
+    from ..api import check_settings
+    from ..checkpoint import load as load_checkpoint
+    from ..data.sources import load_data
+    from ..launch import warmup
+    from ..models import build_model
+
+    warmup.start_in_background()
+    checkpoint = load_checkpoint(resume) if resume else None
+    # Precedence: checkpoint < config file < flags (the data set's defaults fill the rest);
+    # fit() puts the checkpoint's settings under these.
+    settings = _resumed_locations(checkpoint, resume) if checkpoint else {}
+    settings.update(given)
+    locations = {k: settings.pop(k, None) for k in RUN_FLAGS}
+    # A bad flag is refused before the data is built (over the checkpoint's own settings).
+    check_settings({**(applicable_settings(checkpoint.config) if checkpoint else {}),
+                    **settings})
+    bundle = load_data(locations["data"] or "digits", locations["data_dir"])
+    seed = settings.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
+    model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
+                        bundle.output_size, seed)
+    return model, bundle, locations, settings, checkpoint
 
 
 def _resumed_locations(checkpoint, resume_path) -> dict:

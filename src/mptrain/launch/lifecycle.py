@@ -1,5 +1,6 @@
-"""What a worker process does about its own life: die with the parent, ignore Ctrl-C (the
-parent owns shutdown), and leave without running interpreter teardown."""
+"""How mptrain's processes live and end: a worker dies with its parent, ignores Ctrl-C (the
+parent owns shutdown) and leaves without running interpreter teardown; the command turns
+SIGTERM into an exception, as Ctrl-C is one, and exits once its cleanup is done."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import ctypes
 import os
 import signal
 import sys
+from contextlib import contextmanager
+
+from ..errors import Interrupted
 
 _PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -94,3 +98,17 @@ def stop_fork_server() -> None:
         server._stop()  # closes its pipe and reaps it: no zombie
     except (OSError, ChildProcessError):
         pass
+
+
+@contextmanager
+def sigterm_raises():
+    """While inside, SIGTERM raises :class:`Interrupted` in the main thread, as Ctrl-C raises
+    KeyboardInterrupt: the run stops the same way for both (the command installs it)."""
+    def _raise(signum, frame):
+        raise Interrupted(signum)
+
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

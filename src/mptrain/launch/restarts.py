@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import copy
 import signal
-from contextlib import contextmanager
 from dataclasses import replace
 from typing import Callable
 
@@ -82,17 +81,3 @@ def run_with_restarts(attempt: Callable[[], None], max_restarts: int,
     except (KeyboardInterrupt, Interrupted) as stop:
         signum = stop.signum if isinstance(stop, Interrupted) else signal.SIGINT
         raise RunInterrupted(describe_stop(signum), 128 + signum) from None
-
-
-@contextmanager
-def sigterm_raises():
-    """While inside, SIGTERM raises :class:`Interrupted` in the main thread, as Ctrl-C raises
-    KeyboardInterrupt: the run stops the same way for both (the command installs it)."""
-    def _raise(signum, frame):
-        raise Interrupted(signum)
-
-    previous = signal.signal(signal.SIGTERM, _raise)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -7,8 +7,8 @@ mptrain's supervised workers, with its checkpoints, metrics, console and output 
 Gymnasium is optional (``pip install 'mptrain[rl]'``).
 """
 
-from .api import fit
-from .config import ALGOS, RLConfig
-from .run import RLResult
+from ..imports import lazy_exports
 
 __all__ = ["fit", "RLConfig", "RLResult", "ALGOS"]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "fit": ".api", "RLConfig": ".config", "RLResult": ".run", "ALGOS": ".config"})
