@@ -15,7 +15,7 @@ from mptrain.comm.shm import ShmGroupState
 from mptrain.data.partitions import partition_clients
 from mptrain.errors import UserError, WorkerFailedError
 from mptrain.launch.supervisor import Supervisor
-from mptrain.strategies.fedavg import seed_global_generator
+from mptrain.engine.seeding import seed_global_generator
 from mptrain.strategies.federated import client_seed, sample_clients
 
 SAMPLES, FEATURES, CLASSES = 240, 6, 3

@@ -18,6 +18,7 @@ import torch
 from ..data.sharding import eval_shard
 from ..data.sources import CLASSIFICATION
 from .channels_last import ChannelsLastEvaluation
+from .seeding import seed_global_generator
 from .task import evaluate
 
 
@@ -63,11 +64,16 @@ class WorkerSetup:
 def train(setup: WorkerSetup) -> None:
     config, group = setup.config, setup.group
     test_data, task = setup.data.test, setup.data.task
-    torch.manual_seed(config.seed + setup.rank)
+    seed_global_generator(config.seed + setup.rank, setup.device)
     program = setup.strategy.program(setup)
     if setup.resume_state is not None:
         program.load_state(setup.resume_state)
     layout = ChannelsLastEvaluation(setup.device)
+    # The start line. Ranks that trained while their peers were still being set up would
+    # only wait at their first collective, and with more workers than cores take the CPU
+    # those peers need to get there; the first round's clock starts here for every rank,
+    # so set-up is counted as start-up, not as training.
+    group.barrier()
 
     for index in range(setup.start_epoch, config.units):
         faults_before = minor_faults()

@@ -16,6 +16,7 @@ import torch
 
 from ..engine.loop import (EpochReport, checkpoint_due, encode_state, minor_faults,
                            ratio_over_ranks)
+from ..engine.seeding import seed_global_generator
 from ..strategies.base import Strategy, WorkerProgram
 from .acting import evaluate_greedy
 from .metrics import rl_round_extras
@@ -41,7 +42,7 @@ class ActorProgram(WorkerProgram):
 
 def train_rl(setup) -> None:
     config, group = setup.config, setup.group
-    torch.manual_seed(config.seed + setup.rank)
+    seed_global_generator(config.seed + setup.rank, setup.device)
     program = setup.strategy.program(setup)
     if setup.resume_state is not None:
         program.load_state(setup.resume_state)

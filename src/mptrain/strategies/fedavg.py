@@ -30,6 +30,7 @@ import torch.nn as nn
 from ..checkpoint import model_snapshot
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
+from ..engine.seeding import seed_global_generator
 from ..engine.task import loss_fn
 from ..errors import ClientFailedError
 from .base import RoundWork, Strategy, WorkerProgram
@@ -295,17 +296,6 @@ class FedAvgProgram(WorkerProgram):
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
             copy_model_state(self.model, shared_model)
-
-
-def seed_global_generator(seed: int, device: torch.device) -> None:
-    """Seed the generator dropout and the like draw from on ``device``, as torch.manual_seed
-    would. torch.manual_seed also queues the seed for every accelerator not yet initialised
-    (CUDA, XPU, MTIA), formatting a stack trace for each: 7% of a worker's time when clients
-    train two steps each (1,000 clients x 60 samples)."""
-    torch.default_generator.manual_seed(seed)
-    if device.type == "cuda":
-        with torch.cuda.device(device):
-            torch.cuda.manual_seed(seed)   # this GPU only, as soon as CUDA is initialised
 
 
 def _workers_share_memory(layout) -> bool:
