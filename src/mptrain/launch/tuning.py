@@ -11,7 +11,6 @@ Both are measured traps on a small machine:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -50,12 +49,11 @@ def tune_malloc() -> bool:
     """Apply the allocator thresholds to this process; False where glibc is not available."""
     if not sys.platform.startswith("linux"):
         return False
-    path = ctypes.util.find_library("c")
-    if path is None:
-        return False
     try:
-        libc = ctypes.CDLL(path)
-        mallopt = libc.mallopt
+        # The symbols the interpreter already links (glibc's among them). Not
+        # ctypes.util.find_library("c"): that runs `ldconfig -p` in a subprocess, in every
+        # worker.
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):  # musl has no mallopt
         return False
     return all(mallopt(param, value) == 1 for param, (_, value) in MALLOC_SETTINGS.items())
