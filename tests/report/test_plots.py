@@ -27,3 +27,19 @@ def test_background_imports_are_joined_by_finish():
     warmup.finish()
     assert all(name in sys.modules for name in MODULES)
     assert not [t for t in threading.enumerate() if t.name == "mptrain-import"]
+
+
+def test_a_background_import_runs_at_the_lowest_priority_and_the_caller_keeps_its_own():
+    import os
+
+    seen = []
+
+    def probe():
+        warmup._yield_to_everyone_else()
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join(timeout=10)
+    assert seen == [19]
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19
