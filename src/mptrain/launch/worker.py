@@ -20,10 +20,11 @@ class WorkerPlan:
     board: object         # launch.board.ProgressBoard
 
     def __getstate__(self):
-        # The parent's presenter (a live terminal display) and report callback must not
+        # The parent's presenter (a live terminal display) and its callbacks must not
         # travel: spawn would try to pickle them.
         state = dict(self.__dict__)
-        state["job"] = dataclasses.replace(self.job, presenter=None, on_report=None)
+        state["job"] = dataclasses.replace(self.job, presenter=None, on_report=None,
+                                           while_workers_train=None)
         return state
 
 
