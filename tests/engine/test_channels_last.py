@@ -6,7 +6,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mptrain.engine.channels_last import ChannelsLastEvaluation
+from mptrain.engine.channels_last import ChannelsLastEvaluation, ChannelsLastTraining
 from mptrain.models.nets import MnistCNN
 
 CPU = torch.device("cpu")
@@ -100,3 +100,73 @@ def test_models_the_twin_cannot_serve_are_evaluated_as_they_are():
     hooked = MnistCNN()
     hooked.conv1.register_forward_hook(lambda module, args, output: None)
     assert ChannelsLastEvaluation(CPU).forward_for(hooked) is hooked
+
+
+def _one_sgd_step(model, forward, inputs, targets):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = F.cross_entropy(forward(inputs), targets)
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def test_a_private_model_trains_in_channels_last_to_the_same_values():
+    torch.manual_seed(0)
+    reference = MnistCNN()
+    model = MnistCNN()
+    model.load_state_dict(reference.state_dict())
+    layout = ChannelsLastTraining(model, CPU)
+    assert layout.active and model.conv1.weight.is_contiguous(memory_format=torch.channels_last)
+    params = list(model.parameters())
+    inputs, targets = torch.randn(32, 1, 28, 28), torch.randint(0, 10, (32,))
+    torch.manual_seed(1)   # the same dropout masks on both sides
+    loss = _one_sgd_step(model, layout.forward, inputs, targets)
+    torch.manual_seed(1)
+    expected = _one_sgd_step(reference, reference, inputs, targets)
+    assert loss == pytest.approx(expected, rel=1e-5)
+    assert [p is q for p, q in zip(params, model.parameters())] == [True] * len(params)
+    for mine, theirs in zip(model.state_dict().values(), reference.state_dict().values()):
+        assert torch.allclose(mine, theirs, atol=1e-5)
+        # Values leave in the logical order, as the aggregation reads them.
+        assert torch.allclose(mine.reshape(-1), theirs.reshape(-1), atol=1e-5)
+
+
+def test_a_private_network_that_needs_nchw_goes_back_to_it_before_training():
+    torch.manual_seed(0)
+    model = NeedsNCHW()
+    layout = ChannelsLastTraining(model, CPU)
+    inputs = torch.randn(4, 1, 8, 8)
+    output = layout.forward(inputs)          # the first batch fails, then runs in NCHW
+    assert not layout.active and output.shape == (4, 3)
+    assert model.conv.weight.is_contiguous()
+
+
+class FailsOnDemand(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.fail = nn.Conv2d(1, 2, 3), False
+
+    def forward(self, x):
+        if self.fail:
+            raise RuntimeError("the model's own error")
+        return self.conv(x).flatten(1)
+
+
+def test_an_error_after_channels_last_training_has_worked_is_the_models_own():
+    model = FailsOnDemand()
+    layout = ChannelsLastTraining(model, CPU)
+    layout.forward(torch.randn(2, 1, 5, 5))
+    model.fail = True
+    with pytest.raises(RuntimeError, match="the model's own error"):
+        layout.forward(torch.randn(2, 1, 5, 5))
+    assert layout.active
+
+
+def test_no_channels_last_training_without_convolutions_hooks_or_a_cpu():
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    assert not ChannelsLastTraining(mlp, CPU).active
+    hooked = MnistCNN()
+    hooked.conv1.register_forward_hook(lambda module, args, output: None)
+    assert not ChannelsLastTraining(hooked, CPU).active
+    assert hooked.conv1.weight.is_contiguous()
+    assert not ChannelsLastTraining(MnistCNN(), torch.device("meta")).active

@@ -230,3 +230,31 @@ def test_a_clients_seed_sets_the_cpu_stream_as_torch_manual_seed_does():
     torch.manual_seed(0)
     seed_global_generator(123, torch.device("cpu"))
     assert torch.equal(torch.rand(5), expected)
+
+
+def make_conv_data():
+    generator = torch.Generator().manual_seed(99)
+    inputs = torch.randn(SAMPLES, 1, 6, 6, generator=generator)
+    targets = (inputs.flatten(1) @ torch.randn(36, CLASSES, generator=generator)).argmax(1)
+    return TensorDataset(inputs, targets)
+
+
+def make_conv_model():
+    torch.manual_seed(5)
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(64, CLASSES))
+
+
+@pytest.mark.timeout(120)
+def test_a_conv_net_trains_its_clients_in_channels_last_to_the_textbook_result():
+    # Clients of a convolutional network train in channels-last on CPU: the same model
+    # with 1 and 2 workers, bit for bit, and the textbook loop's (NCHW) to rounding.
+    initial, data = make_conv_model(), make_conv_data()
+    test = TensorDataset(data.tensors[0][:60], data.tensors[1][:60])
+    one = mptrain.fit(copy.deepcopy(initial), data, test, **{**RUN, "workers": 1})
+    two = mptrain.fit(copy.deepcopy(initial), data, test, **{**RUN, "workers": 2})
+    reference = plain_fedavg(initial, data, RUN["rounds"], RUN["clients"],
+                             RUN["clients_per_round"], RUN["batch_size"], RUN["lr"], RUN["seed"])
+    for name, tensor in state_of(one.model).items():
+        assert torch.equal(tensor, state_of(two.model)[name]), name
+        assert torch.allclose(tensor, reference.state_dict()[name], rtol=0, atol=1e-5), name
+    assert not torch.allclose(one.model[0].weight, initial[0].weight)   # it trained

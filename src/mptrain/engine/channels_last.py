@@ -12,6 +12,12 @@ forward hooks, or that cannot be deep-copied, is evaluated as it is.
 Not every network runs in channels-last: ``x.view(-1, n)`` after a convolution needs NCHW.
 Such a model fails on its first channels-last batch and is evaluated as it is from then on;
 an error after the twin has worked once is the model's own and is raised.
+
+A worker's *private* model -- fedavg's client model, loaded from the global one before each
+client -- can train in channels-last itself (:class:`ChannelsLastTraining`): a training
+step of the classic CNN takes 3.6 instead of 4.9 ms at batch 32 (one thread), and its
+values still travel in the usual order (``reshape`` and ``copy_`` follow the logical
+layout).
 """
 
 from __future__ import annotations
@@ -24,6 +30,41 @@ import torch.nn as nn
 #: Larger models are evaluated as they are: the twin is a second copy of the parameters
 #: in every worker.
 MAX_TWIN_BYTES = 64 * 2**20
+
+
+def _convolutional_without_hooks(model: nn.Module) -> bool:
+    hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    return not hooked and any(isinstance(m, nn.Conv2d) for m in model.modules())
+
+
+class ChannelsLastTraining:
+    """Trains a worker's private convolutional model in channels-last on CPU.
+
+    ``forward(inputs)`` replaces ``model(inputs)``. A network that needs NCHW fails on its
+    first batch; the model goes back to NCHW and that batch runs again, so nothing was
+    trained in between. After one batch has worked, errors are the model's own.
+    """
+
+    def __init__(self, model: nn.Module, device: torch.device):
+        self.model = model
+        self.active = device.type == "cpu" and _convolutional_without_hooks(model)
+        self._proven = False
+        if self.active:
+            model.to(memory_format=torch.channels_last)   # same Parameter objects
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.active and inputs.dim() == 4:
+            try:
+                output = self.model(inputs.contiguous(memory_format=torch.channels_last))
+            except RuntimeError:
+                if self._proven:
+                    raise
+                self.active = False   # this network needs NCHW
+                self.model.to(memory_format=torch.contiguous_format)
+            else:
+                self._proven = True
+                return output
+        return self.model(inputs)
 
 
 class ChannelsLastEvaluation:
@@ -64,9 +105,7 @@ class ChannelsLastEvaluation:
         self._source, self._twin, self._proven = model, None, False
         tensors = list(model.parameters()) + list(model.buffers())
         size = sum(t.numel() * t.element_size() for t in tensors)
-        hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
-        if size > MAX_TWIN_BYTES or hooked or \
-                not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+        if size > MAX_TWIN_BYTES or not _convolutional_without_hooks(model):
             self._usable = False
             return
         try:

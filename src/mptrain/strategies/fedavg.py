@@ -28,6 +28,7 @@ import torch
 import torch.nn as nn
 
 from ..checkpoint import model_snapshot
+from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.seeding import seed_global_generator
@@ -145,6 +146,8 @@ class FedAvgProgram(WorkerProgram):
         self.strategy, self.setup, self.config = strategy, setup, strategy.config
         self.group = setup.group
         self.model = copy.deepcopy(setup.model).to(setup.device)
+        # Private to this worker: it may change layout (the global model stays as it is).
+        self.layout = ChannelsLastTraining(self.model, setup.device)
         self.tensors = floating_state(self.model)
         self.params = list(self.model.parameters())
         c = self.config
@@ -228,7 +231,7 @@ class FedAvgProgram(WorkerProgram):
                 inputs, targets = setup.data.train.batch(batch)
                 inputs, targets = inputs.to(setup.device), targets.to(setup.device)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(setup.data.task, self.model(inputs), targets)
+                loss = loss_fn(setup.data.task, self.layout.forward(inputs), targets)
                 loss.backward()
                 if c.prox_mu:
                     add_proximal_gradient_(self.params, self.global_params, c.prox_mu,
