@@ -32,6 +32,17 @@ import torch.nn as nn
 MAX_TWIN_BYTES = 64 * 2**20
 
 
+def _in_channels_last(module: nn.Module, inputs: torch.Tensor, proven: bool):
+    """``module``'s output for ``inputs`` in channels-last, or None where a network that
+    needs NCHW fails before it has ever worked (``proven``: it has; the error is its own)."""
+    try:
+        return module(inputs.contiguous(memory_format=torch.channels_last))
+    except RuntimeError:
+        if proven:
+            raise
+        return None
+
+
 def _convolutional_without_hooks(model: nn.Module) -> bool:
     hooked = any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
     return not hooked and any(isinstance(m, nn.Conv2d) for m in model.modules())
@@ -54,16 +65,12 @@ class ChannelsLastTraining:
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.active and inputs.dim() == 4:
-            try:
-                output = self.model(inputs.contiguous(memory_format=torch.channels_last))
-            except RuntimeError:
-                if self._proven:
-                    raise
-                self.active = False   # this network needs NCHW
-                self.model.to(memory_format=torch.contiguous_format)
-            else:
+            output = _in_channels_last(self.model, inputs, self._proven)
+            if output is not None:
                 self._proven = True
                 return output
+            self.active = False   # this network needs NCHW
+            self.model.to(memory_format=torch.contiguous_format)
         return self.model(inputs)
 
 
@@ -121,13 +128,9 @@ class ChannelsLastEvaluation:
 
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self._usable and inputs.dim() == 4:
-            try:
-                output = self._twin(inputs.contiguous(memory_format=torch.channels_last))
-            except RuntimeError:
-                if self._proven:
-                    raise
-                self._usable = False   # this network needs NCHW
-            else:
+            output = _in_channels_last(self._twin, inputs, self._proven)
+            if output is not None:
                 self._proven = True
                 return output
+            self._usable = False   # this network needs NCHW
         return self._source(inputs)
