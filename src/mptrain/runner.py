@@ -13,15 +13,14 @@ import torch.nn as nn
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .config import TrainConfig
 from .data.sources import DataBundle
-from .launch import launcher
+from .launch import launcher, warmup
 from .launch.execute import Job
 from .launch.layout import plan_layout, preflight
-from .launch import warmup
 from .launch.restarts import train_with_restarts
 from .launch.world import detect_external_world
+from .report import plots
 from .report.console import ConsolePresenter
 from .report.metrics import EpochMetrics
-from .report import plots
 from .report.outputs import prepare_out_dir
 from .report.recorder import RunRecorder
 from .report.summary import banner_lines, build_summary, result_lines, write_outputs
@@ -80,7 +79,7 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
             checkpoint_every=keeper.every,
             while_workers_train=_import_plotting if out_dir is not None else None),
         keeper, recorder, world)
-    warmup.finish()  # the plotting import, before the plot
+    warmup.wait_for_imports()  # the plotting import, before the plot
 
     wall_s = time.monotonic() - started
     first = recorder.first_step_at

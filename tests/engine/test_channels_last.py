@@ -170,3 +170,19 @@ def test_no_channels_last_training_without_convolutions_hooks_or_a_cpu():
     assert not ChannelsLastTraining(hooked, CPU).active
     assert hooked.conv1.weight.is_contiguous()
     assert not ChannelsLastTraining(MnistCNN(), torch.device("meta")).active
+
+
+def test_a_model_that_trains_in_channels_last_is_evaluated_without_a_twin():
+    torch.manual_seed(0)
+    reference = MnistCNN().eval()
+    model = MnistCNN().eval()
+    model.load_state_dict(reference.state_dict())
+    ChannelsLastTraining(model, CPU)
+    layout = ChannelsLastEvaluation(CPU)
+    inputs = torch.randn(16, 1, 28, 28)
+    with torch.no_grad():
+        forward = layout.forward_for(model)
+        assert torch.allclose(forward(inputs), reference(inputs), atol=1e-5)
+        assert layout._twin is None                     # nothing copied
+        layout.forward_for(reference)                   # an NCHW model still gets one
+        assert layout._twin is not None

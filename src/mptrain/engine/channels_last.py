@@ -36,11 +36,23 @@ def _in_channels_last(module: nn.Module, inputs: torch.Tensor, proven: bool):
     """``module``'s output for ``inputs`` in channels-last, or None where a network that
     needs NCHW fails before it has ever worked (``proven``: it has; the error is its own)."""
     try:
-        return module(inputs.contiguous(memory_format=torch.channels_last))
+        return module(_channels_last(inputs))
     except RuntimeError:
         if proven:
             raise
         return None
+
+
+def _channels_last(inputs: torch.Tensor) -> torch.Tensor:
+    return inputs.contiguous(memory_format=torch.channels_last) if inputs.dim() == 4 \
+        else inputs
+
+
+def _already_channels_last(model: nn.Module) -> bool:
+    """Whether a 4-d parameter is laid out channels-last and not NCHW (with one input
+    channel the two layouts coincide, which says nothing)."""
+    return any(p.dim() == 4 and p.is_contiguous(memory_format=torch.channels_last)
+               and not p.is_contiguous() for p in model.parameters())
 
 
 def _convolutional_without_hooks(model: nn.Module) -> bool:
@@ -87,6 +99,9 @@ class ChannelsLastEvaluation:
     def forward_for(self, model: nn.Module):
         if not self._usable:
             return model
+        if _already_channels_last(model):
+            # It trains in that layout (ChannelsLastTraining): no twin to copy it into.
+            return lambda inputs: model(_channels_last(inputs))
         state = model.state_dict()
         if model is not self._source or not self._fits(state):
             self._build(model)

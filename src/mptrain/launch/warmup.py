@@ -65,10 +65,15 @@ def import_in_background(modules) -> None:
     _start(_import, "mptrain-import", tuple(modules))
 
 
-def finish() -> None:
-    """Return once every background import is done and torch's lazy imports are paid (in
-    the background thread or here)."""
+def wait_for_imports() -> None:
+    """Return once every background import is done."""
     while _threads:
         _threads.pop().join()
+
+
+def finish() -> None:
+    """Return once every background import is done and torch's lazy imports are paid (in
+    the background thread or here): what must hold before a fork."""
+    wait_for_imports()
     if _optimizer_thread is None:
         _build_an_optimizer()
