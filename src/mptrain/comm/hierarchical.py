@@ -8,7 +8,7 @@ rank 0) all-reduce over the network -- one participant per node instead of one p
 and each leader hands the result back through shared memory.
 
 Every rank ends with the bitwise same numbers: the node means are equal within a node
-(``ShmGroup`` reduces in rank order), gloo's all-reduce gives every leader the same sum, and
+(``ShmGroup`` reduces each chunk once), gloo's all-reduce gives every leader the same sum, and
 the leaders' result reaches their node by broadcast.
 """
 

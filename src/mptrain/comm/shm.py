@@ -25,8 +25,8 @@ message), never used for ordering. Nothing here relies on x86's store order.
 broadcast values; tensors are packed by dtype (float64 buffers stay float64, integer buffers
 travel exactly). ``average_`` is a reduce-scatter then all-gather through shared memory:
 everyone writes its slot, barrier, rank ``r`` reduces chunk ``r`` of every slot into the
-result (in rank order, so the mean is the bitwise-same number on every rank, and every rank
-reads the same result), barrier, everyone reads the result. Each rank reads ``numel``
+result, barrier, everyone reads the result: every rank gets the bitwise-same mean, since
+each chunk is reduced once and read by all. Each rank reads ``numel``
 values instead of ``world * numel``: with 32 workers the reduction no longer dominates a step.
 Results alternate between two parities, which is what makes that enough: a rank writes a
 result parity again only after passing a barrier that every rank reaches after reading it,
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 import torch
 
 from .base import CollectiveTimeout, Group
-from .reduce import mean_in_rank_order
+from .reduce import mean_of_rows
 
 _SEM_BYTES = 128        # room for a sem_t: 32 bytes on glibc, 128 on musl (64-bit)
 _ALIGN = 64             # one cache line: chunks reduced by different ranks never share one
@@ -260,7 +260,7 @@ class ShmGroup(Group):
         self.barrier()
         for slots, results in packing.my_chunks:
             if slots.shape[1]:
-                mean_in_rank_order(slots, results[parity])
+                mean_of_rows(slots, results[parity])
         self.barrier()
         for tensor, place in zip(tensors, packing.result_views[parity]):
             tensor.copy_(place)
