@@ -189,6 +189,16 @@ def test_config_precedence(tmp_path, captured_run, file_text, flags, expected):
         assert actual == value, key
 
 
+def test_sync_every_epoch_overrides_the_data_sets_every_step(tmp_path, captured_run):
+    # digits-60k recommends averaging every step; "epoch" (flag or file) says once per epoch.
+    assert main(["run", "--data", "digits-60k", "--strategy", "sync"]) == 0
+    assert main(["run", "--data", "digits-60k", "--strategy", "sync", "--sync-every",
+                 "epoch"]) == 0
+    config = write_config(tmp_path, 'strategy = "sync"\nsync-every = "epoch"\n')
+    assert main(["run", "--data", "digits-60k", "--config", config]) == 0
+    assert [call["config"].sync_every for call in captured_run] == [1, None, None]
+
+
 def write_config(tmp_path, text):
     path = tmp_path / "run.toml"
     path.write_text(text)
@@ -219,12 +229,16 @@ def write_config(tmp_path, text):
     (lambda t: ["--config", str(t / "missing.toml")], "does not exist"),
     (lambda t: ["--config", write_config(t, "epochs = 0\n")], "--epochs must be"),
     (lambda t: ["--no-such-flag"], "No such option"),
+    (lambda t: ["--strategy", "sync", "--sync-every", "often"],
+     "'often' is neither a number of steps nor 'epoch'"),
+    (lambda t: ["--strategy", "ddp", "--sync-every", "epoch"], "--strategy sync"),
 ], ids=["data", "model", "strategy-choice", "strategy-unavailable",
         "fedavg-epochs", "fedavg-partition", "fedavg-too-many-clients", "backend-not-ddp",
         "nccl-on-cpu", "epochs-0", "epochs-abc",
         "lr", "batch-size", "single-workers", "mnist-no-dir", "mnist-missing-dir",
         "data-dir-without-mnist", "import-string", "invalid-toml", "unknown-key",
-        "missing-config", "bad-value-in-config", "unknown-flag"])
+        "missing-config", "bad-value-in-config", "unknown-flag", "sync-every-word",
+        "sync-every-epoch-with-ddp"])
 def test_user_errors_are_one_line_and_exit_2(tmp_path, capsys, make_args, needle):
     out = tmp_path / "out"
     err = fail(["run", "--quiet", "--out", str(out)] + make_args(tmp_path), capsys)

@@ -155,6 +155,28 @@ def test_sync_every_default_applies_to_sync_only():
     assert TrainConfig.from_settings({}, TrainingDefaults()).sync_every is None
 
 
+def test_sync_every_epoch_overrides_a_data_set_that_averages_every_step():
+    every_step = TrainingDefaults(sync_every=1)
+    assert TrainConfig.from_settings({"strategy": "sync"}, every_step).sync_every == 1
+    config = TrainConfig.from_settings({"strategy": "sync", "sync_every": "epoch"}, every_step)
+    assert config.sync_every is None
+
+
+def test_sync_every_epoch_does_nothing_with_other_strategies():
+    with pytest.raises(UserError, match="--sync-every does nothing with --strategy ddp"):
+        TrainConfig.from_settings({"strategy": "ddp", "sync_every": "epoch"})
+
+
+def test_a_resumed_run_keeps_averaging_once_per_epoch():
+    # None in a checkpoint's config is a choice; read back as "not said", the data set's
+    # every-step recipe would take over on resume.
+    every_step = TrainingDefaults(sync_every=1)
+    config = TrainConfig.from_settings({"strategy": "sync", "sync_every": "epoch"}, every_step)
+    settings = applicable_settings(config.as_dict())
+    assert settings["sync_every"] == "epoch"
+    assert TrainConfig.from_settings(settings, every_step).sync_every is None
+
+
 @pytest.mark.parametrize("strategy, workers", [("single", 1), ("hogwild", 2), ("sync", 2),
                                                ("ddp", 2), ("fedavg", 2)])
 def test_default_workers(strategy, workers):

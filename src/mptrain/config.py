@@ -31,6 +31,10 @@ DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
+#: What ``--sync-every`` (or ``sync_every`` in a config file) says for "once per epoch": the
+#: config holds None for it, but None in settings means "not said" -- and a data set may
+#: recommend every step (MNIST's recipe does).
+ONCE_PER_EPOCH = "epoch"
 
 PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
                      "'package.module:function' / 'path/to/file.py:function'")
@@ -214,6 +218,8 @@ class TrainConfig:
         if "client_fraction" in given:
             values.pop("clients_per_round", None)  # the user chose the other way to say it
         values.update(given)
+        if values.get("sync_every") == ONCE_PER_EPOCH:
+            values["sync_every"] = None
         return cls(**values)
 
     @property
@@ -248,9 +254,12 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
     """The settings of a complete config (a checkpoint's) that its strategy uses: what a
     resumed run takes over without tripping the refusal of settings that do nothing."""
     strategy = config.get("strategy", "single")
-    return {k: v for k, v in config.items()
-            if k in SETTING_NAMES and k != "quiet" and v is not None
-            and strategy in ONLY_FOR.get(k, (strategy,))}
+    settings = {k: v for k, v in config.items()
+                if k in SETTING_NAMES and k != "quiet" and v is not None
+                and strategy in ONLY_FOR.get(k, (strategy,))}
+    if strategy == "sync" and config.get("sync_every", 0) is None:
+        settings["sync_every"] = ONCE_PER_EPOCH  # said, not left to the data set's default
+    return settings
 CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | {"data", "model", "data_dir", "out"}
 
 

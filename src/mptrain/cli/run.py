@@ -6,14 +6,29 @@ from pathlib import Path
 
 import click
 
-from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, OPTIMIZERS, SHARING_STRATEGIES,
-                      PARTITION_HELP, START_METHODS, STRATEGIES, applicable_settings,
-                      load_config_file)
+from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, ONCE_PER_EPOCH, OPTIMIZERS,
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, STRATEGIES,
+                      applicable_settings, load_config_file)
 from ..launch.lifecycle import leave
 from ..launch.world import detect_external_world
 from .app import cli, supervised_run_options
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
+
+
+class StepsOrEpoch(click.ParamType):
+    """A number of steps, or ``epoch``."""
+
+    name = "N|epoch"
+
+    def convert(self, value, param, ctx):
+        if value == ONCE_PER_EPOCH or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a number of steps nor '{ONCE_PER_EPOCH}'", param,
+                      ctx)
 
 
 @cli.command()
@@ -37,8 +52,9 @@ RUN_FLAGS = ("data", "data_dir", "model", "out")
 @click.option("--seed", type=int, help="Seed for initialisation and shuffling (default 0).")
 @click.option("--threads-per-worker", type=int,
               help="torch threads per worker (default: usable cores // workers).")
-@click.option("--sync-every", type=int, help="sync: average parameters every N steps "
-                                             "(default: the data set's, else once per epoch).")
+@click.option("--sync-every", type=StepsOrEpoch(),
+              help="sync: average parameters every N steps, or 'epoch' for once per epoch "
+                   "(default: the data set's, else once per epoch).")
 @click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
               help="hogwild: one optimizer state in shared memory for all workers.")
 @click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),
