@@ -15,7 +15,8 @@ run of the same mode and repeat, so load from elsewhere on the machine moves bot
 a ratio alike; the table shows the median ratio and its min-max. The target of issue 10:
 >= 0.85 with 8, 32 and 64 workers on 2 cores.
 
-**Why the control.** With 64 workers each trains 15 steps of the epoch, so what every
+**Why the control.** With 64 workers each trains 15 steps of the epoch (at the default
+batch of 64), so what every
 process pays once (first-touch page faults of its activations, copy-on-write of the
 interpreter's objects, re-mapping library code) and caches that 64 processes share weigh
 on the figure whatever the workers do to communicate. The control runs the same processes,
@@ -103,6 +104,9 @@ def tabulate(runs: list[dict], counts: list[int], modes: list[str]) -> list[dict
                 print(f"{workers:>7} {'failed: ' + str(row['errors'][:1]):>26}")
                 continue
             ratio = row["ratio"]
+            if ratio["median"] is None:
+                print(f"{workers:>7} {'no ' + str(reference) + '-worker run to compare with':>26}")
+                continue
             line = (f"{workers:>7} {speeds['median']:>10,.0f} ({speeds['min']:,.0f}-"
                     f"{speeds['max']:,.0f}) {ratio['median']:>10.2f} ({ratio['min']:.2f}-"
                     f"{ratio['max']:.2f}) {cpu['median']:>10.1f} ({cpu['min']:.1f}-"

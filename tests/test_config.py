@@ -162,6 +162,12 @@ def test_sync_every_epoch_overrides_a_data_set_that_averages_every_step():
     assert config.sync_every is None
 
 
+@pytest.mark.parametrize("word", ["Epoch", "often", ""])
+def test_sync_every_words_other_than_epoch_are_refused_naming_both_forms(word):
+    with pytest.raises(UserError, match="takes a number of steps or 'epoch'"):
+        TrainConfig.from_settings({"strategy": "sync", "sync_every": word})
+
+
 def test_sync_every_epoch_does_nothing_with_other_strategies():
     with pytest.raises(UserError, match="--sync-every does nothing with --strategy ddp"):
         TrainConfig.from_settings({"strategy": "ddp", "sync_every": "epoch"})

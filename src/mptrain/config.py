@@ -220,6 +220,9 @@ class TrainConfig:
         values.update(given)
         if values.get("sync_every") == ONCE_PER_EPOCH:
             values["sync_every"] = None
+        elif isinstance(values.get("sync_every"), str):
+            raise UserError(f"--sync-every takes a number of steps or '{ONCE_PER_EPOCH}', got "
+                            f"{values['sync_every']!r}")
         return cls(**values)
 
     @property

@@ -11,9 +11,12 @@ def mean_of_rows(rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``out`` = the mean of ``rows`` (one row per rank), in one summation kernel.
 
     One kernel rather than one ``add_`` per rank: with 64 ranks a chunk's mean takes 8 us
-    instead of 156 us, and every rank reduces one chunk per collective. The kernel's order
-    of additions is its own, but fixed for a given shape, so the same rows always give the
-    same bits; ranks agree bitwise because each chunk is reduced once and read by all.
+    instead of 156 us with warm caches (0.08 instead of 0.28 ms per step and rank in a
+    64-worker run), and every rank reduces one chunk per collective. Half-precision rows are
+    summed in float32. The kernel's order of additions is its own: the same rows in the same
+    layout always give the same bits, but another number of workers (other chunk bounds)
+    may change the last bit. Ranks agree bitwise because each chunk is reduced once and
+    read by all.
     """
     torch.sum(rows, dim=0, out=out)
     return out.div_(rows.shape[0])
