@@ -36,7 +36,7 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
     world = detect_external_world()
     given_out = out
     if world is not None and world.rank != 0:
-        presenter, out = ConsolePresenter(silent=True), None  # rank 0 speaks and writes
+        presenter, out = presenter_for_rank(world), None  # rank 0 speaks and writes
     presenter = presenter or ConsolePresenter(quiet=config.quiet)
     strategy = make_strategy(config)
     layout = plan_layout(config, strategy, world)
@@ -54,18 +54,20 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
                 notes.append(f"torchrun restarted the job: resuming after {config.unit} "
                              f"{resume.epoch} from the checkpoint in {given_out}")
     check_resumable(resume, config, layout.workers)
-    warnings = notes + preflight(config, bundle, model, strategy, layout)
+    machine_warnings = preflight(config, bundle, model, strategy, layout)
     if elastic and given_out is None:
-        warnings.append("torchrun may restart this job (--max-restarts) but without --out "
-                        "no checkpoint is written: a restart starts from the beginning")
+        notes.append("torchrun may restart this job (--max-restarts) but without --out "
+                     "no checkpoint is written: a restart starts from the beginning")
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
     keeper = CheckpointKeeper(config, run_info, out_dir, resume, keep_on_disk=elastic)
     if resume is not None:
         model.load_state_dict(resume.model)
     presenter.banner(banner_lines(config, bundle, model, model_name, layout)
                      + strategy.describe(layout))
-    for warning in warnings:
-        presenter.note(warning)
+    for note in notes:
+        presenter.note(note)
+    for warning in machine_warnings:
+        presenter.machine_note(warning)
 
     result = FitResult(model=model, config=config)
     if resume is not None:
@@ -94,3 +96,12 @@ def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, mode
 
 def _import_plotting() -> None:
     warmup.import_in_background(plots.MODULES)
+
+
+def presenter_for_rank(world) -> ConsolePresenter:
+    """What a rank other than 0 of a torchrun job prints: rank 0 shows the run, and each other
+    node's first rank the notes about its own machine, on that node's terminal -- a warning
+    can concern one node alone (its cores, its memory), and node 0 never sees node 1's."""
+    if world.local_rank != 0:
+        return ConsolePresenter(silent=True)
+    return ConsolePresenter(other_node=f"node {world.node} (rank {world.rank})")

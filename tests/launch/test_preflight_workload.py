@@ -100,3 +100,15 @@ def test_the_model_and_its_batch_raise_the_estimate_and_are_left_as_they_were(di
                          str(info.value)).group(1))
     assert most < 100
     check_workload(settings(8), digits, most, 2, model=model)
+
+
+def test_under_torchrun_only_the_ranks_of_this_node_share_its_cores_and_memory(digits,
+                                                                              available):
+    # 4 nodes of 2 ranks each: 8 workers split the data, 2 share this node's 2 cores.
+    available(3 * WORKER_FLOOR_BYTES)
+    assert check_workload(settings(1), digits, 8, 2, local_workers=2) == []
+    with pytest.raises(UserError, match="8 workers need about"):
+        check_workload(settings(1), digits, 8, 2)            # all 8 on one machine
+    available(2**40)
+    [warning] = check_workload(settings(1), digits, 40, 2, local_workers=5)
+    assert warning.startswith("5 workers on 2 usable cores")

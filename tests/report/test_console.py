@@ -1,11 +1,15 @@
-"""The console presenter: no display thread may run while the parent forks its workers."""
+"""The console presenter: no display thread may run while the parent forks its workers; under
+torchrun, who says what."""
 
 import io
 import threading
 
+import pytest
 from rich.console import Console
 
+from mptrain.launch.world import detect_external_world
 from mptrain.report.console import ConsolePresenter
+from mptrain.runner import presenter_for_rank
 
 
 def presenter():
@@ -56,3 +60,23 @@ def test_quiet_never_draws():
     shown.start_epoch(1, 1, 10)
     shown.update(5)
     assert threads() == before
+
+
+@pytest.mark.parametrize("rank, local_rank, node, expected", [
+    (1, 1, 0, None),                        # another rank of rank 0's node: rank 0 speaks
+    (3, 1, 1, None),                        # not its node's first rank: that one speaks
+    (2, 0, 1, "mptrain: node 1 (rank 2): only 2 usable cores here\n"),
+    (0, 0, 0, "mptrain: torchrun restarted the job\nmptrain: only 2 usable cores here\n"),
+])
+def test_under_torchrun_each_other_node_says_its_own_notes(capsys, rank, local_rank, node,
+                                                          expected):
+    world = detect_external_world({"RANK": str(rank), "WORLD_SIZE": "4",
+                                   "LOCAL_RANK": str(local_rank), "GROUP_RANK": str(node)})
+    presenter = presenter_for_rank(world) if rank else ConsolePresenter(quiet=True)
+    presenter.banner(["sync x4", "more"])
+    presenter.update(10, rate=5.0)
+    presenter.note("torchrun restarted the job")      # about the job: rank 0 says it
+    presenter.machine_note("only 2 usable cores here")
+    out, err = capsys.readouterr()
+    assert out == ""                        # the run itself is shown by rank 0 alone
+    assert err == (expected or "")

@@ -37,6 +37,7 @@ class RunLayout:
     sharing: str | None = None
     sharing_reason: str = ""
     cores: int = 1
+    local_workers: int | None = None   # of ``workers``, those on this machine (None: all)
 
 
 def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:
@@ -49,7 +50,8 @@ def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = Non
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
         threads = threads_per_worker(local, config.threads_per_worker)
         return RunLayout(world.world_size, threads, None, f"started by {world.launcher}",
-                         launcher_comm(config, local), cores=usable_cores())
+                         launcher_comm(config, local), cores=usable_cores(),
+                         local_workers=local)
     workers = config.workers
     threads = threads_per_worker(workers, config.threads_per_worker)
     if strategy.in_process:
@@ -62,7 +64,8 @@ def preflight(config, bundle, model, strategy, layout) -> list[str]:
     """Everything that can be checked before a process starts; returns warnings to show."""
     check_device(config)
     check_model_fits_data(model, bundle)
-    warnings = check_workload(config, bundle, layout.workers, layout.cores, model=model)
+    warnings = check_workload(config, bundle, layout.workers, layout.cores, model=model,
+                              local_workers=layout.local_workers)
     strategy.check(bundle, model, layout)
     if layout.start_method is not None:
         choose_sharing(config, layout, bundle, model, strategy)

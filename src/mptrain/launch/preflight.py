@@ -40,9 +40,12 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
 
 
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
-                   cores: int, model: nn.Module | None = None) -> list[str]:
+                   cores: int, model: nn.Module | None = None,
+                   local_workers: int | None = None) -> list[str]:
     """Refuse impossible splits; return warnings for legal but surprising ones.
 
+    ``workers`` split the data; ``local_workers`` of them (default: all) share this
+    machine's ``cores`` and memory -- under torchrun, the ranks of this node.
     ``model`` refines the memory check with what a worker holds of its own for it (replica,
     gradients, optimizer state, one batch's activations); without it only the interpreter's
     share counts.
@@ -58,10 +61,11 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
         raise UserError(f"{workers} workers leave each a shard of {shard} samples, less than "
                         f"one batch of {config.batch_size}; use --workers {most} or fewer, or "
                         f"--batch-size {shard} or less")
-    if workers > cores:
-        _check_memory(config, bundle, workers, model)
-    if workers > 2 * cores:
-        warnings.append(f"{workers} workers on {cores} usable cores: they time-share the "
+    here = workers if local_workers is None else local_workers
+    if here > cores:
+        _check_memory(config, bundle, here, model)
+    if here > 2 * cores:
+        warnings.append(f"{here} workers on {cores} usable cores: they time-share the "
                         f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
     return warnings
 

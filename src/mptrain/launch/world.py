@@ -17,6 +17,7 @@ class ExternalWorld:
     rank: int
     world_size: int
     local_rank: int
+    node: int = 0              # torchrun's GROUP_RANK: which node this rank runs on
     launcher: str = "torchrun"
 
 
@@ -24,4 +25,5 @@ def detect_external_world(environ=os.environ) -> ExternalWorld | None:
     if "RANK" not in environ or "WORLD_SIZE" not in environ:
         return None
     return ExternalWorld(rank=int(environ["RANK"]), world_size=int(environ["WORLD_SIZE"]),
-                         local_rank=int(environ.get("LOCAL_RANK", 0)))
+                         local_rank=int(environ.get("LOCAL_RANK", 0)),
+                         node=int(environ.get("GROUP_RANK", 0)))

@@ -19,9 +19,12 @@ class ConsolePresenter:
     """
 
     def __init__(self, quiet: bool = False, console: Console | None = None,
-                 silent: bool = False):
-        self.quiet = quiet or silent
+                 silent: bool = False, other_node: str | None = None):
+        self.quiet = quiet or silent or other_node is not None
         self.silent = silent     # not even notes: another process speaks for the run
+        # Under torchrun, another node's first rank ("node 1 (rank 2)"): rank 0 speaks for
+        # the run, this one only for its own machine.
+        self.other_node = other_node
         self.console = console or Console(highlight=False, soft_wrap=True)
         self._progress: Progress | None = None
         self._task = None
@@ -76,9 +79,17 @@ class ConsolePresenter:
     def note(self, text: str) -> None:
         """Something the user must know even in --quiet mode (a restart, a fallback)."""
         self.close()
+        if self.silent or self.other_node is not None:
+            return
+        _to_stderr(text)
+
+    def machine_note(self, text: str) -> None:
+        """A note about this machine (its cores, its memory): under torchrun every node
+        says its own, on its own terminal."""
+        self.close()
         if self.silent:
             return
-        Console(stderr=True, highlight=False, soft_wrap=True).print(f"mptrain: {text}")
+        _to_stderr(text if self.other_node is None else f"{self.other_node}: {text}")
 
     def close(self) -> None:
         if self._progress is not None:
@@ -130,3 +141,7 @@ def _rl_parts(m: EpochMetrics) -> list[str]:
     parts.append(f"{m.samples_per_s:,.0f} steps/s")
     parts.append(f"{m.epoch_s:.2f} s")
     return parts
+
+
+def _to_stderr(text: str) -> None:
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"mptrain: {text}")
