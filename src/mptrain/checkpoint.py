@@ -27,8 +27,10 @@ FILENAME = "checkpoint.pt"
 
 def model_snapshot(model: torch.nn.Module) -> dict:
     """A copy of ``model``'s state dict on the CPU, detached from the live (often shared)
-    tensors that training goes on writing: what a checkpoint or ``model.pt`` holds."""
-    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    tensors that training goes on writing: what a checkpoint or ``model.pt`` holds. In the
+    usual (contiguous) layout whatever the layout the model trained in."""
+    return {k: v.detach().cpu().clone(memory_format=torch.contiguous_format)
+            for k, v in model.state_dict().items()}
 
 
 def decode_worker_state(payload: bytes) -> dict:

@@ -131,6 +131,27 @@ def test_a_private_model_trains_in_channels_last_to_the_same_values():
         assert torch.allclose(mine.reshape(-1), theirs.reshape(-1), atol=1e-5)
 
 
+def _conv2_weight_is_channels_last(model):
+    weight = model.conv2.weight   # 10 input channels: the two layouts differ
+    return weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+
+
+def test_the_callers_model_is_handed_back_in_the_layout_it_came_in():
+    model = MnistCNN()
+    params = list(model.parameters())
+    layout = ChannelsLastTraining(model, CPU)
+    assert _conv2_weight_is_channels_last(model)
+    layout.hand_back()
+    assert all(p.is_contiguous() for p in model.parameters())
+    layout.resume()                                  # the next round trains fast again
+    assert _conv2_weight_is_channels_last(model)
+    assert [p is q for p, q in zip(params, model.parameters())] == [True] * len(params)
+    # A model that came in channels-last stays so.
+    mine = MnistCNN().to(memory_format=torch.channels_last)
+    ChannelsLastTraining(mine, CPU).hand_back()
+    assert _conv2_weight_is_channels_last(mine)
+
+
 def test_a_private_network_that_needs_nchw_goes_back_to_it_before_training():
     torch.manual_seed(0)
     model = NeedsNCHW()

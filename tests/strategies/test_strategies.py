@@ -347,3 +347,50 @@ def test_a_worker_killed_by_a_signal_fails_the_run_and_leaves_no_process():
     assert "killed by SIGKILL" in str(caught.value)
     assert live_children() == []
 
+
+
+# -- channels-last training of private replicas ------------------------------------------------
+
+class ConvNet(nn.Module):
+    """A small conv net that records, in a buffer the strategies carry to the result, whether
+    it trained with its convolution in channels-last."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv = nn.Conv2d(2, 4, kernel_size=3)
+        self.out = nn.Linear(4 * 4 * 4, CLASSES)
+        self.register_buffer("trained_channels_last", torch.zeros(()))
+
+    def forward(self, x):
+        if self.training:
+            weight = self.conv.weight
+            self.trained_channels_last.fill_(float(
+                weight.is_contiguous(memory_format=torch.channels_last)
+                and not weight.is_contiguous()))
+        return self.out(torch.tanh(self.conv(x)).flatten(1))
+
+
+def conv_data():
+    generator = torch.Generator().manual_seed(99)
+    inputs = torch.randn(SAMPLES, 2, 6, 6, generator=generator)
+    targets = (inputs.flatten(1) @ torch.randn(72, CLASSES, generator=generator)).argmax(1)
+    return TensorDataset(inputs, targets)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("strategy, options, channels_last", [
+    ("sync", {"sync_every": 1}, True), ("ddp", {}, True), ("hogwild", {}, False),
+    ("single", {"workers": 1}, True)])
+def test_private_replicas_of_conv_nets_train_in_channels_last(strategy, options,
+                                                              channels_last):
+    initial = ConvNet()
+    result = mptrain.fit(copy.deepcopy(initial), conv_data(), strategy=strategy,
+                         **{**RUN, **options})
+    assert result.model.trained_channels_last.item() == float(channels_last)
+    # The caller's model keeps the usual layout, whatever its replicas trained in.
+    assert all(p.is_contiguous() for p in result.model.parameters())
+    if strategy in ("sync", "ddp"):
+        # The same maths as the NCHW textbook loop, up to float summation order.
+        reference = large_batch_sgd(initial, conv_data())
+        assert_params_close(result.model, reference, atol=1e-5)

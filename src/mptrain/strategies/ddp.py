@@ -37,6 +37,10 @@ class DDPStrategy(DataParallelStrategy):
                          + [b for b in replica.buffers()], src=0)
         return replica
 
+    def may_change_layout(self, replica):
+        # torch's DDP lays its gradient buckets out after the parameters at construction.
+        return not isinstance(replica, DistributedDataParallel)
+
     def unwrap(self, replica):
         return replica.module if isinstance(replica, DistributedDataParallel) else replica
 

@@ -37,6 +37,9 @@ class HogwildStrategy(DataParallelStrategy):
         # The shared model itself: that is the algorithm.
         return model
 
+    def may_change_layout(self, replica):
+        return False   # its parameters are every worker's, in shared memory
+
     def optimizer(self, replica):
         optimizer = super().optimizer(replica)
         if self.shared_optimizer_state is not None:
