@@ -31,7 +31,7 @@ from mptrain.comm.shm import ShmGroupState
 from mptrain.config import TrainConfig, TrainingDefaults
 from mptrain.data.sharding import batches, shard_indices
 from mptrain.engine.loop import WorkerSetup, train
-from mptrain.errors import WorkerFailedError
+from mptrain.errors import RunInterrupted, WorkerFailedError
 from mptrain.launch.board import ProgressBoard
 from mptrain.launch.supervisor import Supervisor
 from mptrain.strategies.data_parallel import floating_state
@@ -394,3 +394,35 @@ def test_private_replicas_of_conv_nets_train_in_channels_last(strategy, options,
         # The same maths as the NCHW textbook loop, up to float summation order.
         reference = large_batch_sgd(initial, conv_data())
         assert_params_close(result.model, reference, atol=1e-5)
+
+
+@pytest.mark.timeout(120)
+def test_single_leaves_a_model_in_shared_memory_where_it_is():
+    # Another process may hold this model's storage: a new layout would be a private copy.
+    model = ConvNet().share_memory()
+    pointers = [p.data_ptr() for p in model.parameters()]
+    result = mptrain.fit(model, conv_data(), strategy="single", **{**RUN, "workers": 1})
+    assert result.model is model and model.trained_channels_last.item() == 0.0
+    assert [p.data_ptr() for p in model.parameters()] == pointers
+    assert all(p.is_shared() for p in model.parameters())
+
+
+class StopsMidRound(ConvNet):
+    """Ctrl-C on its third training step."""
+
+    steps = 0
+
+    def forward(self, x):
+        if self.training:
+            StopsMidRound.steps += 1
+            if StopsMidRound.steps == 3:
+                raise KeyboardInterrupt
+        return super().forward(x)
+
+
+def test_single_hands_the_callers_model_back_in_its_layout_when_training_stops():
+    model = StopsMidRound()
+    with pytest.raises(RunInterrupted):
+        mptrain.fit(model, conv_data(), strategy="single", **{**RUN, "workers": 1})
+    assert model.trained_channels_last.item() == 1.0   # it did train in channels-last
+    assert all(p.is_contiguous() for p in model.parameters())

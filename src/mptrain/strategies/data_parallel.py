@@ -42,8 +42,10 @@ class DataParallelStrategy(Strategy):
 
     def may_change_layout(self, replica: nn.Module) -> bool:
         """Whether this worker may lay ``replica``'s tensors out as it likes (channels-last)
-        while it trains: not when other workers share them."""
-        return True
+        while it trains: not when other processes share them (a new layout is a new,
+        private copy) -- as the caller's model under ``single`` may be."""
+        tensors = list(replica.parameters()) + list(replica.buffers())
+        return not any(t.is_shared() for t in tensors)
 
     def unwrap(self, replica: nn.Module) -> nn.Module:
         """The plain module behind ``replica`` (for evaluation and publishing)."""
@@ -102,23 +104,27 @@ class EpochProgram(WorkerProgram):
         loss_sum = torch.zeros((), dtype=torch.float64)
         model.train()
         steps = 0
-        for step, indices in enumerate(batches(shard, config.batch_size)):
-            lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
-                               steps_in_epoch)
-            for param_group in optimizer.param_groups:  # a function of (epoch, step): resumable
-                param_group["lr"] = lr
-            inputs, targets = train_data.batch(indices)
-            inputs, targets = inputs.to(setup.device), targets.to(setup.device)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(setup.data.task, self.forward(inputs), targets)
-            loss.backward()
-            strategy.after_backward(model, group)
-            optimizer.step()
-            strategy.after_step(model, group, step)
-            loss_sum += loss.detach() * len(indices)  # no .item(): no per-step sync on GPU
-            setup.progress.advance(len(indices))
-            steps += 1
-        strategy.end_epoch(model, group, steps)
+        try:
+            for step, indices in enumerate(batches(shard, config.batch_size)):
+                lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
+                                   steps_in_epoch)
+                for param_group in optimizer.param_groups:  # a function of (epoch, step)
+                    param_group["lr"] = lr
+                inputs, targets = train_data.batch(indices)
+                inputs, targets = inputs.to(setup.device), targets.to(setup.device)
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(setup.data.task, self.forward(inputs), targets)
+                loss.backward()
+                strategy.after_backward(model, group)
+                optimizer.step()
+                strategy.after_step(model, group, step)
+                loss_sum += loss.detach() * len(indices)  # no .item(): no per-step GPU sync
+                setup.progress.advance(len(indices))
+                steps += 1
+            strategy.end_epoch(model, group, steps)
+        except BaseException:   # Ctrl-C or an error: the caller keeps its model's layout
+            self._hand_back_callers_model()
+            raise
         return RoundWork(steps=steps, samples=len(shard), loss_sum=float(loss_sum),
                          started=started, ended=time.monotonic())
 
@@ -137,8 +143,13 @@ class EpochProgram(WorkerProgram):
 
     def publish(self, shared_model: nn.Module) -> None:
         self.strategy.publish(self.model, shared_model, self.group)
-        if self.layout is not None and self.model is shared_model:
-            self.layout.hand_back()   # the caller's own model (single): its own layout
+        self._hand_back_callers_model()
+
+    def _hand_back_callers_model(self) -> None:
+        """``single`` trains the caller's model itself: between rounds, and when training
+        stops, it is in the layout the caller gave it."""
+        if self.layout is not None and self.model is self.setup.model:
+            self.layout.hand_back()
 
 
 def floating_state(model: nn.Module) -> list[torch.Tensor]:
