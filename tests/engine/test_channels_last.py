@@ -207,3 +207,17 @@ def test_a_model_that_trains_in_channels_last_is_evaluated_without_a_twin():
         assert layout._twin is None                     # nothing copied
         layout.forward_for(reference)                   # an NCHW model still gets one
         assert layout._twin is not None
+
+
+def test_no_channels_last_training_where_conversion_makes_new_parameters():
+    torch.__future__.set_overwrite_module_params_on_conversion(True)
+    try:
+        model = MnistCNN()
+        params = list(model.parameters())
+        layout = ChannelsLastTraining(model, CPU)
+        layout.resume()
+        layout.hand_back()
+    finally:
+        torch.__future__.set_overwrite_module_params_on_conversion(False)
+    assert not layout.active
+    assert [p is q for p, q in zip(params, model.parameters())] == [True] * len(params)

@@ -73,7 +73,10 @@ class ChannelsLastTraining:
 
     def __init__(self, model: nn.Module, device: torch.device):
         self.model = model
-        self.active = device.type == "cpu" and _convolutional_without_hooks(model)
+        # With torch's "overwrite module params on conversion" future flag, Module.to makes
+        # new Parameters: the optimizer, built once, would go on stepping the old ones.
+        self.active = device.type == "cpu" and _convolutional_without_hooks(model) \
+            and not torch.__future__.get_overwrite_module_params_on_conversion()
         self._came_channels_last = _already_channels_last(model)
         self._proven = False
         self.resume()
