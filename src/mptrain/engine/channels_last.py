@@ -35,15 +35,31 @@ import torch.nn as nn
 MAX_TWIN_BYTES = 64 * 2**20
 
 
-def _in_channels_last(module: nn.Module, inputs: torch.Tensor, proven: bool):
-    """``module``'s output for ``inputs`` in channels-last, or None where a network that
-    needs NCHW fails before it has ever worked (``proven``: it has; the error is its own)."""
-    try:
-        return module(_channels_last(inputs))
-    except RuntimeError:
-        if proven:
-            raise
-        return None
+class _FirstBatchProbe:
+    """Whether a network runs in channels-last, learnt from its first batch.
+
+    ``run`` gives ``module``'s output for ``inputs`` in channels-last, or None: for inputs
+    that are not images, and from the moment the network has failed before ever working
+    (it needs NCHW; ``usable`` turns False). After one batch has worked, errors are the
+    model's own and are raised.
+    """
+
+    def __init__(self):
+        self.usable = True
+        self._proven = False
+
+    def run(self, module: nn.Module, inputs: torch.Tensor):
+        if not self.usable or inputs.dim() != 4:
+            return None
+        try:
+            output = module(_channels_last(inputs))
+        except RuntimeError:
+            if self._proven:
+                raise
+            self.usable = False
+            return None
+        self._proven = True
+        return output
 
 
 def _channels_last(inputs: torch.Tensor) -> torch.Tensor:
@@ -78,7 +94,7 @@ class ChannelsLastTraining:
         self.active = device.type == "cpu" and _convolutional_without_hooks(model) \
             and not torch.__future__.get_overwrite_module_params_on_conversion()
         self._came_channels_last = _already_channels_last(model)
-        self._proven = False
+        self._probe = _FirstBatchProbe()
         self.resume()
 
     def resume(self) -> None:
@@ -93,13 +109,13 @@ class ChannelsLastTraining:
             self.model.to(memory_format=torch.contiguous_format)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if self.active and inputs.dim() == 4:
-            output = _in_channels_last(self.model, inputs, self._proven)
+        if self.active:
+            output = self._probe.run(self.model, inputs)
             if output is not None:
-                self._proven = True
                 return output
-            self.active = False   # this network needs NCHW
-            self.model.to(memory_format=torch.contiguous_format)
+            if not self._probe.usable:   # this network needs NCHW
+                self.active = False
+                self.model.to(memory_format=torch.contiguous_format)
         return self.model(inputs)
 
 
@@ -109,7 +125,7 @@ class ChannelsLastEvaluation:
 
     def __init__(self, device: torch.device):
         self._usable = device.type == "cpu"
-        self._proven = False
+        self._probe = _FirstBatchProbe()
         self._source: nn.Module | None = None
         self._twin: nn.Module | None = None
 
@@ -141,7 +157,7 @@ class ChannelsLastEvaluation:
         """A twin of ``model`` in channels-last, or ``_usable`` False when there can be
         none: no convolution, too big, hooks (they would run on a copy of their owner, or
         not at all), a model that cannot be copied or has tensors of another rank."""
-        self._source, self._twin, self._proven = model, None, False
+        self._source, self._twin, self._probe = model, None, _FirstBatchProbe()
         tensors = list(model.parameters()) + list(model.buffers())
         size = sum(t.numel() * t.element_size() for t in tensors)
         if size > MAX_TWIN_BYTES or not _convolutional_without_hooks(model):
@@ -159,10 +175,8 @@ class ChannelsLastEvaluation:
         self._twin = twin
 
     def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if self._usable and inputs.dim() == 4:
-            output = _in_channels_last(self._twin, inputs, self._proven)
-            if output is not None:
-                self._proven = True
-                return output
-            self._usable = False   # this network needs NCHW
+        output = self._probe.run(self._twin, inputs) if self._usable else None
+        if output is not None:
+            return output
+        self._usable = self._probe.usable   # False: this network needs NCHW
         return self._source(inputs)
