@@ -16,7 +16,7 @@ from ..comm.base import CollectiveTimeout
 from ..comm.solo import SoloGroup
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
-from . import warmup
+from . import rehearsal, warmup
 from .board import ProgressBoard
 from .layout import HIERARCHICAL, make_comm
 from .supervisor import Supervisor
@@ -144,6 +144,8 @@ def train_on_workers(job: Job) -> None:
                             waiting_ranks=board.waiting_ranks,
                             on_message=on_message, on_tick=on_tick,
                             on_started=job.while_workers_train)
+    if layout.start_method == "fork":
+        _prepare_to_fork(job)
     board.beat_all()
     if layout.start_method == "fork":
         # Forked workers share the parent's Python objects copy-on-write; a collection in a
@@ -158,6 +160,15 @@ def train_on_workers(job: Job) -> None:
         plan.comm.release()   # the rendezvous folder of gloo/nccl groups
     if not outcome.ok:
         raise WorkerFailedError(describe_failures(outcome.failures), outcome.failures)
+
+
+def _prepare_to_fork(job: Job) -> None:
+    """What forked workers should inherit rather than each build for themselves."""
+    layout, config = job.layout, job.config
+    if job.driver is train and rehearsal.worth_rehearsing(layout.workers, layout.cores,
+                                                          layout.start_method, config.device):
+        rehearsal.rehearse_first_step(job.model, job.bundle, config, layout.threads)
+    rehearsal.release_free_heap()
 
 
 def describe_failures(failures) -> str:
