@@ -63,6 +63,18 @@ def run_measured(command: list[str], timeout_s: float = 600, env: dict | None = 
             "peak_pss_bytes": sampler.peak_pss if sampler else None}
 
 
+def steal_seconds() -> float | None:
+    """CPU time the hypervisor gave to other guests, all CPUs together, since boot (Linux
+    ``/proc/stat``); None elsewhere. Its growth during a cell says how much of the cell's
+    time the machine was not ours: a slow cell with high steal is the host, not mptrain."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def summarize(values: list[float]) -> dict:
     values = [v for v in values if v is not None]
     if not values:

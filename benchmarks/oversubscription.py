@@ -26,7 +26,9 @@ of the process model on this machine; the every-step run's figure over the contr
 same worker count is what averaging and waiting after every step cost. CPU seconds (the
 whole run's process tree, start-up and evaluation included) show what waiting costs even
 when other load on the machine blurs samples/s: a rank that spins while it waits burns CPU
-another rank needed. Nothing here asserts anything about time.
+another rank needed. "steal s" is the most CPU time the hypervisor gave other guests during
+one run of the row (``/proc/stat``): a slow outlier with seconds of steal is the host, not
+mptrain. Nothing here asserts anything about time.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, machine_info, run_measured, summarize, write_json  # noqa: E402
+from common import (REPO, machine_info, run_measured, steal_seconds, summarize,  # noqa: E402
+                    write_json)
 
 EVERY_STEP, ONCE_PER_EPOCH = "every step", "once per epoch"
 MODE_FLAGS = {EVERY_STEP: ["--sync-every", "1"], ONCE_PER_EPOCH: ["--sync-every", "epoch"]}
@@ -52,10 +55,11 @@ def run_cell(workers: int, mode: str, extra: list[str], folder: Path) -> dict:
                "sync", *MODE_FLAGS[mode], "--workers", str(workers), "--epochs", "1",
                "--quiet", "--out", str(out), *extra]
     env = {"PYTHONPATH": str(REPO / "src")}  # this tree, whatever is installed
-    cpu_before = _children_cpu_s()
+    cpu_before, steal_before = _children_cpu_s(), steal_seconds()
     measured = run_measured(command, timeout_s=1200, env=env, sample_memory=False)
     cpu_s = _children_cpu_s() - cpu_before  # the whole tree: every worker is reaped in it
-    cell = {"workers": workers, "mode": mode}
+    steal_s = None if steal_before is None else steal_seconds() - steal_before
+    cell = {"workers": workers, "mode": mode, "steal_s": steal_s}
     if measured["returncode"] != 0:
         return {**cell, "error": measured["output"].strip().splitlines()[-1:]}
     summary = json.loads((out / "summary.json").read_text())
@@ -87,14 +91,15 @@ def tabulate(runs: list[dict], counts: list[int], modes: list[str]) -> list[dict
     for mode in modes:
         print(f"\naveraging {mode}:")
         print(f"{'workers':>7} {'samples/s (min-max)':>26} {'x ' + str(reference) + ' workers':>22}"
-              f" {'CPU s (min-max)':>22}" + (f" {'x control':>20}" if len(modes) > 1 and
-                                             mode == EVERY_STEP else ""))
+              f" {'CPU s (min-max)':>22} {'steal s':>8}" +
+              (f" {'x control':>20}" if len(modes) > 1 and mode == EVERY_STEP else ""))
         for workers in counts:
             mine = by_repeat(runs, workers, mode)
             speeds = summarize([r["samples_per_s"] for r in mine.values()])
             cpu = summarize([r["cpu_s"] for r in mine.values()])
+            steal = summarize([r.get("steal_s") for r in mine.values()])
             row = {"workers": workers, "mode": mode, "samples_per_s": speeds, "cpu_s": cpu,
-                   "ratio": paired(mine, by_repeat(runs, reference, mode)),
+                   "steal_s": steal, "ratio": paired(mine, by_repeat(runs, reference, mode)),
                    "errors": [r["error"] for r in runs if r["workers"] == workers
                               and r["mode"] == mode and "error" in r]}
             if mode == EVERY_STEP and ONCE_PER_EPOCH in modes:
@@ -110,7 +115,8 @@ def tabulate(runs: list[dict], counts: list[int], modes: list[str]) -> list[dict
             line = (f"{workers:>7} {speeds['median']:>10,.0f} ({speeds['min']:,.0f}-"
                     f"{speeds['max']:,.0f}) {ratio['median']:>10.2f} ({ratio['min']:.2f}-"
                     f"{ratio['max']:.2f}) {cpu['median']:>10.1f} ({cpu['min']:.1f}-"
-                    f"{cpu['max']:.1f})")
+                    f"{cpu['max']:.1f})" + (f" {steal['max']:>8.1f}" if steal["n"] else
+                                            f" {'-':>8}"))
             control = row.get("over_control")
             if control and control["median"] is not None:
                 line += (f" {control['median']:>8.2f} ({control['min']:.2f}-"
