@@ -6,6 +6,11 @@
     python benchmarks/oversubscription.py --workers 2,8 --repeats 5 --json out.json
     python benchmarks/oversubscription.py --no-control            # every-step runs only
     python benchmarks/oversubscription.py --extra=--batch-size=32 # any further `mptrain run` flags
+    python benchmarks/oversubscription.py --against /tmp/old/src  # A/B: this tree over another
+
+``--against`` runs every cell a second time with another tree's ``src`` on ``PYTHONPATH``
+(``git worktree add /tmp/old <commit>``), interleaved with this tree's, and adds a table of
+this tree's samples/s over the other's in the same repeat.
 
 Every cell is a fresh ``mptrain run`` of one epoch (60,000 samples in total, whatever the
 worker count) of the tree this script lives in; samples/s is the run's own
@@ -37,6 +42,7 @@ import argparse
 import json
 import os
 import resource
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -49,17 +55,21 @@ EVERY_STEP, ONCE_PER_EPOCH = "every step", "once per epoch"
 MODE_FLAGS = {EVERY_STEP: ["--sync-every", "1"], ONCE_PER_EPOCH: ["--sync-every", "epoch"]}
 
 
-def run_cell(workers: int, mode: str, extra: list[str], folder: Path) -> dict:
+THIS_TREE = str(REPO / "src")
+
+
+def run_cell(workers: int, mode: str, extra: list[str], folder: Path,
+             tree: str = THIS_TREE) -> dict:
     out = folder / f"w{workers}-{mode.replace(' ', '-')}"
     command = [sys.executable, "-m", "mptrain", "run", "--data", "digits-60k", "--strategy",
                "sync", *MODE_FLAGS[mode], "--workers", str(workers), "--epochs", "1",
                "--quiet", "--out", str(out), *extra]
-    env = {"PYTHONPATH": str(REPO / "src")}  # this tree, whatever is installed
+    env = {"PYTHONPATH": tree}  # this tree (or --against's), whatever is installed
     cpu_before, steal_before = _children_cpu_s(), steal_seconds()
     measured = run_measured(command, timeout_s=1200, env=env, sample_memory=False)
     cpu_s = _children_cpu_s() - cpu_before  # the whole tree: every worker is reaped in it
     steal_s = None if steal_before is None else steal_seconds() - steal_before
-    cell = {"workers": workers, "mode": mode, "steal_s": steal_s}
+    cell = {"workers": workers, "mode": mode, "tree": tree, "steal_s": steal_s}
     if measured["returncode"] != 0:
         return {**cell, "error": measured["output"].strip().splitlines()[-1:]}
     summary = json.loads((out / "summary.json").read_text())
@@ -69,14 +79,28 @@ def run_cell(workers: int, mode: str, extra: list[str], folder: Path) -> dict:
             "threads_per_worker": summary.get("threads_per_worker")}
 
 
+def _commit(tree: str) -> str | None:
+    """The commit a tree's checkout is at (with "+changes" when its files differ from it)."""
+    folder = Path(tree).parent
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "src"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+changes" if dirty else "")
+
+
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
-def by_repeat(runs: list[dict], workers: int, mode: str) -> dict:
+def by_repeat(runs: list[dict], workers: int, mode: str, tree: str = THIS_TREE) -> dict:
     return {r["repeat"]: r for r in runs
-            if r["workers"] == workers and r["mode"] == mode and "error" not in r}
+            if r["workers"] == workers and r["mode"] == mode and "error" not in r
+            and r.get("tree", THIS_TREE) == tree}
 
 
 def paired(mine: dict, theirs: dict) -> dict:
@@ -125,6 +149,25 @@ def tabulate(runs: list[dict], counts: list[int], modes: list[str]) -> list[dict
     return rows
 
 
+def tabulate_against(runs: list[dict], counts: list[int], modes: list[str],
+                     against: str) -> list[dict]:
+    other = str(Path(against).resolve())
+    print(f"\nthis tree over {other}, same repeat:")
+    print(f"{'workers':>7} {'mode':>15} {'x other (min-max)':>22} {'other samples/s':>16}")
+    rows = []
+    for mode in modes:
+        for workers in counts:
+            mine, theirs = by_repeat(runs, workers, mode), by_repeat(runs, workers, mode, other)
+            ratio = paired(mine, theirs)
+            speeds = summarize([r["samples_per_s"] for r in theirs.values()])
+            rows.append({"workers": workers, "mode": mode, "against": other,
+                         "over_against": ratio, "against_samples_per_s": speeds})
+            if ratio["median"] is not None:
+                print(f"{workers:>7} {mode:>15} {ratio['median']:>10.2f} ({ratio['min']:.2f}-"
+                      f"{ratio['max']:.2f}) {speeds['median']:>16,.0f}")
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", default="2,8,32,64")
@@ -133,27 +176,33 @@ def main(argv=None) -> int:
                         help="skip the runs that average once per epoch")
     parser.add_argument("--extra", action="append", default=[],
                         help="a further `mptrain run` flag, e.g. --extra=--batch-size=32")
+    parser.add_argument("--against", help="another tree's src folder: run every cell with it "
+                                          "too and compare")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--label", default="", help="a name for this build, kept in the JSON")
     args = parser.parse_args(argv)
     counts = [int(w) for w in args.workers.split(",")]
     modes = [EVERY_STEP] if args.no_control else [EVERY_STEP, ONCE_PER_EPOCH]
-    cells = [(workers, mode) for workers in counts for mode in modes]
+    trees = [THIS_TREE] + ([str(Path(args.against).resolve())] if args.against else [])
+    cells = [(workers, mode, tree) for workers in counts for mode in modes for tree in trees]
     runs = []
     with tempfile.TemporaryDirectory(prefix="mptrain-oversub-") as folder:
         for repeat in range(args.repeats):
             # Rotate the order so that no cell always runs first (or right after another).
             shift = repeat % len(cells)
-            for workers, mode in cells[shift:] + cells[:shift]:
-                cell = run_cell(workers, mode, args.extra, Path(folder))
+            for workers, mode, tree in cells[shift:] + cells[:shift]:
+                cell = run_cell(workers, mode, args.extra, Path(folder), tree)
                 cell["repeat"] = repeat
                 runs.append(cell)
                 print(json.dumps(cell), flush=True)
     rows = tabulate(runs, counts, modes)
+    if args.against:
+        rows += tabulate_against(runs, counts, modes, args.against)
     if args.json:
         write_json(args.json, {"machine": machine_info(), "label": args.label,
                                "command": "mptrain run --data digits-60k --strategy sync "
                                           "--sync-every 1|epoch --epochs 1 " + " ".join(args.extra),
+                               "trees": {tree: _commit(tree) for tree in trees},
                                "threads_per_worker": 1, "reference_workers": counts[0],
                                "load_average": os.getloadavg(), "rows": rows, "runs": runs})
     return 0

@@ -1,18 +1,25 @@
 """The parent's throwaway first step before it forks more workers than cores."""
 
+import platform
+import random
 import sys
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
 import mptrain
 from mptrain.config import TrainConfig
 from mptrain.api import bundle_from_datasets
+from mptrain.engine.loop import train
+from mptrain.launch import execute, rehearsal
 from mptrain.launch import layout as layout_module
-from mptrain.launch import rehearsal
+from mptrain.strategies import make_strategy
 from run_watch import live_children  # noqa: E402
 
 #: Layouts of the batches the rehearsal's forward passes saw (the parent's, not workers').
@@ -52,19 +59,19 @@ def config(**settings):
     return TrainConfig(**{"batch_size": 8, "lr": 0.1, "momentum": 0.5, **settings})
 
 
-@pytest.mark.parametrize("workers, cores, method, device, expected", [
-    (64, 2, "fork", "cpu", True),
-    (2, 2, "fork", "cpu", False),       # side by side: a step in the parent only delays them
-    (64, 2, "spawn", "cpu", False),     # spawn'd workers inherit nothing
-    (64, 2, "forkserver", "cpu", False),
-    (64, 2, "fork", "cuda", False),
+@pytest.mark.parametrize("workers, cores, device, expected", [
+    (64, 2, "cpu", True),
+    (3, 2, "cpu", True),
+    (2, 2, "cpu", False),     # side by side: a step in the parent only delays them
+    (64, 2, "cuda", False),   # nothing of a GPU's is inherited (and CUDA workers spawn)
 ])
-def test_worth_rehearsing_only_for_more_forked_cpu_workers_than_cores(workers, cores, method,
-                                                                       device, expected):
-    assert rehearsal.worth_rehearsing(workers, cores, method, device) is expected
+def test_worth_rehearsing_only_for_more_cpu_workers_than_cores(workers, cores, device,
+                                                               expected):
+    assert rehearsal.worth_rehearsing(workers, cores, device) is expected
 
 
-def test_a_conv_net_is_rehearsed_in_both_layouts_and_left_as_it_was():
+@pytest.mark.parametrize("private, layout", [(True, "channels-last"), (False, "nchw")])
+def test_a_conv_net_is_rehearsed_in_the_workers_layout_and_left_as_it_was(private, layout):
     SEEN.clear()
     model = RecordingConvNet()
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -72,9 +79,10 @@ def test_a_conv_net_is_rehearsed_in_both_layouts_and_left_as_it_was():
     threads_before = torch.get_num_threads()
     bundle = bundle_from_datasets(*image_data())
 
-    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1)
+    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+                                         channels_last=private)
 
-    assert SEEN == ["nchw", "channels-last"]   # hogwild's shared model, a private replica
+    assert SEEN == [layout]   # a private replica (sync), or the shared model (hogwild)
     for key, value in model.state_dict().items():
         assert torch.equal(value, before[key]), key
         assert value.is_contiguous(), key
@@ -82,20 +90,66 @@ def test_a_conv_net_is_rehearsed_in_both_layouts_and_left_as_it_was():
     assert torch.get_num_threads() == threads_before
 
 
-def test_a_net_without_convolutions_is_rehearsed_once():
+class DrawsEverywhere(nn.Module):
+    """A forward that draws from Python's and numpy's generators too."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(64, 3)
+
+    def forward(self, x):
+        SEEN.append("step")
+        noise = random.random() + float(np.random.rand())
+        return self.fc(x.flatten(1)) * (1 + 0 * noise)
+
+
+def test_python_and_numpy_generators_are_left_as_they_were():
     SEEN.clear()
-    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 3))
-    model.register_forward_pre_hook(lambda module, args: SEEN.append("step"))
-    assert rehearsal.rehearse_first_step(model, bundle_from_datasets(*image_data()), config(),
-                                         threads=1)
-    assert SEEN == ["step"]
+    python_before, numpy_before = random.getstate(), np.random.get_state()
+    assert rehearsal.rehearse_first_step(DrawsEverywhere(),
+                                         bundle_from_datasets(*image_data()), config(),
+                                         threads=1, channels_last=True)
+    assert SEEN == ["step"]   # no convolution: trained once, as it is
+    assert random.getstate() == python_before
+    numpy_after = np.random.get_state()
+    assert numpy_after[0] == numpy_before[0] and (numpy_after[1] == numpy_before[1]).all() \
+        and numpy_after[2:] == numpy_before[2:]
+
+
+def test_a_model_with_hooks_is_not_rehearsed():
+    """Hooks are user code that may count or record; workers would inherit what they did."""
+    calls = []
+    model = RecordingConvNet()
+    handle = model.conv.register_forward_hook(lambda module, args, output: calls.append(1))
+    bundle = bundle_from_datasets(*image_data())
+    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+                                         channels_last=True) is False
+    handle.remove()
+    handle = nn.modules.module.register_module_forward_pre_hook(
+        lambda module, args: calls.append(1))
+    try:
+        assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+                                             channels_last=True) is False
+    finally:
+        handle.remove()
+    handle = register_optimizer_step_pre_hook(
+        lambda optimizer, args, kwargs: calls.append(1))
+    try:
+        assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+                                             channels_last=True) is False
+    finally:
+        handle.remove()
+    assert calls == []
+    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+                                         channels_last=True) is True
 
 
 def test_a_model_that_fails_is_left_to_the_workers_to_report():
     bundle = bundle_from_datasets(*[TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,)))
                                     for _ in range(2)])
     threads_before = torch.get_num_threads()
-    assert rehearsal.rehearse_first_step(Broken(), bundle, config(), threads=1) is False
+    assert rehearsal.rehearse_first_step(Broken(), bundle, config(), threads=1,
+                                         channels_last=True) is False
     assert torch.get_num_threads() == threads_before
 
 
@@ -104,13 +158,44 @@ def test_a_large_model_is_not_copied(monkeypatch):
     monkeypatch.setattr(rehearsal, "MAX_MODEL_BYTES", 100)
     assert rehearsal.rehearse_first_step(RecordingConvNet(),
                                          bundle_from_datasets(*image_data()), config(),
-                                         threads=1) is False
+                                         threads=1, channels_last=True) is False
     assert SEEN == []
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc_trim")
-def test_the_free_heap_is_released_on_linux():
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="glibc's malloc_trim")
+def test_the_free_heap_is_released_with_glibc():
     assert rehearsal.release_free_heap() is True
+
+
+def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train):
+    settings = {"strategy": strategy, "device": device, "workers": workers}
+    if strategy == "ddp" and comm != "shm":
+        settings["ddp_backend"] = comm
+    job_config = TrainConfig(**settings)
+    return SimpleNamespace(layout=SimpleNamespace(workers=workers, cores=2, threads=1,
+                                                  comm=comm),
+                           config=job_config, driver=driver, model=RecordingConvNet(),
+                           bundle=bundle_from_datasets(*image_data()),
+                           strategy=make_strategy(job_config))
+
+
+@pytest.mark.parametrize("job, rehearsed", [
+    (_job(), [True]),                              # sync: private replicas, channels-last
+    (_job("ddp"), [True]),                         # ddp over shared memory: the same
+    (_job("fedavg"), [True]),                      # a client model of its own
+    (_job("hogwild"), [False]),                    # the shared parameters, as they are
+    (_job("ddp", comm="gloo"), [False]),           # inside torch's DDP, as it is
+    (_job(workers=2), []),                         # no more workers than cores
+    (_job(device="cuda"), []),
+    (_job(driver=lambda setup: None), []),         # another driver (RL's actors)
+], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "cuda", "rl"])
+def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
+    layouts = []
+    monkeypatch.setattr(rehearsal, "rehearse_first_step",
+                        lambda *args, channels_last: layouts.append(channels_last))
+    execute._prepare_to_fork(job)
+    assert layouts == rehearsed
 
 
 def _fit(model, **settings):

@@ -144,15 +144,14 @@ def train_on_workers(job: Job) -> None:
                             waiting_ranks=board.waiting_ranks,
                             on_message=on_message, on_tick=on_tick,
                             on_started=job.while_workers_train)
-    if layout.start_method == "fork":
-        _prepare_to_fork(job)
-    board.beat_all()
-    if layout.start_method == "fork":
-        # Forked workers share the parent's Python objects copy-on-write; a collection in a
-        # worker writes to every object header it visits and copies those pages. Frozen
-        # objects are never visited, so they stay shared.
-        gc.freeze()
     try:
+        if layout.start_method == "fork":
+            _prepare_to_fork(job)
+            # Forked workers share the parent's Python objects copy-on-write; a collection
+            # in a worker writes to every object header it visits and copies those pages.
+            # Frozen objects are never visited, so they stay shared.
+            gc.freeze()
+        board.beat_all()   # what the parent did before the start is not a worker's silence
         with _environment(child_environment(layout.threads)):
             outcome = supervisor.run(worker_entry, [(plan,)] * layout.workers)
     finally:
@@ -166,8 +165,9 @@ def _prepare_to_fork(job: Job) -> None:
     """What forked workers should inherit rather than each build for themselves."""
     layout, config = job.layout, job.config
     if job.driver is train and rehearsal.worth_rehearsing(layout.workers, layout.cores,
-                                                          layout.start_method, config.device):
-        rehearsal.rehearse_first_step(job.model, job.bundle, config, layout.threads)
+                                                          config.device):
+        rehearsal.rehearse_first_step(job.model, job.bundle, config, layout.threads,
+                                      channels_last=job.strategy.replicas_are_private(layout))
     rehearsal.release_free_heap()
 
 

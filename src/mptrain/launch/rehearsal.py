@@ -5,19 +5,29 @@ its convolution kernels for these shapes and layouts, and torch and Python fill 
 of their own. Forked workers inherit all of that from the parent. With more workers than
 cores they run one after another, so what each pays at its start is paid in sequence, 64
 times over with 64 workers on 2 cores; a throwaway step in the parent before the fork pays
-it once (DigitsCNN, 15 steps in a forked child: 55 instead of 77 ms of CPU).
+it once (DigitsCNN in channels-last, 15 steps in a forked child: 54-56 instead of 75-80 ms
+of CPU, the first step 10 instead of 24-31 ms).
 
-The parent then gives its heap's free pages back to the system. A child's first
-allocations otherwise land in the parent's freed memory, and every page it writes there is
-copied (a copy-on-write fault) instead of being a fresh zero page, which is much cheaper:
-with 64 workers, `perf` saw ten times less time copying pages (`copy_mc_*`) in the workers.
+The rehearsal runs the model's forward and backward once in the parent, on a copy, so it
+must leave nothing behind that workers could inherit: a model with hooks (user code that
+may record or count) is not rehearsed, and torch's, Python's and numpy's random number
+generators are put back as they were.
+
+Before every fork of workers the parent also gives its heap's free pages back to the
+system. A child's first allocations otherwise land in the parent's freed memory, and every
+page it writes there is copied (a copy-on-write fault) instead of being a fresh zero page,
+which is much cheaper: with 64 workers, `perf` saw a tenth of the time copying pages
+(`copy_mc_*`) in the workers.
 """
 
 from __future__ import annotations
 
 import copy
 import ctypes
+import logging
+import random
 import sys
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
@@ -26,57 +36,94 @@ from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.task import loss_fn
 
+log = logging.getLogger(__name__)
+
 #: A larger model is not rehearsed: its copy would be a second model in the parent's
 #: memory, and a step of it costs more than what the rehearsal saves each worker.
 MAX_MODEL_BYTES = 64 * 2**20
 
+#: torch's process-wide hooks, run for every module or optimizer (user code), by module.
+_GLOBAL_HOOKS = {
+    "torch.nn.modules.module": ("_global_forward_hooks", "_global_forward_pre_hooks",
+                                "_global_backward_hooks", "_global_backward_pre_hooks"),
+    "torch.optim.optimizer": ("_global_optimizer_pre_hooks", "_global_optimizer_post_hooks"),
+}
 
-def worth_rehearsing(workers: int, cores: int, start_method: str | None, device: str) -> bool:
-    """Only forked CPU workers inherit what the parent did, and only when workers outnumber
-    cores do their first steps run in sequence; otherwise they pay them side by side, and a
-    step in the parent would only delay the start."""
-    return start_method == "fork" and device == "cpu" and workers > cores
+
+def worth_rehearsing(workers: int, cores: int, device: str) -> bool:
+    """For forked workers (the caller's condition): only CPU workers share kernels with the
+    parent, and only when workers outnumber cores do their first steps queue one after
+    another; with no more workers than cores they pay them side by side, and a step in the
+    parent would only delay the start."""
+    return device == "cpu" and workers > cores
 
 
-def rehearse_first_step(model: nn.Module, data, config, threads: int) -> bool:
+def rehearse_first_step(model: nn.Module, data, config, threads: int,
+                        channels_last: bool) -> bool:
     """Train a throwaway copy of ``model`` for one step, at the workers' batch size and
-    thread count, in every layout a worker may train it in: channels-last for a private
-    replica of a conv net, the model's own layout for a shared one (hogwild, torch's DDP).
-    ``model``, the random number generator and the thread count are left as they were.
+    thread count, in the layout workers will train it in: channels-last (a conv net on CPU)
+    where ``channels_last`` says workers train replicas of their own, else as it is.
+    ``model``, the random number generators and the thread count are left as they were.
 
-    False, and nothing done, for a large model, or a model or data the rehearsal cannot use
-    (workers will meet, and report, any real error themselves).
+    False, and nothing done, for a large model or one with hooks; False too when the step
+    fails: workers will meet, and report, any real error themselves.
     """
     size = sum(t.numel() * t.element_size() for t in list(model.parameters())
                + list(model.buffers()))
-    if size > MAX_MODEL_BYTES or len(data.train) == 0:
+    if size > MAX_MODEL_BYTES or len(data.train) == 0 or _has_hooks(model):
         return False
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        with torch.random.fork_rng(devices=[]):
+        with _random_state_kept():
             inputs, targets = data.train.batch(torch.arange(min(config.batch_size,
                                                                 len(data.train))))
-            plain = copy.deepcopy(model)
-            _one_step(plain, plain, inputs, targets, data.task, config)
             replica = copy.deepcopy(model)
-            layout = ChannelsLastTraining(replica, torch.device("cpu"))
-            if layout.active:
-                _one_step(replica, layout.forward, inputs, targets, data.task, config)
-    except Exception:  # noqa: BLE001 -- a rehearsal only; workers report real errors
+            forward = replica
+            if channels_last:
+                layout = ChannelsLastTraining(replica, torch.device("cpu"))
+                forward = layout.forward if layout.active else replica
+            replica.train()
+            optimizer = build_optimizer(replica.parameters(), config.optimizer, config.lr,
+                                        config.momentum, config.weight_decay)
+            optimizer.zero_grad(set_to_none=True)
+            loss_fn(data.task, forward(inputs), targets).backward()
+            optimizer.step()
+    except Exception as err:  # noqa: BLE001 -- a rehearsal only; workers report real errors
+        log.debug("first-step rehearsal skipped: %r", err)
         return False
     finally:
         torch.set_num_threads(previous_threads)
     return True
 
 
-def _one_step(replica: nn.Module, forward, inputs, targets, task: str, config) -> None:
-    replica.train()
-    optimizer = build_optimizer(replica.parameters(), config.optimizer, config.lr,
-                                config.momentum, config.weight_decay)
-    optimizer.zero_grad(set_to_none=True)
-    loss_fn(task, forward(inputs), targets).backward()
-    optimizer.step()
+def _has_hooks(model: nn.Module) -> bool:
+    for module in model.modules():
+        if module._forward_hooks or module._forward_pre_hooks or module._backward_hooks \
+                or getattr(module, "_backward_pre_hooks", None):
+            return True
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        if tensor._backward_hooks or getattr(tensor, "_post_accumulate_grad_hooks", None):
+            return True
+    # A module not imported yet has no hooks registered (torch loads its optimizers lazily).
+    return any(getattr(sys.modules.get(owner), name, None)
+               for owner, names in _GLOBAL_HOOKS.items() for name in names)
+
+
+@contextmanager
+def _random_state_kept():
+    """torch's CPU generator, Python's and numpy's global ones as they were: a forward that
+    draws from any of them must not move what workers inherit."""
+    numpy = sys.modules.get("numpy")
+    python_state = random.getstate()
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        random.setstate(python_state)
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
 
 
 def release_free_heap() -> bool:

@@ -71,6 +71,12 @@ class Strategy(ABC):
         """Refuse, in the parent and before anything starts, what this strategy cannot do
         with this data and model (a ``UserError``)."""
 
+    def replicas_are_private(self, layout) -> bool:
+        """Whether each worker trains a model of its own, which it may lay out as it likes
+        (channels-last on CPU), rather than tensors other processes share: the layout the
+        parent rehearses in before it forks workers (``launch.rehearsal``)."""
+        return True
+
     def comm_numel(self, model: nn.Module) -> int:
         """How many numbers one rank contributes to the largest collective."""
         return 0

@@ -20,6 +20,10 @@ from ..comm.dist import TorchDistGroup
 from .data_parallel import DataParallelStrategy
 
 
+#: How mptrain's own workers talk when they wrap their replicas in torch's DDP.
+TORCH_DDP_COMMS = ("gloo", "nccl")
+
+
 class DDPStrategy(DataParallelStrategy):
     name = "ddp"
 
@@ -40,6 +44,9 @@ class DDPStrategy(DataParallelStrategy):
     def may_change_layout(self, replica):
         # torch's DDP lays its gradient buckets out after the parameters at construction.
         return not isinstance(replica, DistributedDataParallel)
+
+    def replicas_are_private(self, layout):
+        return layout.comm not in TORCH_DDP_COMMS   # over gloo or nccl: torch's DDP
 
     def unwrap(self, replica):
         return replica.module if isinstance(replica, DistributedDataParallel) else replica

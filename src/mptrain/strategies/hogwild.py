@@ -40,6 +40,9 @@ class HogwildStrategy(DataParallelStrategy):
     def may_change_layout(self, replica):
         return False   # its parameters are every worker's, in shared memory
 
+    def replicas_are_private(self, layout):
+        return False
+
     def optimizer(self, replica):
         optimizer = super().optimizer(replica)
         if self.shared_optimizer_state is not None:
