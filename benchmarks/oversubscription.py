@@ -32,8 +32,9 @@ same worker count is what averaging and waiting after every step cost. CPU secon
 whole run's process tree, start-up and evaluation included) show what waiting costs even
 when other load on the machine blurs samples/s: a rank that spins while it waits burns CPU
 another rank needed. "steal s" is the most CPU time the hypervisor gave other guests during
-one run of the row (``/proc/stat``): a slow outlier with seconds of steal is the host, not
-mptrain. Nothing here asserts anything about time.
+one run of the row (``/proc/stat``): a run with more than ``--max-steal`` seconds of it
+measured the host, not mptrain, and is run again (at most ``--steal-retries`` times; the
+JSON keeps the runs set aside). Nothing here asserts anything about time.
 """
 
 from __future__ import annotations
@@ -90,6 +91,11 @@ def _commit(tree: str) -> str | None:
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("+changes" if dirty else "")
+
+
+def _stolen(cell: dict, max_steal_s: float) -> bool:
+    return "error" not in cell and cell.get("steal_s") is not None \
+        and cell["steal_s"] > max_steal_s
 
 
 def _children_cpu_s() -> float:
@@ -178,6 +184,12 @@ def main(argv=None) -> int:
                         help="a further `mptrain run` flag, e.g. --extra=--batch-size=32")
     parser.add_argument("--against", help="another tree's src folder: run every cell with it "
                                           "too and compare")
+    parser.add_argument("--max-steal", type=float, default=1.0,
+                        help="seconds of hypervisor steal above which a run is run again "
+                             "(default 1.0; see --steal-retries)")
+    parser.add_argument("--steal-retries", type=int, default=2,
+                        help="how many times a run with too much steal is run again; the last "
+                             "try is kept whatever its steal (default 2; 0 keeps every run)")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--label", default="", help="a name for this build, kept in the JSON")
     args = parser.parse_args(argv)
@@ -185,17 +197,23 @@ def main(argv=None) -> int:
     modes = [EVERY_STEP] if args.no_control else [EVERY_STEP, ONCE_PER_EPOCH]
     trees = [THIS_TREE] + ([str(Path(args.against).resolve())] if args.against else [])
     cells = [(workers, mode, tree) for workers in counts for mode in modes for tree in trees]
-    runs = []
+    runs, discarded = [], []
     with tempfile.TemporaryDirectory(prefix="mptrain-oversub-") as folder:
         for repeat in range(args.repeats):
             # Rotate the order so that no cell always runs first (or right after another).
             shift = repeat % len(cells)
             for workers, mode, tree in cells[shift:] + cells[:shift]:
-                cell = run_cell(workers, mode, args.extra, Path(folder), tree)
-                cell["repeat"] = repeat
+                for attempt in range(1 + args.steal_retries):
+                    cell = run_cell(workers, mode, args.extra, Path(folder), tree)
+                    cell["repeat"] = repeat
+                    print(json.dumps(cell), flush=True)
+                    if not _stolen(cell, args.max_steal) or attempt == args.steal_retries:
+                        break
+                    discarded.append(cell)   # the host's time, not mptrain's: run it again
                 runs.append(cell)
-                print(json.dumps(cell), flush=True)
     rows = tabulate(runs, counts, modes)
+    if discarded:
+        print(f"\n{len(discarded)} run(s) ran again: more than {args.max_steal:g} s of steal")
     if args.against:
         rows += tabulate_against(runs, counts, modes, args.against)
     if args.json:
@@ -204,7 +222,8 @@ def main(argv=None) -> int:
                                           "--sync-every 1|epoch --epochs 1 " + " ".join(args.extra),
                                "trees": {tree: _commit(tree) for tree in trees},
                                "threads_per_worker": 1, "reference_workers": counts[0],
-                               "load_average": os.getloadavg(), "rows": rows, "runs": runs})
+                               "load_average": os.getloadavg(), "rows": rows, "runs": runs,
+                               "max_steal_s": args.max_steal, "discarded_for_steal": discarded})
     return 0
 
 
