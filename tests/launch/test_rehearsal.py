@@ -22,8 +22,9 @@ from mptrain.launch import layout as layout_module
 from mptrain.strategies import make_strategy
 from run_watch import live_children  # noqa: E402
 
-#: Layouts of the batches the rehearsal's forward passes saw (the parent's, not workers').
-SEEN = []
+#: Layouts of the batches the rehearsal's forward passes saw (the parent's, not workers'),
+#: and the batches' sizes.
+SEEN, SIZES = [], []
 
 
 class RecordingConvNet(nn.Module):
@@ -36,6 +37,7 @@ class RecordingConvNet(nn.Module):
     def forward(self, x):
         hidden = self.conv(x)   # channels-last weights make a channels-last output
         SEEN.append("channels-last" if hidden.stride(1) == 1 else "nchw")
+        SIZES.append(len(x))
         return self.fc(self.drop(F.relu(hidden)).flatten(1))
 
 
@@ -79,7 +81,7 @@ def test_a_conv_net_is_rehearsed_in_the_workers_layout_and_left_as_it_was(privat
     threads_before = torch.get_num_threads()
     bundle = bundle_from_datasets(*image_data())
 
-    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+    assert rehearsal.rehearse_first_steps(model, bundle, config(), threads=1,
                                          channels_last=private)
 
     assert SEEN == [layout]   # a private replica (sync), or the shared model (hogwild)
@@ -88,6 +90,29 @@ def test_a_conv_net_is_rehearsed_in_the_workers_layout_and_left_as_it_was(privat
         assert value.is_contiguous(), key
     assert torch.equal(torch.get_rng_state(), rng_before)
     assert torch.get_num_threads() == threads_before
+
+
+def test_one_step_for_each_batch_size_a_worker_meets():
+    SEEN.clear(), SIZES.clear()
+    assert rehearsal.rehearse_first_steps(RecordingConvNet(), bundle_from_datasets(*image_data()),
+                                          config(), threads=1, channels_last=True,
+                                          batch_sizes=[8, 4])
+    assert SIZES == [8, 4] and SEEN == ["channels-last"] * 2
+
+
+@pytest.mark.parametrize("samples, workers, batch, sizes", [
+    (60_000, 64, 64, [42, 64]),   # 938 per shard: 14 full batches and one of 42
+    (60_000, 2, 64, [48, 64]),
+    (48, 4, 8, [4, 8]),
+    (48, 3, 8, [8]),              # 16 per shard: full batches only
+    (48, 8, 8, [6]),              # a shard smaller than one batch
+    (50, 4, 8, [5, 8]),           # 13 per shard, padded as DistributedSampler pads
+])
+def test_a_data_parallel_worker_meets_a_full_batch_and_its_shards_last(samples, workers,
+                                                                        batch, sizes):
+    strategy = make_strategy(TrainConfig(strategy="sync", workers=workers, batch_size=batch))
+    data = SimpleNamespace(train=range(samples))
+    assert strategy.batch_sizes(data, workers) == sizes
 
 
 class DrawsEverywhere(nn.Module):
@@ -106,7 +131,7 @@ class DrawsEverywhere(nn.Module):
 def test_python_and_numpy_generators_are_left_as_they_were():
     SEEN.clear()
     python_before, numpy_before = random.getstate(), np.random.get_state()
-    assert rehearsal.rehearse_first_step(DrawsEverywhere(),
+    assert rehearsal.rehearse_first_steps(DrawsEverywhere(),
                                          bundle_from_datasets(*image_data()), config(),
                                          threads=1, channels_last=True)
     assert SEEN == ["step"]   # no convolution: trained once, as it is
@@ -122,25 +147,25 @@ def test_a_model_with_hooks_is_not_rehearsed():
     model = RecordingConvNet()
     handle = model.conv.register_forward_hook(lambda module, args, output: calls.append(1))
     bundle = bundle_from_datasets(*image_data())
-    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+    assert rehearsal.rehearse_first_steps(model, bundle, config(), threads=1,
                                          channels_last=True) is False
     handle.remove()
     handle = nn.modules.module.register_module_forward_pre_hook(
         lambda module, args: calls.append(1))
     try:
-        assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+        assert rehearsal.rehearse_first_steps(model, bundle, config(), threads=1,
                                              channels_last=True) is False
     finally:
         handle.remove()
     handle = register_optimizer_step_pre_hook(
         lambda optimizer, args, kwargs: calls.append(1))
     try:
-        assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+        assert rehearsal.rehearse_first_steps(model, bundle, config(), threads=1,
                                              channels_last=True) is False
     finally:
         handle.remove()
     assert calls == []
-    assert rehearsal.rehearse_first_step(model, bundle, config(), threads=1,
+    assert rehearsal.rehearse_first_steps(model, bundle, config(), threads=1,
                                          channels_last=True) is True
 
 
@@ -148,7 +173,7 @@ def test_a_model_that_fails_is_left_to_the_workers_to_report():
     bundle = bundle_from_datasets(*[TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,)))
                                     for _ in range(2)])
     threads_before = torch.get_num_threads()
-    assert rehearsal.rehearse_first_step(Broken(), bundle, config(), threads=1,
+    assert rehearsal.rehearse_first_steps(Broken(), bundle, config(), threads=1,
                                          channels_last=True) is False
     assert torch.get_num_threads() == threads_before
 
@@ -156,7 +181,7 @@ def test_a_model_that_fails_is_left_to_the_workers_to_report():
 def test_a_large_model_is_not_copied(monkeypatch):
     SEEN.clear()
     monkeypatch.setattr(rehearsal, "MAX_MODEL_BYTES", 100)
-    assert rehearsal.rehearse_first_step(RecordingConvNet(),
+    assert rehearsal.rehearse_first_steps(RecordingConvNet(),
                                          bundle_from_datasets(*image_data()), config(),
                                          threads=1, channels_last=True) is False
     assert SEEN == []
@@ -192,8 +217,8 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train):
 ], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
     layouts = []
-    monkeypatch.setattr(rehearsal, "rehearse_first_step",
-                        lambda *args, channels_last: layouts.append(channels_last))
+    monkeypatch.setattr(rehearsal, "rehearse_first_steps",
+                        lambda *args, channels_last, batch_sizes: layouts.append(channels_last))
     execute._prepare_to_fork(job)
     assert layouts == rehearsed
 
@@ -209,7 +234,7 @@ def test_a_rehearsed_run_trains_exactly_as_an_unrehearsed_one(monkeypatch):
     """With more workers than cores the parent rehearses before it forks; what the workers
     train must not change by one bit (same model, same random numbers)."""
     calls = []
-    real = rehearsal.rehearse_first_step
+    real = rehearsal.rehearse_first_steps
 
     def counted(*args, **kwargs):
         calls.append(real(*args, **kwargs))
@@ -217,11 +242,11 @@ def test_a_rehearsed_run_trains_exactly_as_an_unrehearsed_one(monkeypatch):
 
     initial = RecordingConvNet()
     monkeypatch.setattr(layout_module, "usable_cores", lambda: 1)   # 2 workers > 1 core
-    monkeypatch.setattr(rehearsal, "rehearse_first_step", counted)
+    monkeypatch.setattr(rehearsal, "rehearse_first_steps", counted)
     rehearsed = _fit(_copy(initial))
     assert calls == [True]
 
-    monkeypatch.setattr(rehearsal, "rehearse_first_step", lambda *args, **kwargs: False)
+    monkeypatch.setattr(rehearsal, "rehearse_first_steps", lambda *args, **kwargs: False)
     plain = _fit(_copy(initial))
 
     a, b = rehearsed.model.state_dict(), plain.model.state_dict()

@@ -166,8 +166,10 @@ def _prepare_to_fork(job: Job) -> None:
     layout, config = job.layout, job.config
     if job.driver is train and rehearsal.worth_rehearsing(layout.workers, layout.cores,
                                                           config.device):
-        rehearsal.rehearse_first_step(job.model, job.bundle, config, layout.threads,
-                                      channels_last=job.strategy.replicas_are_private(layout))
+        rehearsal.rehearse_first_steps(
+            job.model, job.bundle, config, layout.threads,
+            channels_last=job.strategy.replicas_are_private(layout),
+            batch_sizes=job.strategy.batch_sizes(job.bundle, layout.workers))
     rehearsal.release_free_heap()
 
 

@@ -58,14 +58,16 @@ def worth_rehearsing(workers: int, cores: int, device: str) -> bool:
     return device == "cpu" and workers > cores
 
 
-def rehearse_first_step(model: nn.Module, data, config, threads: int,
-                        channels_last: bool) -> bool:
-    """Train a throwaway copy of ``model`` for one step, at the workers' batch size and
-    thread count, in the layout workers will train it in: channels-last (a conv net on CPU)
+def rehearse_first_steps(model: nn.Module, data, config, threads: int, channels_last: bool,
+                         batch_sizes=None) -> bool:
+    """Train a throwaway copy of ``model`` for one step at each of ``batch_sizes`` (those a
+    worker trains on: a full batch, and the shorter last one of its shard, each a new shape
+    to generate kernels for; default: the configured batch size), at the workers' thread
+    count and in the layout workers will train it in: channels-last (a conv net on CPU)
     where ``channels_last`` says workers train replicas of their own, else as it is.
     ``model``, the random number generators and the thread count are left as they were.
 
-    False, and nothing done, for a large model or one with hooks; False too when the step
+    False, and nothing done, for a large model or one with hooks; False too when a step
     fails: workers will meet, and report, any real error themselves.
     """
     size = sum(t.numel() * t.element_size() for t in list(model.parameters())
@@ -76,8 +78,6 @@ def rehearse_first_step(model: nn.Module, data, config, threads: int,
     torch.set_num_threads(threads)
     try:
         with _random_state_kept():
-            inputs, targets = data.train.batch(torch.arange(min(config.batch_size,
-                                                                len(data.train))))
             replica = copy.deepcopy(model)
             forward = replica
             if channels_last:
@@ -86,9 +86,12 @@ def rehearse_first_step(model: nn.Module, data, config, threads: int,
             replica.train()
             optimizer = build_optimizer(replica.parameters(), config.optimizer, config.lr,
                                         config.momentum, config.weight_decay)
-            optimizer.zero_grad(set_to_none=True)
-            loss_fn(data.task, forward(inputs), targets).backward()
-            optimizer.step()
+            for batch_size in batch_sizes or [config.batch_size]:
+                inputs, targets = data.train.batch(torch.arange(min(batch_size,
+                                                                    len(data.train))))
+                optimizer.zero_grad(set_to_none=True)
+                loss_fn(data.task, forward(inputs), targets).backward()
+                optimizer.step()
     except Exception as err:  # noqa: BLE001 -- a rehearsal only; workers report real errors
         log.debug("first-step rehearsal skipped: %r", err)
         return False

@@ -77,6 +77,11 @@ class Strategy(ABC):
         parent rehearses in before it forks workers (``launch.rehearsal``)."""
         return True
 
+    def batch_sizes(self, data, workers: int) -> list[int]:
+        """The sizes of the batches a worker trains on (each a shape torch generates kernels
+        for at its first use): the configured batch size unless a strategy knows better."""
+        return [self.config.batch_size]
+
     def comm_numel(self, model: nn.Module) -> int:
         """How many numbers one rank contributes to the largest collective."""
         return 0

@@ -32,6 +32,12 @@ class DataParallelStrategy(Strategy):
             shard = min(shard, self.config.steps_per_epoch * self.config.batch_size)
         return shard * workers
 
+    def batch_sizes(self, data, workers):
+        """A full batch and the shorter last one of a shard (every rank's shard has the same
+        length, padded as DistributedSampler pads)."""
+        shard, size = self.samples_per_round(data, workers) // workers, self.config.batch_size
+        return sorted({min(shard, size), shard % size} - {0})
+
     def program(self, setup) -> WorkerProgram:
         return EpochProgram(self, setup)
 
