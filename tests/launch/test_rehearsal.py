@@ -17,6 +17,7 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.api import bundle_from_datasets
 from mptrain.engine.loop import train
+from mptrain.errors import Interrupted
 from mptrain.launch import execute, rehearsal
 from mptrain.launch import layout as layout_module
 from mptrain.strategies import make_strategy
@@ -175,6 +176,25 @@ def test_a_model_that_fails_is_left_to_the_workers_to_report():
     threads_before = torch.get_num_threads()
     assert rehearsal.rehearse_first_steps(Broken(), bundle, config(), threads=1,
                                          channels_last=True) is False
+    assert torch.get_num_threads() == threads_before
+
+
+class StoppedMidStep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x):
+        raise Interrupted(15)   # what mptrain's SIGTERM handler raises
+
+
+def test_a_stop_signal_during_the_rehearsal_stops_the_run():
+    bundle = bundle_from_datasets(*[TensorDataset(torch.randn(16, 4), torch.randint(0, 3, (16,)))
+                                    for _ in range(2)])
+    threads_before = torch.get_num_threads()
+    with pytest.raises(Interrupted):
+        rehearsal.rehearse_first_steps(StoppedMidStep(), bundle, config(), threads=1,
+                                       channels_last=True)
     assert torch.get_num_threads() == threads_before
 
 
