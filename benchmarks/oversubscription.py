@@ -40,6 +40,7 @@ JSON keeps the runs set aside). Nothing here asserts anything about time.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -61,7 +62,8 @@ THIS_TREE = str(REPO / "src")
 
 def run_cell(workers: int, mode: str, extra: list[str], folder: Path,
              tree: str = THIS_TREE) -> dict:
-    out = folder / f"w{workers}-{mode.replace(' ', '-')}"
+    tree_id = hashlib.sha1(tree.encode()).hexdigest()[:8]   # --against: a folder per tree
+    out = folder / f"w{workers}-{mode.replace(' ', '-')}-{tree_id}"
     command = [sys.executable, "-m", "mptrain", "run", "--data", "digits-60k", "--strategy",
                "sync", *MODE_FLAGS[mode], "--workers", str(workers), "--epochs", "1",
                "--quiet", "--out", str(out), *extra]
@@ -103,10 +105,14 @@ def _children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def by_repeat(runs: list[dict], workers: int, mode: str, tree: str = THIS_TREE) -> dict:
+def by_repeat(runs: list[dict], workers: int, mode: str, tree: str = THIS_TREE,
+              max_steal: float | None = None) -> dict:
+    """Each repeat's run of one cell; without runs that lost more than ``max_steal`` seconds
+    to other guests (they measured the host), so that no ratio pairs with one."""
     return {r["repeat"]: r for r in runs
             if r["workers"] == workers and r["mode"] == mode and "error" not in r
-            and r.get("tree", THIS_TREE) == tree}
+            and r.get("tree", THIS_TREE) == tree
+            and (max_steal is None or not _stolen(r, max_steal))}
 
 
 def paired(mine: dict, theirs: dict) -> dict:
@@ -115,25 +121,29 @@ def paired(mine: dict, theirs: dict) -> dict:
                       for k in mine if k in theirs])
 
 
-def tabulate(runs: list[dict], counts: list[int], modes: list[str]) -> list[dict]:
+def tabulate(runs: list[dict], counts: list[int], modes: list[str],
+             max_steal: float | None = None) -> list[dict]:
     reference = counts[0]
     rows = []
     for mode in modes:
         print(f"\naveraging {mode}:")
         print(f"{'workers':>7} {'samples/s (min-max)':>26} {'x ' + str(reference) + ' workers':>22}"
               f" {'CPU s (min-max)':>22} {'steal s':>8}" +
-              (f" {'x control':>20}" if len(modes) > 1 and mode == EVERY_STEP else ""))
+              (f" {'x control':>20}" if len(modes) > 1 and mode == EVERY_STEP else "") +
+              f" {'pairs':>6}")
         for workers in counts:
-            mine = by_repeat(runs, workers, mode)
+            mine = by_repeat(runs, workers, mode, max_steal=max_steal)
             speeds = summarize([r["samples_per_s"] for r in mine.values()])
             cpu = summarize([r["cpu_s"] for r in mine.values()])
             steal = summarize([r.get("steal_s") for r in mine.values()])
             row = {"workers": workers, "mode": mode, "samples_per_s": speeds, "cpu_s": cpu,
-                   "steal_s": steal, "ratio": paired(mine, by_repeat(runs, reference, mode)),
+                   "steal_s": steal, "ratio": paired(mine, by_repeat(runs, reference, mode,
+                                                                    max_steal=max_steal)),
                    "errors": [r["error"] for r in runs if r["workers"] == workers
                               and r["mode"] == mode and "error" in r]}
             if mode == EVERY_STEP and ONCE_PER_EPOCH in modes:
-                row["over_control"] = paired(mine, by_repeat(runs, workers, ONCE_PER_EPOCH))
+                row["over_control"] = paired(mine, by_repeat(runs, workers, ONCE_PER_EPOCH,
+                                                             max_steal=max_steal))
             rows.append(row)
             if speeds["median"] is None:
                 print(f"{workers:>7} {'failed: ' + str(row['errors'][:1]):>26}")
@@ -151,27 +161,41 @@ def tabulate(runs: list[dict], counts: list[int], modes: list[str]) -> list[dict
             if control and control["median"] is not None:
                 line += (f" {control['median']:>8.2f} ({control['min']:.2f}-"
                          f"{control['max']:.2f})")
-            print(line)
+            print(line + f" {ratio['n']:>6}")
     return rows
 
 
 def tabulate_against(runs: list[dict], counts: list[int], modes: list[str],
-                     against: str) -> list[dict]:
+                     against: str, max_steal: float | None = None) -> list[dict]:
     other = str(Path(against).resolve())
     print(f"\nthis tree over {other}, same repeat:")
-    print(f"{'workers':>7} {'mode':>15} {'x other (min-max)':>22} {'other samples/s':>16}")
+    print(f"{'workers':>7} {'mode':>15} {'x other (min-max)':>22} {'other samples/s':>16}"
+          f" {'pairs':>6}")
     rows = []
     for mode in modes:
         for workers in counts:
-            mine, theirs = by_repeat(runs, workers, mode), by_repeat(runs, workers, mode, other)
+            mine = by_repeat(runs, workers, mode, max_steal=max_steal)
+            theirs = by_repeat(runs, workers, mode, other, max_steal=max_steal)
             ratio = paired(mine, theirs)
             speeds = summarize([r["samples_per_s"] for r in theirs.values()])
             rows.append({"workers": workers, "mode": mode, "against": other,
                          "over_against": ratio, "against_samples_per_s": speeds})
             if ratio["median"] is not None:
                 print(f"{workers:>7} {mode:>15} {ratio['median']:>10.2f} ({ratio['min']:.2f}-"
-                      f"{ratio['max']:.2f}) {speeds['median']:>16,.0f}")
+                      f"{ratio['max']:.2f}) {speeds['median']:>16,.0f} {ratio['n']:>6}")
     return rows
+
+
+def retabulate(data: dict, max_steal: float) -> int:
+    """The tables of a JSON this script wrote, with runs over ``max_steal`` left out (JSON
+    written before the steal gate keep all their runs where they recorded no steal)."""
+    runs = data["runs"]
+    counts = sorted({r["workers"] for r in runs})
+    modes = [m for m in (EVERY_STEP, ONCE_PER_EPOCH) if any(r["mode"] == m for r in runs)]
+    tabulate(runs, counts, modes, max_steal)
+    for tree in sorted({r.get("tree", THIS_TREE) for r in runs} - {THIS_TREE}):
+        tabulate_against(runs, counts, modes, tree, max_steal)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -188,14 +212,22 @@ def main(argv=None) -> int:
                         help="seconds of hypervisor steal above which a run is run again "
                              "(default 1.0; see --steal-retries)")
     parser.add_argument("--steal-retries", type=int, default=2,
-                        help="how many times a run with too much steal is run again; the last "
-                             "try is kept whatever its steal (default 2; 0 keeps every run)")
+                        help="how many times a run with too much steal is run again; if every "
+                             "try has too much, the least stolen one is kept, marked, and left "
+                             "out of every ratio (default 2)")
+    parser.add_argument("--from-json", help="print the tables of an earlier run's JSON, with "
+                                            "this --max-steal, and run nothing")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--label", default="", help="a name for this build, kept in the JSON")
     args = parser.parse_args(argv)
+    if args.steal_retries < 0:
+        parser.error("--steal-retries must be 0 or more")
+    if args.from_json:
+        return retabulate(json.loads(Path(args.from_json).read_text()), args.max_steal)
     counts = [int(w) for w in args.workers.split(",")]
     modes = [EVERY_STEP] if args.no_control else [EVERY_STEP, ONCE_PER_EPOCH]
     trees = [THIS_TREE] + ([str(Path(args.against).resolve())] if args.against else [])
+    commits = {tree: _commit(tree) for tree in trees}   # before any run: what was measured
     cells = [(workers, mode, tree) for workers in counts for mode in modes for tree in trees]
     runs, discarded = [], []
     with tempfile.TemporaryDirectory(prefix="mptrain-oversub-") as folder:
@@ -203,24 +235,29 @@ def main(argv=None) -> int:
             # Rotate the order so that no cell always runs first (or right after another).
             shift = repeat % len(cells)
             for workers, mode, tree in cells[shift:] + cells[:shift]:
+                tries = []
                 for attempt in range(1 + args.steal_retries):
-                    cell = run_cell(workers, mode, args.extra, Path(folder), tree)
-                    cell["repeat"] = repeat
+                    cell = {**run_cell(workers, mode, args.extra, Path(folder), tree),
+                            "repeat": repeat, "attempt": attempt}
                     print(json.dumps(cell), flush=True)
-                    if not _stolen(cell, args.max_steal) or attempt == args.steal_retries:
-                        break
-                    discarded.append(cell)   # the host's time, not mptrain's: run it again
-                runs.append(cell)
-    rows = tabulate(runs, counts, modes)
+                    tries.append(cell)
+                    if not _stolen(cell, args.max_steal):
+                        break   # else the host's time, not mptrain's: run it again
+                kept = min(tries, key=lambda c: c.get("steal_s") or 0.0)
+                if _stolen(kept, args.max_steal):
+                    kept["over_steal"] = True   # left out of every ratio
+                runs.append(kept)
+                discarded += [c for c in tries if c is not kept]
+    rows = tabulate(runs, counts, modes, args.max_steal)
     if discarded:
         print(f"\n{len(discarded)} run(s) ran again: more than {args.max_steal:g} s of steal")
     if args.against:
-        rows += tabulate_against(runs, counts, modes, args.against)
+        rows += tabulate_against(runs, counts, modes, args.against, args.max_steal)
     if args.json:
         write_json(args.json, {"machine": machine_info(), "label": args.label,
                                "command": "mptrain run --data digits-60k --strategy sync "
                                           "--sync-every 1|epoch --epochs 1 " + " ".join(args.extra),
-                               "trees": {tree: _commit(tree) for tree in trees},
+                               "trees": commits,
                                "threads_per_worker": 1, "reference_workers": counts[0],
                                "load_average": os.getloadavg(), "rows": rows, "runs": runs,
                                "max_steal_s": args.max_steal, "discarded_for_steal": discarded})
