@@ -31,7 +31,8 @@ SEEN, SIZES = [], []
 class RecordingConvNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.conv = nn.Conv2d(1, 4, kernel_size=3, padding=1)
+        # Two input channels: with one, a channels-last weight would also be contiguous.
+        self.conv = nn.Conv2d(2, 4, kernel_size=3, padding=1)
         self.drop = nn.Dropout(0.3)   # draws from the RNG, which must come back untouched
         self.fc = nn.Linear(4 * 8 * 8, 3)
 
@@ -53,7 +54,7 @@ class Broken(nn.Module):
 
 def image_data(samples=48):
     generator = torch.Generator().manual_seed(3)
-    inputs = torch.randn(samples, 1, 8, 8, generator=generator)
+    inputs = torch.randn(samples, 2, 8, 8, generator=generator)
     targets = torch.randint(0, 3, (samples,), generator=generator)
     return TensorDataset(inputs, targets), TensorDataset(inputs[:16], targets[:16])
 
@@ -101,17 +102,20 @@ def test_one_step_for_each_batch_size_a_worker_meets():
     assert SIZES == [8, 4] and SEEN == ["channels-last"] * 2
 
 
-@pytest.mark.parametrize("samples, workers, batch, sizes", [
-    (60_000, 64, 64, [42, 64]),   # 938 per shard: 14 full batches and one of 42
-    (60_000, 2, 64, [48, 64]),
-    (48, 4, 8, [4, 8]),
-    (48, 3, 8, [8]),              # 16 per shard: full batches only
-    (48, 8, 8, [6]),              # a shard smaller than one batch
-    (50, 4, 8, [5, 8]),           # 13 per shard, padded as DistributedSampler pads
+@pytest.mark.parametrize("samples, workers, batch, steps, sizes", [
+    (60_000, 64, 64, None, [42, 64]),   # 938 per shard: 14 full batches and one of 42
+    (60_000, 2, 64, None, [48, 64]),
+    (48, 4, 8, None, [4, 8]),
+    (48, 3, 8, None, [8]),              # 16 per shard: full batches only
+    (48, 8, 8, None, [6]),              # a shard smaller than one batch
+    (50, 4, 8, None, [5, 8]),           # 13 per shard, padded as DistributedSampler pads
+    (60_000, 64, 64, 10, [64]),         # --steps-per-epoch cuts the shard to full batches
+    (60_000, 64, 64, 20, [42, 64]),     # ... or not, when the shard is shorter
 ])
 def test_a_data_parallel_worker_meets_a_full_batch_and_its_shards_last(samples, workers,
-                                                                        batch, sizes):
-    strategy = make_strategy(TrainConfig(strategy="sync", workers=workers, batch_size=batch))
+                                                                        batch, steps, sizes):
+    strategy = make_strategy(TrainConfig(strategy="sync", workers=workers, batch_size=batch,
+                                         steps_per_epoch=steps))
     data = SimpleNamespace(train=range(samples))
     assert strategy.batch_sizes(data, workers) == sizes
 
@@ -121,7 +125,7 @@ class DrawsEverywhere(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.fc = nn.Linear(64, 3)
+        self.fc = nn.Linear(128, 3)
 
     def forward(self, x):
         SEEN.append("step")
@@ -236,11 +240,13 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train):
     (_job(driver=lambda setup: None), []),         # another driver (RL's actors)
 ], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
-    layouts = []
+    layouts, trims = [], []
     monkeypatch.setattr(rehearsal, "rehearse_first_steps",
                         lambda *args, channels_last, batch_sizes: layouts.append(channels_last))
+    monkeypatch.setattr(rehearsal, "release_free_heap", lambda: trims.append(1))
     execute._prepare_to_fork(job)
     assert layouts == rehearsed
+    assert trims == [1]   # whether or not it rehearsed
 
 
 def _fit(model, **settings):

@@ -79,7 +79,9 @@ class Strategy(ABC):
 
     def batch_sizes(self, data, workers: int) -> list[int]:
         """The sizes of the batches a worker trains on (each a shape torch generates kernels
-        for at its first use): the configured batch size unless a strategy knows better."""
+        for at its first use): the configured batch size unless a strategy knows better
+        (fedavg's clients end in last batches of as many sizes as there are clients; those
+        are left to the workers)."""
         return [self.config.batch_size]
 
     def comm_numel(self, model: nn.Module) -> int:
