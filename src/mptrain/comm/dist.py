@@ -49,6 +49,11 @@ class TorchDistGroup(Group):
             dist.destroy_process_group()
 
 
+#: The torch.distributed backends mptrain's own workers can form a group with (``DistSpec``),
+#: against mptrain's shared-memory group.
+TORCH_BACKENDS = ("gloo", "nccl")
+
+
 class DistSpec:
     """Picklable recipe for a torch.distributed group between mptrain's own processes.
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..comm.dist import DistSpec
+from ..comm.dist import TORCH_BACKENDS, DistSpec
 from ..comm.shm import ShmGroupState
 from ..comm.solo import SoloSpec
 from ..config import TrainConfig
@@ -108,7 +108,7 @@ def make_comm(config, strategy, model, layout):
     if layout.comm == "shm":
         return shm_group_state(config, strategy, model, layout.workers,
                                oversubscribed=layout.workers > layout.cores)
-    if layout.comm in ("gloo", "nccl"):
+    if layout.comm in TORCH_BACKENDS:
         return DistSpec(layout.comm, layout.workers, config.worker_timeout)
     return SoloSpec()
 

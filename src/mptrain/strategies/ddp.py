@@ -16,12 +16,8 @@ from __future__ import annotations
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from ..comm.dist import TorchDistGroup
+from ..comm.dist import TORCH_BACKENDS, TorchDistGroup
 from .data_parallel import DataParallelStrategy
-
-
-#: How mptrain's own workers talk when they wrap their replicas in torch's DDP.
-TORCH_DDP_COMMS = ("gloo", "nccl")
 
 
 class DDPStrategy(DataParallelStrategy):
@@ -46,7 +42,7 @@ class DDPStrategy(DataParallelStrategy):
         return not isinstance(replica, DistributedDataParallel)
 
     def replicas_are_private(self, layout):
-        return layout.comm not in TORCH_DDP_COMMS   # over gloo or nccl: torch's DDP
+        return layout.comm not in TORCH_BACKENDS   # a torch.distributed group: torch's DDP
 
     def unwrap(self, replica):
         return replica.module if isinstance(replica, DistributedDataParallel) else replica
