@@ -20,6 +20,7 @@ from mptrain.engine.loop import train
 from mptrain.errors import Interrupted
 from mptrain.launch import execute, rehearsal
 from mptrain.launch import layout as layout_module
+from mptrain.launch import tuning
 from mptrain.strategies import make_strategy
 from run_watch import live_children  # noqa: E402
 
@@ -214,7 +215,7 @@ def test_a_large_model_is_not_copied(monkeypatch):
 @pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
                     reason="glibc's malloc_trim")
 def test_the_free_heap_is_released_with_glibc():
-    assert rehearsal.release_free_heap() is True
+    assert tuning.release_free_heap() is True
 
 
 def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train):
@@ -243,7 +244,7 @@ def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, jo
     layouts, trims = [], []
     monkeypatch.setattr(rehearsal, "rehearse_first_steps",
                         lambda *args, channels_last, batch_sizes: layouts.append(channels_last))
-    monkeypatch.setattr(rehearsal, "release_free_heap", lambda: trims.append(1))
+    monkeypatch.setattr(execute, "release_free_heap", lambda: trims.append(1))
     execute._prepare_to_fork(job)
     assert layouts == rehearsed
     assert trims == [1]   # whether or not it rehearsed

@@ -30,6 +30,8 @@ import copy
 import torch
 import torch.nn as nn
 
+from ..models import model_bytes
+
 #: Larger models are evaluated as they are: the twin is a second copy of the parameters
 #: in every worker.
 MAX_TWIN_BYTES = 64 * 2**20
@@ -158,9 +160,7 @@ class ChannelsLastEvaluation:
         none: no convolution, too big, hooks (they would run on a copy of their owner, or
         not at all), a model that cannot be copied or has tensors of another rank."""
         self._source, self._twin, self._probe = model, None, _FirstBatchProbe()
-        tensors = list(model.parameters()) + list(model.buffers())
-        size = sum(t.numel() * t.element_size() for t in tensors)
-        if size > MAX_TWIN_BYTES or not _convolutional_without_hooks(model):
+        if model_bytes(model) > MAX_TWIN_BYTES or not _convolutional_without_hooks(model):
             self._usable = False
             return
         try:

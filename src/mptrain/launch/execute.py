@@ -20,7 +20,7 @@ from . import rehearsal, warmup
 from .board import ProgressBoard
 from .layout import HIERARCHICAL, make_comm
 from .supervisor import Supervisor
-from .tuning import apply_threads, child_environment, tune_malloc
+from .tuning import apply_threads, child_environment, release_free_heap, tune_malloc
 from .worker import WorkerPlan, worker_entry
 
 
@@ -170,7 +170,7 @@ def _prepare_to_fork(job: Job) -> None:
             job.model, job.bundle, config, layout.threads,
             channels_last=job.strategy.replicas_are_private(layout),
             batch_sizes=job.strategy.batch_sizes(job.bundle, layout.workers))
-    rehearsal.release_free_heap()
+    release_free_heap()
 
 
 def describe_failures(failures) -> str:

@@ -13,6 +13,7 @@ from ..comm.shm import ShmGroupState
 from ..comm.solo import SoloSpec
 from ..config import TrainConfig
 from ..errors import UserError
+from ..models import model_bytes
 from .preflight import check_device, check_model_fits_data, check_workload
 from .sharing import check_shm_space, choose_sharing_strategy
 from .start_method import choose_start_method
@@ -75,13 +76,11 @@ def preflight(config, bundle, model, strategy, layout) -> list[str]:
 def choose_sharing(config, layout, bundle, model, strategy, extra_bytes: int = 0) -> None:
     """Pick the sharing strategy and check /dev/shm before anything is moved there;
     ``extra_bytes``: what else the strategy puts there (an RL run's replay buffer)."""
-    tensors = list(model.parameters()) + list(model.buffers())
     shared_count = strategy.shared_tensors(model) + 8  # + data, board, group
     layout.sharing, layout.sharing_reason = choose_sharing_strategy(config.sharing_strategy,
                                                                     shared_count)
-    model_bytes = sum(t.numel() * t.element_size() for t in tensors)
     comm_bytes = 2 * layout.workers * strategy.comm_numel(model) * 8
-    check_shm_space(bundle.nbytes + model_bytes * 3 + comm_bytes + extra_bytes)
+    check_shm_space(bundle.nbytes + model_bytes(model) * 3 + comm_bytes + extra_bytes)
 
 
 def comm_kind(config: TrainConfig) -> str:

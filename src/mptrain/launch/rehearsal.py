@@ -13,18 +13,11 @@ The rehearsal runs the model's forward and backward once in the parent, on a cop
 must leave nothing behind that workers could inherit: a model with hooks (user code that
 may record or count) is not rehearsed, and torch's, Python's and numpy's random number
 generators are put back as they were.
-
-Before every fork of workers the parent also gives its heap's free pages back to the
-system. A child's first allocations otherwise land in the parent's freed memory, and every
-page it writes there is copied (a copy-on-write fault) instead of being a fresh zero page,
-which is much cheaper: with 64 workers, `perf` saw a tenth of the time copying pages
-(`copy_mc_*`) in the workers.
 """
 
 from __future__ import annotations
 
 import copy
-import ctypes
 import logging
 import random
 import sys
@@ -36,6 +29,7 @@ import torch.nn as nn
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.task import loss_fn
+from ..models import model_bytes
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +65,7 @@ def rehearse_first_steps(model: nn.Module, data, config, threads: int, channels_
     False, and nothing done, for a large model or one with hooks; False too when a step
     fails: workers will meet, and report, any real error themselves.
     """
-    size = sum(t.numel() * t.element_size() for t in list(model.parameters())
-               + list(model.buffers()))
-    if size > MAX_MODEL_BYTES or len(data.train) == 0 or _has_hooks(model):
+    if model_bytes(model) > MAX_MODEL_BYTES or len(data.train) == 0 or _has_hooks(model):
         return False
     previous_threads = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -129,16 +121,3 @@ def _random_state_kept():
         if numpy_state is not None:
             numpy.random.set_state(numpy_state)
 
-
-def release_free_heap() -> bool:
-    """Return the free pages of this process's heap to the system (glibc's malloc_trim),
-    so that children forked next get fresh pages rather than copies of freed ones; False
-    where the C library has no such call (musl, macOS)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return False
-    trim(0)
-    return True

@@ -14,6 +14,13 @@ from .nets import MLP, DigitsCNN, FedAvgCNN, Mnist2NN, MnistCNN
 BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "mnist-2nn", "mnist-cnn-fedavg", "linear", "mlp")
 
 
+def model_bytes(model: nn.Module) -> int:
+    """Bytes of ``model``'s parameters and buffers: what a copy of it, or its place in
+    shared memory, costs."""
+    return sum(t.numel() * t.element_size()
+               for t in list(model.parameters()) + list(model.buffers()))
+
+
 def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) -> nn.Module:
     """Build the model ``name`` (a built-in or ``module:factory``) for the given data shape.
 
