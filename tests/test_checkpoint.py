@@ -1,6 +1,9 @@
 """Checkpoints: atomic files, refusal of foreign or truncated ones, exact resume."""
 
+import io
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -9,7 +12,8 @@ import torch
 
 from mptrain import checkpoint as checkpoints
 from mptrain.cli import main
-from mptrain.errors import UserError
+from mptrain.config import TrainConfig
+from mptrain.errors import Interrupted, UserError
 
 
 def run_cli(args):
@@ -103,3 +107,60 @@ def test_resume_with_other_worker_count_is_refused(tmp_path, capsys):
 def test_checkpoint_every_needs_out(capsys):
     assert run_cli(["run", "--quiet", "--checkpoint-every", "1"]) == 2
     assert "--checkpoint-every needs --out" in capsys.readouterr().err
+
+
+class _RankReport:
+    """What a rank sends at the end of a round, as far as the keeper looks at it."""
+
+    def __init__(self, rank: int, epoch: int):
+        buffer = io.BytesIO()
+        torch.save({"rank": rank, "model": {"w": torch.full((2,), float(epoch))}}, buffer)
+        self.checkpoint = buffer.getvalue()
+
+
+@pytest.fixture
+def sigterm_raises():
+    """SIGTERM raises Interrupted, as the command sets it up."""
+    def handler(signum, frame):
+        raise Interrupted(signum)
+    previous = signal.signal(signal.SIGTERM, handler)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_self_around(monkeypatch, module, name, before: bool):
+    """Make ``module.name`` send this process SIGTERM just before or just after it acts."""
+    real = getattr(module, name)
+
+    def call(*args, **kwargs):
+        if before:
+            os.kill(os.getpid(), signal.SIGTERM)
+        result = real(*args, **kwargs)
+        if not before:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return result
+    monkeypatch.setattr(module, name, call)
+
+
+def test_a_stop_as_the_checkpoint_lands_still_records_it(tmp_path, monkeypatch, sigterm_raises):
+    # CI saw "no checkpoint was written" with the file in place: SIGINT had arrived between
+    # the rename and the keeper noting it.
+    keeper = checkpoints.CheckpointKeeper(TrainConfig(checkpoint_every=1), {}, tmp_path, None)
+    _sigterm_self_around(monkeypatch, os, "replace", before=False)
+    with pytest.raises(Interrupted):
+        keeper.offer(1, [_RankReport(0, 1)], [])
+    assert keeper.saved_path == tmp_path / "checkpoint.pt" and keeper.saved_epoch == 1
+    assert checkpoints.load(tmp_path).epoch == 1
+
+
+def test_a_stop_while_a_checkpoint_is_written_names_the_one_on_disk(tmp_path, monkeypatch,
+                                                                    sigterm_raises):
+    keeper = checkpoints.CheckpointKeeper(TrainConfig(checkpoint_every=1), {}, tmp_path, None)
+    keeper.offer(1, [_RankReport(0, 1)], [])
+    second = [_RankReport(0, 2)]
+    _sigterm_self_around(monkeypatch, torch, "save", before=True)
+    with pytest.raises(Interrupted):
+        keeper.offer(2, second, [])
+    assert keeper.latest.epoch == 2  # in memory, for restarts
+    assert keeper.saved_epoch == 1 and checkpoints.load(tmp_path).epoch == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temp file left

@@ -14,6 +14,7 @@ import pickle
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -81,9 +82,13 @@ def resolve_resume(resume: str | Path | Checkpoint | None,
     return checkpoint, out
 
 
-def save(directory: Path, checkpoint: Checkpoint) -> Path:
+def save(directory: Path, checkpoint: Checkpoint,
+         on_saved: Callable[[Path], None] | None = None) -> Path:
+    """Write ``checkpoint`` into ``directory`` atomically; ``on_saved(path)`` runs as it
+    lands, before a stop signal can act (see :func:`atomic_write`)."""
     path = Path(directory) / FILENAME
-    atomic_write(path, lambda handle: torch.save(checkpoint.as_dict(), handle))
+    atomic_write(path, lambda handle: torch.save(checkpoint.as_dict(), handle),
+                 on_replaced=None if on_saved is None else lambda: on_saved(path))
     return path
 
 
@@ -127,7 +132,10 @@ class CheckpointKeeper:
         self.every = config.checkpoint_every or \
             (1 if config.max_restarts or keep_on_disk else None)
         self.latest = resume
+        # What is on disk, which lags ``latest`` while a save is under way: the stop message
+        # names these, so they change only together with the file (see ``offer``).
         self.saved_path: Path | None = None
+        self.saved_epoch: int | None = None
 
     def offer(self, done: int, reports, history) -> None:
         """Keep a checkpoint after round ``done`` if every rank sent its part."""
@@ -137,7 +145,10 @@ class CheckpointKeeper:
         self.latest = assemble(done, payloads, self.config.strategy, self.config.as_dict(),
                                self.run_info, [m.as_dict() for m in history])
         if self.out_dir is not None:
-            self.saved_path = save(self.out_dir, self.latest)
+            save(self.out_dir, self.latest, on_saved=lambda path: self._record_saved(path, done))
+
+    def _record_saved(self, path: Path, epoch: int) -> None:
+        self.saved_path, self.saved_epoch = path, epoch
 
 
 def check_resumable(resume: Checkpoint | None, config, workers: int) -> None:

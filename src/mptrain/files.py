@@ -6,10 +6,16 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
+
+from .launch.lifecycle import stop_signals_held
 
 
-def atomic_write(path: Path, write) -> None:
-    """Call ``write(file_object)`` on a temp file next to ``path``, then rename it into place."""
+def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = None) -> None:
+    """Call ``write(file_object)`` on a temp file next to ``path``, then rename it into place.
+
+    ``on_replaced`` runs right after the rename, with SIGINT/SIGTERM held back across both:
+    a stop cannot fall between the file appearing and the caller recording that it did."""
     path = Path(path)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -18,7 +24,10 @@ def atomic_write(path: Path, write) -> None:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+        with stop_signals_held():
+            os.replace(temp, path)
+            if on_replaced is not None:
+                on_replaced()
     except BaseException:
         try:
             os.unlink(temp)

@@ -50,6 +50,26 @@ def ignore_interrupts() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
+@contextmanager
+def stop_signals_held():
+    """Hold SIGINT/SIGTERM back in this thread for the block (a no-op where signals cannot be
+    masked): for steps a stop must not split, such as starting a worker and listing it for
+    reaping, or putting a checkpoint in place and recording that it is there.
+
+    A forked child inherits the mask: it unblocks in ``ignore_interrupts``, after setting
+    its own dispositions, so a signal meant for it during its start is not lost either.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        # Unblocking runs the handlers of pending signals before it returns.
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def leave(code: int) -> None:
     """Exit now, skipping atexit and destructors.
 

@@ -46,8 +46,8 @@ def train_with_restarts(job: Job, keeper, recorder, world=None, *, who: str = "w
                     "stops every rank when one fails or when it is stopped itself)")
         where = f"stopped by {signal.Signals(signum).name} after {len(recorder.history)} " \
                 f"of {config.units} {config.unit}s; every {who[:-1]} was stopped"
-        if keeper.saved_path is not None and keeper.latest is not None:
-            return (f"{where}; last checkpoint: {config.unit} {keeper.latest.epoch} in "
+        if keeper.saved_path is not None:
+            return (f"{where}; last checkpoint: {config.unit} {keeper.saved_epoch} in "
                     f"{keeper.saved_path}; resume with: {command} --resume {keeper.out_dir}")
         return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 " \
                "to be able to resume)"

@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
-from .lifecycle import STOP_SIGNALS, die_with_parent, ignore_interrupts, leave
+from .lifecycle import STOP_SIGNALS, die_with_parent, ignore_interrupts, leave, stop_signals_held
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,7 @@ class Supervisor:
                     process = self._context.Process(
                         target=_bootstrap, args=(target, rank, parent_pid, sender, gate, args),
                         name=f"mptrain-worker-{rank}", daemon=True)
-                    with _signals_blocked():
+                    with stop_signals_held():
                         # Blocked until the process is on the list that stop_all() reaps.
                         try:
                             process.start()
@@ -327,24 +327,6 @@ def _open_gate(opener, workers: int) -> None:
     data = memoryview(b"\x01" * workers)
     while data:
         data = data[os.write(opener.fileno(), data):]
-
-
-@contextmanager
-def _signals_blocked():
-    """Block SIGINT/SIGTERM in this thread (a no-op where signals cannot be masked).
-
-    A forked child inherits the mask: it unblocks in ``ignore_interrupts``, after setting
-    its own dispositions, so a signal meant for it during its start is not lost either.
-    """
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        # Unblocking runs the handlers of pending signals before it returns.
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextmanager
