@@ -21,6 +21,9 @@ pytestmark = pytest.mark.slow
 WORKLOAD = Path(__file__).resolve().parents[1] / "launcher_workload.py"
 FACTORY = ["--data", "launcher_workload:make_data", "--model", "launcher_workload:make_model",
            "--batch-size", "32", "--quiet"]
+# The length of the uninterrupted runs (conftest.uninterrupted_two_node_run) that tests
+# compare theirs with: 8 steps an epoch.
+REFERENCE_EPOCHS = 3
 
 
 def _listening(port: int) -> bool:
@@ -110,20 +113,25 @@ def model_at(out: Path) -> dict:
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("strategy", ["sync", "ddp", "fedavg"])
-def test_two_nodes_train_like_four_own_workers(tmp_path, strategy):
-    units = ["--rounds", "3", "--clients", "8", "--clients-per-round", "4"] \
-        if strategy == "fedavg" else ["--epochs", "2"]
-    args = FACTORY + ["--strategy", strategy, *units]
+def test_two_nodes_train_like_four_own_workers(tmp_path, strategy, uninterrupted_two_node_run):
     before = {e for e in shm_entries() if e.startswith("mptrain-node-")}
-    run_two_nodes(tmp_path, args + ["--out", "torchrun"])
+    if strategy == "fedavg":
+        args = FACTORY + ["--strategy", strategy, "--rounds", "3", "--clients", "8",
+                          "--clients-per-round", "4"]
+        run_two_nodes(tmp_path, args + ["--out", "torchrun"])
+        torchrun = tmp_path / "torchrun"
+    else:
+        args = FACTORY + ["--strategy", strategy, "--epochs", str(REFERENCE_EPOCHS)]
+        torchrun = uninterrupted_two_node_run(strategy)
+        shutil.copy(WORKLOAD, tmp_path / WORKLOAD.name)
     own = mptrain_run(tmp_path, ["run", *args, "--workers", "4", "--out", "own"])
     assert own.returncode == 0, own.stderr
 
-    summary = json.loads((tmp_path / "torchrun" / "summary.json").read_text())
+    summary = json.loads((torchrun / "summary.json").read_text())
     assert (summary["workers"], summary["strategy"]) == (4, strategy)
-    rows = (tmp_path / "torchrun" / "metrics.jsonl").read_text().splitlines()
-    assert len(rows) == (3 if strategy == "fedavg" else 2)
-    theirs, ours = model_at(tmp_path / "torchrun"), model_at(tmp_path / "own")
+    rows = (torchrun / "metrics.jsonl").read_text().splitlines()
+    assert len(rows) == 3
+    theirs, ours = model_at(torchrun), model_at(tmp_path / "own")
     assert theirs.keys() == ours.keys()
     for key in ours:  # the same maths, summed in another order
         assert torch.allclose(theirs[key].float(), ours[key].float(), rtol=0, atol=1e-5), key
@@ -146,13 +154,11 @@ def test_every_rank_starts_from_rank_zeros_model(tmp_path):
 
 @pytest.mark.timeout(500)
 @pytest.mark.parametrize("strategy", ["sync", "ddp"])
-def test_a_restarted_group_resumes_bitwise(tmp_path, strategy):
+def test_a_restarted_group_resumes_bitwise(tmp_path, strategy, uninterrupted_two_node_run):
     """Rank 3 (node 1) dies in epoch 2 of torchrun's first attempt; torchrun restarts both
     nodes; mptrain resumes from the epoch-1 checkpoint with no flag and ends with the model
     of an uninterrupted run, bit for bit."""
-    args = FACTORY + ["--strategy", strategy, "--epochs", "3"]
-    (tmp_path / "clean").mkdir()
-    run_two_nodes(tmp_path / "clean", args + ["--out", "out"])
+    args = FACTORY + ["--strategy", strategy, "--epochs", str(REFERENCE_EPOCHS)]
     (tmp_path / "crash").mkdir()
     nodes = run_two_nodes(tmp_path / "crash", args + ["--out", "out"],
                           env={"CRASH_RANK": "3", "CRASH_STEP": "12"},  # 8 steps per epoch
@@ -160,12 +166,13 @@ def test_a_restarted_group_resumes_bitwise(tmp_path, strategy):
     logs = nodes.output(0) + nodes.output(1)
     assert "exitcode: 3" in logs or "exitcode  : 3" in logs or "Restarting" in logs, logs
     assert logs.count("resuming after epoch 1") == 1, logs   # rank 0 speaks for the job
-    clean, resumed = model_at(tmp_path / "clean" / "out"), model_at(tmp_path / "crash" / "out")
+    clean = model_at(uninterrupted_two_node_run(strategy))
+    resumed = model_at(tmp_path / "crash" / "out")
     for key in clean:
         assert torch.equal(clean[key], resumed[key]), key
     rows = [json.loads(line) for line in
             (tmp_path / "crash" / "out" / "metrics.jsonl").read_text().splitlines()]
-    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    assert [row["epoch"] for row in rows] == list(range(1, REFERENCE_EPOCHS + 1))
 
 
 @pytest.mark.timeout(300)
