@@ -38,7 +38,7 @@ def parent(mode: str, children: int) -> dict:
 
     from mptrain.config import TrainConfig
     from mptrain.data.sources import load_data
-    from mptrain.launch import rehearsal, warmup
+    from mptrain.launch import rehearsal, tuning, warmup
     from mptrain.models import build_model
 
     torch.set_num_threads(1)
@@ -51,7 +51,7 @@ def parent(mode: str, children: int) -> dict:
     if mode == "rehearsed":
         assert rehearsal.rehearse_first_steps(model, bundle, config, threads=1,
                                               channels_last=True, batch_sizes=[FULL, LAST])
-    rehearsal.release_free_heap()
+    tuning.release_free_heap()
     results = []
     for _ in range(children):
         read, write = os.pipe()
