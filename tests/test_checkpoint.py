@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 import torch
@@ -120,12 +121,34 @@ class _RankReport:
 
 @pytest.fixture
 def sigterm_raises():
-    """SIGTERM raises Interrupted, as the command sets it up."""
+    """SIGTERM raises Interrupted, as the command sets it up; and another thread runs, as
+    torch's do in the command (the kernel may hand a signal to any thread that does not
+    block it, and Python then runs the handler in the main thread all the same)."""
     def handler(signum, frame):
         raise Interrupted(signum)
     previous = signal.signal(signal.SIGTERM, handler)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
     yield
+    stop.set()
+    other.join()
     signal.signal(signal.SIGTERM, previous)
+
+
+def _sigterm_self() -> None:
+    """Send this process SIGTERM and return once the kernel has handed it to a thread:
+    Python's C-level handler writes to the wakeup fd when it runs, in whichever thread."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.read(read, 1)
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read)
+        os.close(write)
 
 
 def _sigterm_self_around(monkeypatch, module, name, before: bool):
@@ -134,10 +157,10 @@ def _sigterm_self_around(monkeypatch, module, name, before: bool):
 
     def call(*args, **kwargs):
         if before:
-            os.kill(os.getpid(), signal.SIGTERM)
+            _sigterm_self()
         result = real(*args, **kwargs)
         if not before:
-            os.kill(os.getpid(), signal.SIGTERM)
+            _sigterm_self()
         return result
     monkeypatch.setattr(module, name, call)
 

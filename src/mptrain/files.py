@@ -8,14 +8,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .launch.lifecycle import stop_signals_held
+from .launch.lifecycle import stop_signals_deferred
 
 
 def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = None) -> None:
     """Call ``write(file_object)`` on a temp file next to ``path``, then rename it into place.
 
-    ``on_replaced`` runs right after the rename, with SIGINT/SIGTERM held back across both:
-    a stop cannot fall between the file appearing and the caller recording that it did."""
+    ``on_replaced`` runs right after the rename, with SIGINT/SIGTERM deferred across both: a
+    stop cannot fall between the file appearing and the caller recording that it did."""
     path = Path(path)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -24,7 +24,7 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-        with stop_signals_held():
+        with stop_signals_deferred():
             os.replace(temp, path)
             if on_replaced is not None:
                 on_replaced()
