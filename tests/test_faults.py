@@ -240,6 +240,49 @@ def test_a_hung_worker_is_found_and_stopped_after_the_worker_timeout(start_run, 
     assert_nothing_left(run)
 
 
+# -- ranks that take turns in a worker process ------------------------------------------
+
+def _more_workers_than_cores() -> int:
+    """Enough workers for ranks to take turns in one process per core (``launch.turns``)."""
+    return len(os.sched_getaffinity(0)) + 2
+
+
+@pytest.mark.timeout(120)
+def test_a_failing_rank_that_takes_turns_is_named_with_its_process(start_run):
+    run = start_run("sync", ["--epochs", "50"], workers=_more_workers_than_cores(),
+                    env={"FAULT": "raise", "STEP_DELAY": 0.01})
+    run.wait_for_workers()
+    pid, fault_at = run.release_fault()
+    exited_at = run.finish(timeout=60)
+
+    assert run.proc.returncode == 1, run.stderr
+    assert re.search(rf"rank \d+ in the worker process of ranks [\d, -]+ \(pid {pid}\) "
+                     rf"raised RuntimeError: injected fault in pid {pid}", run.stderr), run.stderr
+    assert "--- traceback of the worker process of ranks" in run.stderr
+    assert exited_at - fault_at < EXIT_S
+    assert_nothing_left(run)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_hung_rank_that_takes_turns_is_blamed_not_the_ranks_waiting_for_their_turn(
+        start_run):
+    timeout_s = 3
+    run = start_run("sync", ["--epochs", "50", "--worker-timeout", str(timeout_s)],
+                    workers=_more_workers_than_cores(),
+                    env={"FAULT": "hang", "STEP_DELAY": 0.01})
+    run.wait_for_workers()
+    pid, fault_at = run.release_fault()
+    exited_at = run.finish(timeout=60)
+
+    assert run.proc.returncode == 1, run.stderr
+    blamed = re.findall(rf"rank (\d+) in the worker process of ranks [\d, -]+ \(pid {pid}\) "
+                        rf"made no progress for {timeout_s} s", run.stderr)
+    assert len(blamed) == 1, run.stderr
+    assert exited_at - fault_at < timeout_s + EXIT_S
+    assert_nothing_left(run)
+
+
 # -- the parent is stopped or killed ------------------------------------------------------
 
 @pytest.mark.timeout(150)

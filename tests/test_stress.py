@@ -64,14 +64,14 @@ def test_sixteen_sync_workers_on_few_cores_finish_correctly_and_reproducibly(tmp
                                           "16", "--strategy", "sync", "--quiet", "--out",
                                           str(out)], f"run{attempt}", timeout=120)
         assert code == 0, err
-        if 16 > 2 * len(os.sched_getaffinity(0)):  # mptrain warns beyond 2 per core
-            assert "16 workers on" in err and "usable cores" in err, err
         metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text()
                    .splitlines()]
         # Every sample once, padded (as DistributedSampler) to 16 equal shards of 90.
         assert len(metrics) == 1 and metrics[0]["train_samples"] == 16 * 90
         summary = json.loads((out / "summary.json").read_text())
         assert summary["workers"] == 16 and 0.0 <= summary["test_accuracy"] <= 1.0
+        # With more workers than cores, the ranks take turns in a process per core.
+        assert summary["processes"] == min(16, len(os.sched_getaffinity(0)))
         models.append(torch.load(out / "model.pt"))
     assert all(torch.isfinite(t).all() for t in models[0].values())
     # Each chunk is averaged by one rank in a fixed order: oversubscription changes timing,

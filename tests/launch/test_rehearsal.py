@@ -218,13 +218,13 @@ def test_the_free_heap_is_released_with_glibc():
     assert tuning.release_free_heap() is True
 
 
-def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train):
+def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train, processes=None):
     settings = {"strategy": strategy, "device": device, "workers": workers}
     if strategy == "ddp" and comm != "shm":
         settings["ddp_backend"] = comm
     job_config = TrainConfig(**settings)
     return SimpleNamespace(layout=SimpleNamespace(workers=workers, cores=2, threads=1,
-                                                  comm=comm),
+                                                  comm=comm, processes=processes),
                            config=job_config, driver=driver, model=RecordingConvNet(),
                            bundle=bundle_from_datasets(*image_data()),
                            strategy=make_strategy(job_config))
@@ -237,9 +237,11 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train):
     (_job("hogwild"), [False]),                    # the shared parameters, as they are
     (_job("ddp", comm="gloo"), [False]),           # inside torch's DDP, as it is
     (_job(workers=2), []),                         # no more workers than cores
+    (_job(processes=2), []),                       # ranks take turns in a process a core
     (_job(device="cuda"), []),
     (_job(driver=lambda setup: None), []),         # another driver (RL's actors)
-], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "cuda", "rl"])
+], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "taking-turns",
+        "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
     layouts, trims = [], []
     monkeypatch.setattr(rehearsal, "rehearse_first_steps",
@@ -269,6 +271,8 @@ def test_a_rehearsed_run_trains_exactly_as_an_unrehearsed_one(monkeypatch):
 
     initial = RecordingConvNet()
     monkeypatch.setattr(layout_module, "usable_cores", lambda: 1)   # 2 workers > 1 core
+    # A process per worker, as for strategies whose ranks do not take turns (hogwild).
+    monkeypatch.setattr(layout_module, "turn_taking_processes", lambda *args: None)
     monkeypatch.setattr(rehearsal, "rehearse_first_steps", counted)
     rehearsed = _fit(_copy(initial))
     assert calls == [True]

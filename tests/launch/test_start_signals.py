@@ -65,7 +65,9 @@ def test_a_signal_while_workers_start_stops_the_run_and_leaves_nothing(tmp_path,
     with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
         run = subprocess.Popen(
             [sys.executable, "-m", "mptrain", "run", "--data", f"{factory}:make_data",
-             "--model", f"{factory}:make_model", "--strategy", "sync", "--workers",
+             # hogwild: a process per worker (sync's ranks would take turns in one
+             # process per core, and there would be no long start to interrupt).
+             "--model", f"{factory}:make_model", "--strategy", "hogwild", "--workers",
              str(WORKERS), "--epochs", "1", "--batch-size", "8", "--quiet"],
             cwd=tmp_path, stdout=out, stderr=err, start_new_session=True,
             preexec_fn=_default_sigint)

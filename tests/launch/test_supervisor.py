@@ -378,3 +378,42 @@ def test_a_tensor_message_arrives_and_the_run_succeeds():
     assert result.ok, [f.describe() for f in result.failures]
     for rank in range(2):
         assert torch.equal(received[rank], torch.arange(4, dtype=torch.float32) + rank)
+
+
+# -- processes whose ranks take turns (launch.turns) ------------------------------------------
+
+def _hung_in_hosted_processes(silent_s, waiting):
+    """What the watchdog blames with processes 0 and 1 hosting ranks 0-1 and 2-3."""
+    supervisor = Supervisor("fork", heartbeat_timeout_s=1.0,
+                            seconds_since_beat=lambda: silent_s,
+                            waiting_ranks=lambda: waiting,
+                            ranks_of_processes=[[0, 1], [2, 3]])
+    supervisor._released_at = 0.0   # long released
+    return supervisor._hung_ranks({0: None, 1: None})
+
+
+@pytest.mark.parametrize("silent_s, waiting, blamed", [
+    # Rank 3 runs and stopped; rank 2 waits for its turn, silent too: only 3 is blamed.
+    ([0, 0, 5, 5], [True, False, True, False], [(1, 3)]),
+    # Rank 2 waits, silent, while rank 3 of its process beats: nothing is hung.
+    ([0, 0, 5, 0], [True, False, True, False], []),
+    # The whole process fell silent while every rank of it waited (stopped while asleep).
+    ([0, 0, 5, 5], [False, False, True, True], [(1, 2), (1, 3)]),
+], ids=["running-rank", "slow-turn", "whole-process"])
+def test_in_a_process_of_several_ranks_the_one_that_stopped_is_blamed(silent_s, waiting,
+                                                                      blamed):
+    assert _hung_in_hosted_processes(silent_s, waiting) == blamed
+
+
+@pytest.mark.parametrize("failure, text", [
+    (WorkerFailure(1, 4242, "raised", 1, process_ranks=(2, 3), traceback=(
+        "Traceback...\nmptrain.launch.turns.HostedRankFailed: rank 3: ValueError: boom\n")),
+     "rank 3 in the worker process of ranks 2-3 (pid 4242) raised ValueError: boom"),
+    (WorkerFailure(1, 4242, "signal", -9, signal_name="SIGKILL", process_ranks=(2, 3)),
+     "the worker process of ranks 2-3 (pid 4242) was killed by SIGKILL"),
+    (WorkerFailure(3, 4242, "hung", timeout_s=5, process_ranks=(2, 3)),
+     "rank 3 in the worker process of ranks 2-3 (pid 4242) made no progress for 5 s"),
+], ids=["raised", "signal", "hung"])
+def test_describe_names_the_ranks_of_a_process_that_hosted_several(failure, text):
+    assert failure.describe().startswith(text)
+    assert failure.who() == "the worker process of ranks 2-3"

@@ -43,6 +43,13 @@ waiting ranks cost nothing. A sleeping rank wakes a few times a second to beat i
 and marks itself waiting on the progress board (when it has one), so the supervisor blames
 the rank that stopped, not the ranks waiting for it.
 
+**Ranks that take turns.** When a process hosts several ranks (``launch.turns``, with more
+workers than cores), its ranks meet locally, one after another in the same thread, and the
+last of them takes the dissemination barrier for the process, with the other processes as
+its members (the first rows of semaphores). What every rank of a process wrote before its
+turn ended is then published by that one ``sem_post``, and read after the matching wait by
+every rank of the other processes: the same chain of hand-offs, with fewer links.
+
 Where process-shared semaphores do not exist (not Linux), ``create`` refuses with one line.
 """
 
@@ -184,10 +191,12 @@ class ShmGroupState:
         return cls(allocate(world_size, row_bytes), allocate(2, row_bytes),
                    semaphores, arrivals, timeout_s, oversubscribed)
 
-    def attach(self, rank: int, progress=None) -> "ShmGroup":
+    def attach(self, rank: int, progress=None, turns=None) -> "ShmGroup":
         """This rank's handle. ``progress`` (a board writer: ``beat()``, ``waiting(bool)``)
-        is beaten while the rank sleeps at a barrier, and told when it waits."""
-        return ShmGroup(self, rank, progress)
+        is beaten while the rank sleeps at a barrier, and told when it waits. ``turns``
+        (``launch.turns.Turns``): this rank takes turns with other ranks in its process,
+        which meets the other processes at barriers on behalf of all of them."""
+        return ShmGroup(self, rank, progress, turns)
 
     def release(self) -> None:
         """Nothing to remove: the buffers go with the last process that maps them."""
@@ -211,23 +220,31 @@ class _Packing:
 
 
 class ShmGroup(Group):
-    def __init__(self, state: ShmGroupState, rank: int, progress=None):
+    def __init__(self, state: ShmGroupState, rank: int, progress=None, turns=None):
         self.rank = rank
+        self._turns = turns
         self.world_size = state.slots.shape[0]
         self._state = state
         self._libc = _Semaphores.load()
         self._progress = progress
         self._limit_s = state.timeout_s + (_supervised_margin_s(state.timeout_s)
                                            if progress is not None else 0.0)
-        self._spin_tries = 0 if state.oversubscribed else _SPIN_TRIES
-        self._yields = _YIELDS if state.oversubscribed else 0
+        # Ranks that take turns in a process meet the other processes, at most one per
+        # core: waiting for a token by trying for a while pays there.
+        oversubscribed = state.oversubscribed and turns is None
+        self._spin_tries = 0 if oversubscribed else _SPIN_TRIES
+        self._yields = _YIELDS if oversubscribed else 0
         self._arrivals = state.arrivals.numpy()[:, 0]
         self._generation = int(self._arrivals[rank])
-        # Round k: post to rank + 2**k, take from own semaphore (posted by rank - 2**k).
+        # The barrier's members: the ranks, or the processes when ranks take turns in them
+        # (the first ``processes`` rows of semaphores then belong to the processes).
+        member, members = (rank, self.world_size) if turns is None \
+            else (turns.process, turns.processes)
+        # Round k: post to member + 2**k, take from own semaphore (posted by member - 2**k).
         self._rounds = [(ctypes.c_void_p(_address(state.semaphores,
-                                                  (rank + (1 << k)) % self.world_size, k)),
-                         ctypes.c_void_p(_address(state.semaphores, rank, k)))
-                        for k in range(_rounds(self.world_size))]
+                                                  (member + (1 << k)) % members, k)),
+                         ctypes.c_void_p(_address(state.semaphores, member, k)))
+                        for k in range(_rounds(members))]
         self._parity = 0
         self._packings: dict = {}
         self.waits = WaitCounts()
@@ -237,6 +254,13 @@ class ShmGroup(Group):
     def barrier(self) -> None:
         self._generation += 1
         self._arrivals[self.rank] = self._generation  # diagnostics only (see module doc)
+        if self._turns is not None:
+            self._turns.arrive(self._disseminate)
+        else:
+            self._disseminate()
+
+    def _disseminate(self) -> None:
+        """The dissemination barrier between this group's members (see the module doc)."""
         slept_since = None
         for post_to, take_from in self._rounds:
             self._libc.post(post_to)
@@ -296,14 +320,20 @@ class ShmGroup(Group):
         while not self._libc.wait_for(semaphore, min(_SLEEP_SLICE_S, self._limit_s)):
             waited = time.monotonic() - since
             if waited > self._limit_s:
-                generation = self._generation
-                late = [r for r in range(self.world_size) if self._arrivals[r] < generation]
                 self._mark_waiting(False)
                 raise CollectiveTimeout(
-                    f"rank {self.rank} waited {waited:.0f} s at a barrier for rank(s) {late}; "
-                    "raise --worker-timeout if a step really takes that long")
-            if self._progress is not None:
+                    f"rank {self.rank} waited {waited:.0f} s at a barrier for "
+                    f"{self._late_ranks()}; raise --worker-timeout if a step really takes "
+                    "that long")
+            if self._turns is not None:
+                self._turns.beat_all()   # every rank of this process waits here
+            elif self._progress is not None:
                 self._progress.beat()
+
+    def _late_ranks(self) -> str:
+        """The ranks that have not reached this rank's current barrier yet."""
+        late = [r for r in range(self.world_size) if self._arrivals[r] < self._generation]
+        return f"rank(s) {late}"
 
     def _mark_waiting(self, waiting: bool) -> None:
         if self._progress is not None:

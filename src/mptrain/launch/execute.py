@@ -139,11 +139,13 @@ def train_on_workers(job: Job) -> None:
         in_round = board.samples_done() - reported[0]
         job.presenter.update(max(0, min(per_epoch, in_round)))
 
+    processes = layout.ranks_of_processes()
     supervisor = Supervisor(layout.start_method, heartbeat_timeout_s=config.worker_timeout,
                             seconds_since_beat=board.seconds_since_beat,
                             waiting_ranks=board.waiting_ranks,
                             on_message=on_message, on_tick=on_tick,
-                            on_started=job.while_workers_train)
+                            on_started=job.while_workers_train,
+                            ranks_of_processes=processes)
     try:
         if layout.start_method == "fork":
             _prepare_to_fork(job)
@@ -153,7 +155,7 @@ def train_on_workers(job: Job) -> None:
             gc.freeze()
         board.beat_all()   # what the parent did before the start is not a worker's silence
         with _environment(child_environment(layout.threads)):
-            outcome = supervisor.run(worker_entry, [(plan,)] * layout.workers)
+            outcome = supervisor.run(worker_entry, [(plan, ranks) for ranks in processes])
     finally:
         gc.unfreeze()
         plan.comm.release()   # the rendezvous folder of gloo/nccl groups
@@ -164,7 +166,8 @@ def train_on_workers(job: Job) -> None:
 def _prepare_to_fork(job: Job) -> None:
     """What forked workers should inherit rather than each build for themselves."""
     layout, config = job.layout, job.config
-    if job.driver is train and rehearsal.worth_rehearsing(layout.workers, layout.cores,
+    processes = layout.processes or layout.workers
+    if job.driver is train and rehearsal.worth_rehearsing(processes, layout.cores,
                                                           config.device):
         rehearsal.rehearse_first_steps(
             job.model, job.bundle, config, layout.threads,
@@ -177,7 +180,7 @@ def describe_failures(failures) -> str:
     lines = ["training failed: " + "; ".join(f.describe() for f in failures)]
     for failure in failures:
         if failure.traceback:
-            lines.append(f"--- traceback of worker rank {failure.rank} ---")
+            lines.append(f"--- traceback of {failure.who()} ---")
             lines.append(failure.traceback.rstrip())
     return "\n".join(lines)
 

@@ -39,6 +39,21 @@ class RunLayout:
     sharing_reason: str = ""
     cores: int = 1
     local_workers: int | None = None   # of ``workers``, those on this machine (None: all)
+    #: Worker processes when fewer than ``workers``: the ranks take turns in them
+    #: (``launch.turns``); None: a process per worker.
+    processes: int | None = None
+
+    def ranks_of_processes(self) -> list[list[int]]:
+        """The ranks each worker process trains, in order: consecutive runs of ranks, the
+        first processes taking one more when they do not divide evenly."""
+        count = self.processes or self.workers
+        size, extra = divmod(self.workers, count)
+        ranks, start = [], 0
+        for index in range(count):
+            end = start + size + (index < extra)
+            ranks.append(list(range(start, end)))
+            start = end
+        return ranks
 
 
 def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:
@@ -58,7 +73,21 @@ def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = Non
     if strategy.in_process:
         return RunLayout(1, threads, None, "in this process", "none", cores=usable_cores())
     method, reason = choose_start_method(config.start_method, config.device, threads)
-    return RunLayout(workers, threads, method, reason, comm_kind(config), cores=usable_cores())
+    comm, cores = comm_kind(config), usable_cores()
+    return RunLayout(workers, threads, method, reason, comm, cores=cores,
+                     processes=turn_taking_processes(config, strategy, comm, workers, cores))
+
+
+def turn_taking_processes(config: TrainConfig, strategy, comm: str, workers: int,
+                          cores: int) -> int | None:
+    """With more CPU workers than cores, the ranks of a strategy that talks through shared
+    memory at every step (sync, ddp) take turns in one process per core rather than a
+    process each: 64 sync workers on 2 cores then train as fast as 2 (``launch.turns``).
+    None: a process per worker."""
+    if not strategy.ranks_take_turns or comm != "shm" or config.device != "cpu" \
+            or workers <= cores:
+        return None
+    return cores
 
 
 def preflight(config, bundle, model, strategy, layout) -> list[str]:
@@ -66,7 +95,7 @@ def preflight(config, bundle, model, strategy, layout) -> list[str]:
     check_device(config)
     check_model_fits_data(model, bundle)
     warnings = check_workload(config, bundle, layout.workers, layout.cores, model=model,
-                              local_workers=layout.local_workers)
+                              local_workers=layout.local_workers, processes=layout.processes)
     strategy.check(bundle, model, layout)
     if layout.start_method is not None:
         choose_sharing(config, layout, bundle, model, strategy)

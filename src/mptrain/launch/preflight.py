@@ -41,11 +41,13 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
 
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
                    cores: int, model: nn.Module | None = None,
-                   local_workers: int | None = None) -> list[str]:
+                   local_workers: int | None = None, processes: int | None = None
+                   ) -> list[str]:
     """Refuse impossible splits; return warnings for legal but surprising ones.
 
     ``workers`` split the data; ``local_workers`` of them (default: all) share this
-    machine's ``cores`` and memory -- under torchrun, the ranks of this node.
+    machine's ``cores`` and memory -- under torchrun, the ranks of this node. ``processes``:
+    fewer worker processes than workers, whose ranks take turns in them (no time-sharing).
     ``model`` refines the memory check with what a worker holds of its own for it (replica,
     gradients, optimizer state, one batch's activations); without it only the interpreter's
     share counts.
@@ -64,7 +66,7 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
     here = workers if local_workers is None else local_workers
     if here > cores:
         _check_memory(config, bundle, here, model)
-    if here > 2 * cores:
+    if here > 2 * cores and processes is None:   # ranks taking turns do not time-share
         warnings.append(f"{here} workers on {cores} usable cores: they time-share the "
                         f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
     return warnings

@@ -25,22 +25,26 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import re
 import signal
 import threading
 import time
 import traceback
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
-from .lifecycle import STOP_SIGNALS, die_with_parent, ignore_interrupts, leave, stop_signals_held
+from .lifecycle import (STOP_SIGNALS, die_with_parent, ignore_interrupts, leave,
+                        stop_signals_held, stop_signals_noted)
 
 log = logging.getLogger(__name__)
 
 TERMINATE_GRACE_S = 3.0
+#: The last line of a traceback from a process whose ranks take turns (launch.turns).
+HOSTED_FAILURE = re.compile(r"(?:[\w.]+\.)?HostedRankFailed: rank (?P<rank>\d+): (?P<cause>.*)")
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,27 @@ class WorkerFailure:
     traceback: str | None = None
     timeout_s: float | None = None
     waiting_ranks: tuple[int, ...] = ()   # "hung": live ranks that waited for it meanwhile
+    #: The ranks its process hosted, when it hosted several (``launch.turns``); ``rank`` is
+    #: then the process's index, or for "hung" the rank that stopped.
+    process_ranks: tuple[int, ...] = ()
+
+    def who(self) -> str:
+        """The worker process, by its rank or by the ranks it hosted."""
+        if self.process_ranks:
+            return f"the worker process of ranks {_span(self.process_ranks)}"
+        return f"worker rank {self.rank}"
 
     def describe(self) -> str:
-        where = f"worker rank {self.rank} (pid {self.pid})"
+        where = f"{self.who()} (pid {self.pid})"
+        if self.process_ranks and self.reason == "hung":
+            where = f"rank {self.rank} in {where}"
         if self.reason == "raised":
             last = (self.traceback or "").strip().splitlines()
-            return f"{where} raised {last[-1] if last else 'an exception'}"
+            cause = last[-1] if last else "an exception"
+            hosted = HOSTED_FAILURE.match(cause) if self.process_ranks else None
+            if hosted:   # launch.turns names the rank that raised
+                where, cause = f"rank {hosted['rank']} in {where}", hosted["cause"]
+            return f"{where} raised {cause}"
         if self.reason == "signal":
             return f"{where} was killed by {self.signal_name}"
         if self.reason == "hung":
@@ -70,6 +89,11 @@ class WorkerFailure:
             return f"{where} made no progress for {self.timeout_s:g} s and was stopped" \
                    f"{waiting} (raise --worker-timeout if a step can really take that long)"
         return f"{where} exited with code {self.exitcode} before finishing"
+
+
+def _span(ranks: Sequence[int]) -> str:
+    return f"{ranks[0]}-{ranks[-1]}" if list(ranks) == list(range(ranks[0], ranks[-1] + 1)) \
+        else ", ".join(map(str, ranks))
 
 
 @dataclass
@@ -130,11 +154,14 @@ class Supervisor:
                  waiting_ranks: Callable[[], list[bool]] | None = None,
                  on_message: Callable[[int, object], None] | None = None,
                  on_tick: Callable[[], None] | None = None,
-                 on_started: Callable[[], None] | None = None, tick_s: float = 0.1):
+                 on_started: Callable[[], None] | None = None, tick_s: float = 0.1,
+                 ranks_of_processes: Sequence[Sequence[int]] | None = None):
         """``seconds_since_beat`` and ``waiting_ranks`` read the progress board (per rank:
         seconds since its last heartbeat; whether it waits at a collective): a rank silent
         for ``heartbeat_timeout_s`` is hung, and the ranks waiting meanwhile are named as
-        waiting for it rather than blamed."""
+        waiting for it rather than blamed. ``ranks_of_processes``: the ranks each worker
+        process hosts, when processes host several (default: process ``i`` is rank ``i``)."""
+        self._ranks_of_processes = ranks_of_processes
         self._context = torch_mp.get_context(start_method)
         self._start_method = start_method
         if start_method == "forkserver":
@@ -162,7 +189,7 @@ class Supervisor:
                 # signals and keep them blocked for good.
                 from multiprocessing import forkserver
                 forkserver.ensure_running()
-            with _signals_noted() as noted:
+            with stop_signals_noted() as noted:
                 for rank, args in enumerate(args_per_rank):
                     receiver, sender = self._context.Pipe(duplex=False)
                     process = self._context.Process(
@@ -216,16 +243,18 @@ class Supervisor:
                 self._drain(connections[rank], rank, finished, tracebacks, open_connections)
                 failure = self._failure(rank, process, rank in finished, tracebacks.get(rank))
                 if failure is not None:
-                    result.failures.append(failure)
+                    result.failures.append(replace(failure, process_ranks=self._hosted(rank)))
             if result.failures:
                 return
             hung = self._hung_ranks(live)
             if hung:
-                waiting = tuple(r for r in self._ranks_waiting(live) if r not in hung)
+                stopped = {rank for _, rank in hung}
+                waiting = tuple(r for r in self._ranks_waiting(live) if r not in stopped)
                 result.failures.extend(
-                    WorkerFailure(rank=r, pid=live[r].pid, reason="hung",
-                                  timeout_s=self._heartbeat_timeout_s, waiting_ranks=waiting)
-                    for r in hung)
+                    WorkerFailure(rank=rank, pid=live[process].pid, reason="hung",
+                                  timeout_s=self._heartbeat_timeout_s, waiting_ranks=waiting,
+                                  process_ranks=self._hosted(process))
+                    for process, rank in hung)
                 return
             self._on_tick()
 
@@ -262,20 +291,42 @@ class Supervisor:
             return WorkerFailure(rank, process.pid, "signal", code, signal_name=name)
         return WorkerFailure(rank, process.pid, "exited", code)
 
-    def _hung_ranks(self, live) -> list[int]:
+    def _ranks_of(self, process: int) -> Sequence[int]:
+        return (process,) if self._ranks_of_processes is None \
+            else self._ranks_of_processes[process]
+
+    def _hosted(self, process: int) -> tuple[int, ...]:
+        """The ranks of ``process`` when it hosts several, else ()."""
+        ranks = tuple(self._ranks_of(process))
+        return ranks if len(ranks) > 1 else ()
+
+    def _hung_ranks(self, live) -> list[tuple[int, int]]:
+        """(process, rank) of every rank that stopped: silent for longer than the timeout
+        and not waiting at a collective. In a process that hosts several ranks the others
+        wait, silent, for their turn: they are blamed only when every rank of the process
+        fell silent while waiting (the process stopped while it slept)."""
         if self._heartbeat_timeout_s is None or self._seconds_since_beat is None:
             return []
         silent = self._seconds_since_beat()
+        waiting = self._waiting_ranks() if self._waiting_ranks is not None else None
         # Nobody can beat before the gate opens, however long starting took.
         released = time.monotonic() - self._released_at
-        return [rank for rank in live
-                if min(silent[rank], released) > self._heartbeat_timeout_s]
+        hung = []
+        for process in live:
+            quiet = [rank for rank in self._ranks_of(process)
+                     if min(silent[rank], released) > self._heartbeat_timeout_s]
+            stopped = [rank for rank in quiet if waiting is None or not waiting[rank]]
+            if not stopped and len(quiet) == len(self._ranks_of(process)):
+                stopped = quiet
+            hung += [(process, rank) for rank in stopped]
+        return hung
 
     def _ranks_waiting(self, live) -> list[int]:
         if self._waiting_ranks is None:
             return []
         waiting = self._waiting_ranks()
-        return [rank for rank in sorted(live) if waiting[rank]]
+        return [rank for process in sorted(live) for rank in self._ranks_of(process)
+                if waiting[rank]]
 
     def stop_all(self) -> None:
         """SIGTERM every live worker, SIGKILL what is left after a grace period, reap all.
@@ -327,27 +378,6 @@ def _open_gate(opener, workers: int) -> None:
     data = memoryview(b"\x01" * workers)
     while data:
         data = data[os.write(opener.fileno(), data):]
-
-
-@contextmanager
-def _signals_noted():
-    """While workers start, SIGINT/SIGTERM only append to the yielded list (main thread
-    only: elsewhere Python runs no handlers, so nothing can raise inside fork)."""
-    noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield noted
-        return
-    previous = {}
-    for sig in STOP_SIGNALS:
-        handler = signal.getsignal(sig)
-        if handler is None or handler == signal.SIG_IGN:
-            continue  # installed outside Python, or ignored: leave it be
-        previous[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
-    try:
-        yield noted
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _deliver(signum: int) -> None:

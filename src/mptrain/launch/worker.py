@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
 from .tuning import apply_threads, tune_malloc
+from .turns import Turns
 
 
 @dataclass
@@ -28,9 +31,30 @@ class WorkerPlan:
         return state
 
 
-def worker_entry(rank: int, channel, plan: WorkerPlan) -> None:
+def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) -> None:
+    """Worker process ``index``: trains ``ranks`` -- its own rank, or several that take
+    turns in it (``launch.turns``)."""
     tune_malloc()
     apply_threads(plan.job.layout.threads)
+    processes = plan.job.layout.processes
+    if processes is None:
+        _train_rank(ranks[0], channel, plan)
+        return
+    turns = Turns(index, processes)
+    groups = []
+    for rank in ranks:
+        progress = plan.board.writer(rank)
+        group = plan.comm.attach(rank, progress, turns=turns)
+        groups.append(group)
+        setup = plan.job.setup(rank, group, progress, channel.send,
+                               worker_device(rank, plan.job.config.device))
+        turns.add(rank, functools.partial(plan.job.driver, setup), progress)
+    turns.run()
+    for group in groups:
+        group.close()
+
+
+def _train_rank(rank: int, channel, plan: WorkerPlan) -> None:
     device = worker_device(rank, plan.job.config.device)
     progress = plan.board.writer(rank)
     # The group marks this rank "waiting" on the board while it sleeps at a collective, so

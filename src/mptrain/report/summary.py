@@ -30,7 +30,11 @@ def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
     test = f" / {len(bundle.test):,} test" if bundle.test is not None else ""
     first = f"strategy [bold]{config.strategy}[/bold]"
-    if layout.start_method:
+    if layout.start_method and layout.processes:
+        first += f" · {layout.workers} workers taking turns in {layout.processes} " \
+                 f"processes × {layout.threads} thread(s) ({layout.cores} usable cores) · " \
+                 f"start method {layout.start_method} ({layout.start_reason})"
+    elif layout.start_method:
         first += f" · {layout.workers} workers × {layout.threads} thread(s) " \
                  f"({layout.cores} usable cores) · start method {layout.start_method} " \
                  f"({layout.start_reason})"
@@ -60,6 +64,8 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
     summary = {
         "strategy": config.strategy,
         "workers": layout.workers,
+        # Worker processes: fewer than workers when ranks take turns in them.
+        "processes": (layout.processes or layout.workers) if layout.start_method else None,
         "threads_per_worker": layout.threads,
         "start_method": layout.start_method,
         "epochs": config.epochs if config.unit == "epoch" else None,

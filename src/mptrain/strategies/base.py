@@ -59,6 +59,11 @@ class Strategy(ABC):
     name = "base"
     #: True for strategies that train in the calling process (``single``).
     in_process = False
+    #: True for strategies whose ranks may take turns in a shared worker process when
+    #: workers outnumber cores (``launch.turns``): every wait is at a shared-memory
+    #: collective, and ranks meet at one every step (a rank that never waited would run its
+    #: whole epoch before the next rank of its process began).
+    ranks_take_turns = False
 
     def __init__(self, config: TrainConfig):
         self.config = config

@@ -22,6 +22,7 @@ from .data_parallel import DataParallelStrategy
 
 class DDPStrategy(DataParallelStrategy):
     name = "ddp"
+    ranks_take_turns = True
 
     def comm_numel(self, model):
         # The start-up broadcast carries parameters and buffers; gradients are fewer.

@@ -17,6 +17,7 @@ from .data_parallel import DataParallelStrategy, floating_state
 
 class SyncStrategy(DataParallelStrategy):
     name = "sync"
+    ranks_take_turns = True
 
     def comm_numel(self, model):
         return sum(t.numel() for t in floating_state(model))
