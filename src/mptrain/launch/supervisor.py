@@ -37,8 +37,8 @@ from typing import Callable, Sequence
 import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
-from .lifecycle import (STOP_SIGNALS, die_with_parent, ignore_interrupts, leave,
-                        stop_signals_held, stop_signals_noted)
+from .lifecycle import (die_with_parent, ignore_interrupts, leave, stop_signals_held,
+                        stop_signals_noted)
 
 log = logging.getLogger(__name__)
 
