@@ -15,6 +15,7 @@ from mptrain import checkpoint as checkpoints
 from mptrain.cli import main
 from mptrain.config import TrainConfig
 from mptrain.errors import Interrupted, UserError
+from mptrain.launch.lifecycle import stop_signals_deferred
 
 
 def run_cli(args):
@@ -187,3 +188,11 @@ def test_a_stop_while_a_checkpoint_is_written_names_the_one_on_disk(tmp_path, mo
     assert keeper.latest.epoch == 2  # in memory, for restarts
     assert keeper.saved_epoch == 1 and checkpoints.load(tmp_path).epoch == 1
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]  # no temp file left
+
+
+def test_a_stop_deferred_around_a_failing_write_still_stops_the_run(sigterm_raises):
+    with pytest.raises(Interrupted) as stopped:
+        with stop_signals_deferred():
+            _sigterm_self()
+            raise OSError("disk full")
+    assert isinstance(stopped.value.__context__, OSError)

@@ -243,8 +243,8 @@ def test_a_hung_worker_is_found_and_stopped_after_the_worker_timeout(start_run, 
 # -- ranks that take turns in a worker process ------------------------------------------
 
 def _more_workers_than_cores() -> int:
-    """Enough workers for ranks to take turns in one process per core (``launch.turns``)."""
-    return len(os.sched_getaffinity(0)) + 2
+    """Workers whose ranks take turns, two in each process of a core (``launch.turns``)."""
+    return 2 * len(os.sched_getaffinity(0))
 
 
 @pytest.mark.timeout(120)

@@ -59,6 +59,9 @@ class WorkerSetup:
     start_epoch: int = 0
     resume_state: dict | None = None      # this rank's part of the checkpoint resumed from
     checkpoint_every: int | None = None   # rounds
+    #: Whether this rank reports its process's page faults: ranks that take turns in one
+    #: process (``launch.turns``) share them, and only the first of them counts them.
+    counts_faults: bool = True
 
 
 def train(setup: WorkerSetup) -> None:
@@ -76,7 +79,7 @@ def train(setup: WorkerSetup) -> None:
     group.barrier()
 
     for index in range(setup.start_epoch, config.units):
-        faults_before = minor_faults()
+        faults_before = minor_faults() if setup.counts_faults else 0
         work = program.train_round(index)
         last = index + 1 == config.units
         eval_loss, correct, count = 0.0, 0, 0
@@ -100,7 +103,8 @@ def train(setup: WorkerSetup) -> None:
             epoch=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
             train_loss_sum=work.loss_sum, train_started=work.started, train_ended=work.ended,
             eval_loss_sum=eval_loss, eval_correct=correct, eval_count=count,
-            minor_faults=minor_faults() - faults_before, evaluated_at=evaluated_at,
+            minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
+            evaluated_at=evaluated_at,
             checkpoint=checkpoint, extras=work.extras))
         if evaluating and config.target_accuracy is not None and task == CLASSIFICATION \
                 and ratio_over_ranks(group, correct, count, empty=0.0,

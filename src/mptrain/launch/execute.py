@@ -145,7 +145,7 @@ def train_on_workers(job: Job) -> None:
                             waiting_ranks=board.waiting_ranks,
                             on_message=on_message, on_tick=on_tick,
                             on_started=job.while_workers_train,
-                            ranks_of_processes=processes)
+                            ranks_of_processes=processes if layout.processes else None)
     try:
         if layout.start_method == "fork":
             _prepare_to_fork(job)

@@ -75,19 +75,23 @@ def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = Non
     method, reason = choose_start_method(config.start_method, config.device, threads)
     comm, cores = comm_kind(config), usable_cores()
     return RunLayout(workers, threads, method, reason, comm, cores=cores,
-                     processes=turn_taking_processes(config, strategy, comm, workers, cores))
+                     processes=turn_taking_processes(config, strategy, comm, workers, cores,
+                                                     threads))
 
 
 def turn_taking_processes(config: TrainConfig, strategy, comm: str, workers: int,
-                          cores: int) -> int | None:
-    """With more CPU workers than cores, the ranks of a strategy that talks through shared
-    memory at every step (sync, ddp) take turns in one process per core rather than a
-    process each: 64 sync workers on 2 cores then train as fast as 2 (``launch.turns``).
-    None: a process per worker."""
+                          cores: int, threads: int) -> int | None:
+    """With more CPU workers than the cores can run at once, the ranks of a strategy that
+    meets at shared-memory collectives (sync, ddp) take turns in one process per core's
+    worth of threads rather than a process each (``launch.turns``; figures in
+    ``benchmarks/README.md``). Only when the processes get as many ranks each: a process
+    with one rank more would make the others wait for it at every barrier. None: a process
+    per worker."""
+    processes = max(1, cores // threads)
     if not strategy.ranks_take_turns or comm != "shm" or config.device != "cpu" \
-            or workers <= cores:
+            or workers <= processes or workers % processes:
         return None
-    return cores
+    return processes
 
 
 def preflight(config, bundle, model, strategy, layout) -> list[str]:

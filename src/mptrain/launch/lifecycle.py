@@ -99,12 +99,16 @@ def stop_signals_noted():
 @contextmanager
 def stop_signals_deferred():
     """Run the block whole: a SIGINT/SIGTERM that arrives meanwhile takes effect right
-    after it -- for steps a stop must not split, such as putting a checkpoint in place and
-    recording that it is there."""
-    with stop_signals_noted() as noted:
-        yield
-    if noted:
-        signal.raise_signal(noted[0])
+    after it, whether or not the block raised -- for steps a stop must not split, such as
+    putting a checkpoint in place and recording that it is there. Main thread only (where
+    Python runs handlers); elsewhere the block is not protected."""
+    noted: list[int] = []
+    try:
+        with stop_signals_noted() as noted:
+            yield
+    finally:   # the handlers are back in place: the one meant for the signal takes it
+        if noted:
+            signal.raise_signal(noted[0])
 
 
 def leave(code: int) -> None:

@@ -57,12 +57,14 @@ class WorkerFailure:
     traceback: str | None = None
     timeout_s: float | None = None
     waiting_ranks: tuple[int, ...] = ()   # "hung": live ranks that waited for it meanwhile
-    #: The ranks its process hosted, when it hosted several (``launch.turns``); ``rank`` is
-    #: then the process's index, or for "hung" the rank that stopped.
+    #: The ranks its process hosted, when ranks took turns in processes (``launch.turns``);
+    #: ``rank`` is then the process's index, or for "hung" the rank that stopped.
     process_ranks: tuple[int, ...] = ()
 
     def who(self) -> str:
         """The worker process, by its rank or by the ranks it hosted."""
+        if len(self.process_ranks) == 1:
+            return f"the worker process of rank {self.process_ranks[0]}"
         if self.process_ranks:
             return f"the worker process of ranks {_span(self.process_ranks)}"
         return f"worker rank {self.rank}"
@@ -296,9 +298,9 @@ class Supervisor:
             else self._ranks_of_processes[process]
 
     def _hosted(self, process: int) -> tuple[int, ...]:
-        """The ranks of ``process`` when it hosts several, else ()."""
-        ranks = tuple(self._ranks_of(process))
-        return ranks if len(ranks) > 1 else ()
+        """The ranks of ``process`` when ranks take turns in processes, else ()."""
+        return () if self._ranks_of_processes is None \
+            else tuple(self._ranks_of_processes[process])
 
     def _hung_ranks(self, live) -> list[tuple[int, int]]:
         """(process, rank) of every rank that stopped: silent for longer than the timeout

@@ -11,17 +11,20 @@ has the figures).
 
 How: each hosted rank runs the unchanged driver in a greenlet of its own (a coroutine with
 its own stack; a switch costs about a microsecond and never leaves the thread). A rank runs
-until it reaches a barrier, then hands the turn to the next rank of its process, in rank
-order. The last of them to arrive takes the barrier for the whole process, with the other
-processes (``comm.shm``), and every rank of the process goes on from there in turn. The
-data of a collective still go through each rank's own slot, so every rank computes exactly
-what it would in a process of its own: the same values, bit for bit.
+until it reaches a barrier, then hands the turn to the next rank of its process that has
+not reached it. The last of them to arrive takes the barrier for the whole process, with
+the other processes (``comm.shm``), and every rank of the process goes on from there in
+turn. The data of a collective still go through each rank's own slot, so every rank
+computes what it would in a process of its own: with mptrain's models and data, the same
+values bit for bit (``tests/launch/test_turns.py``).
 
 What a rank keeps to itself across turns: torch's global random generator (dropout draws
-from it, and a checkpoint saves it) and whether gradients are enabled; everything else a
-rank touches is its own object (replica, optimizer, shard). A rank must not reach a barrier
-inside ``torch.inference_mode`` (a thread-wide mode that cannot be handed over); none of
-mptrain's collectives are called there.
+from it, and a checkpoint saves it) and whether gradients are enabled; its replica,
+optimizer and shard are its own objects. Python's ``random`` and numpy's global generators
+are the process's, shared by its ranks: a model that draws from them gets other numbers
+than with a process per rank. A rank must not reach a barrier inside
+``torch.inference_mode`` (a thread-wide mode that cannot be handed over); none of mptrain's
+collectives are called there.
 """
 
 from __future__ import annotations
@@ -64,8 +67,12 @@ class Turns:
         def run():
             try:
                 body()
+            except greenlet.GreenletExit:   # collected unfinished: not a failure of its own
+                raise
             except BaseException as err:  # noqa: BLE001 - named, then raised on
-                raise HostedRankFailed(f"rank {rank}: {type(err).__name__}: {err}") from err
+                # One line: the supervisor reads the rank back from the traceback's last.
+                first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+                raise HostedRankFailed(f"rank {rank}: {type(err).__name__}: {first}") from err
 
         runner = greenlet.greenlet(run)
         entry = _Rank(rank, runner, progress, torch.get_rng_state())
@@ -126,8 +133,9 @@ class Turns:
         torch.set_grad_enabled(entry.grad_enabled)
         entry.progress.waiting(False)
         entry.runner.switch()
-        if not entry.runner.dead:
-            entry.progress.waiting(True)
+        # Waiting for another rank, or, finished, for the process to end: not the one to
+        # blame should the process stop.
+        entry.progress.waiting(True)
 
     def _switch_out(self, entry: _Rank) -> None:
         entry.rng = torch.get_rng_state()

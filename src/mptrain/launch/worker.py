@@ -10,7 +10,6 @@ from typing import Sequence
 import torch
 
 from .tuning import apply_threads, tune_malloc
-from .turns import Turns
 
 
 @dataclass
@@ -40,14 +39,18 @@ def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) ->
     if processes is None:
         _train_rank(ranks[0], channel, plan)
         return
+    from .turns import Turns   # greenlet: only where ranks take turns
+
     turns = Turns(index, processes)
     groups = []
     for rank in ranks:
         progress = plan.board.writer(rank)
         group = plan.comm.attach(rank, progress, turns=turns)
         groups.append(group)
-        setup = plan.job.setup(rank, group, progress, channel.send,
-                               worker_device(rank, plan.job.config.device))
+        setup = dataclasses.replace(
+            plan.job.setup(rank, group, progress, channel.send,
+                           worker_device(rank, plan.job.config.device)),
+            counts_faults=rank == ranks[0])
         turns.add(rank, functools.partial(plan.job.driver, setup), progress)
     turns.run()
     for group in groups:

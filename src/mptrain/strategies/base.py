@@ -61,8 +61,8 @@ class Strategy(ABC):
     in_process = False
     #: True for strategies whose ranks may take turns in a shared worker process when
     #: workers outnumber cores (``launch.turns``): every wait is at a shared-memory
-    #: collective, and ranks meet at one every step (a rank that never waited would run its
-    #: whole epoch before the next rank of its process began).
+    #: collective, and no rank needs another to run at the same time (hogwild's ranks run
+    #: side by side by design).
     ranks_take_turns = False
 
     def __init__(self, config: TrainConfig):
