@@ -20,6 +20,11 @@ run of the same mode and repeat, so load from elsewhere on the machine moves bot
 a ratio alike; the table shows the median ratio and its min-max. The target of issue 10:
 >= 0.85 with 8, 32 and 64 workers on 2 cores.
 
+Since session 10, sync's ranks take turns in one process per core when they outnumber the
+cores and divide evenly (``mptrain.launch.turns``; summary.json's ``processes``), so 8, 32
+and 64 workers run as 2 processes on 2 cores; ``--against`` an older tree measures that
+against a process per worker.
+
 **Why the control.** With 64 workers each trains 15 steps of the epoch (at the default
 batch of 64), so what every
 process pays once (first-touch page faults of its activations, copy-on-write of the
