@@ -30,12 +30,10 @@ def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
     test = f" / {len(bundle.test):,} test" if bundle.test is not None else ""
     first = f"strategy [bold]{config.strategy}[/bold]"
-    if layout.start_method and layout.processes:
-        first += f" · {layout.workers} workers taking turns in {layout.processes} " \
-                 f"processes × {layout.threads} thread(s) ({layout.cores} usable cores) · " \
-                 f"start method {layout.start_method} ({layout.start_reason})"
-    elif layout.start_method:
-        first += f" · {layout.workers} workers × {layout.threads} thread(s) " \
+    if layout.start_method:
+        workers = f"{layout.workers} workers" + (
+            f" taking turns in {layout.processes} processes" if layout.processes else "")
+        first += f" · {workers} × {layout.threads} thread(s) " \
                  f"({layout.cores} usable cores) · start method {layout.start_method} " \
                  f"({layout.start_reason})"
     elif layout.comm in LAUNCHER_COMMS:
