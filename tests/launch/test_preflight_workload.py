@@ -112,3 +112,12 @@ def test_under_torchrun_only_the_ranks_of_this_node_share_its_cores_and_memory(d
     available(2**40)
     [warning] = check_workload(settings(1), digits, 40, 2, local_workers=5)
     assert warning.startswith("5 workers on 2 usable cores")
+
+
+def test_ranks_taking_turns_hold_an_interpreter_and_a_batch_once_per_process(digits,
+                                                                            available):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 10))
+    available(10 * WORKER_FLOOR_BYTES)
+    with pytest.raises(UserError, match="100 workers need about"):
+        check_workload(settings(8), digits, 100, 2, model=model)   # a process each
+    check_workload(settings(8), digits, 100, 2, model=model, processes=2)

@@ -65,7 +65,7 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
                         f"--batch-size {shard} or less")
     here = workers if local_workers is None else local_workers
     if here > cores:
-        _check_memory(config, bundle, here, model)
+        _check_memory(config, bundle, here, model, processes)
     if here > 2 * cores and processes is None:   # ranks taking turns do not time-share
         warnings.append(f"{here} workers on {cores} usable cores: they time-share the "
                         f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
@@ -82,23 +82,30 @@ ACTIVATION_FACTOR = 3
 
 
 def _check_memory(config: TrainConfig, bundle: DataBundle, workers: int,
-                  model: nn.Module | None) -> None:
+                  model: nn.Module | None, processes: int | None = None) -> None:
     """Many more workers than cores run out of memory before they run out of time: refuse
-    a run whose workers cannot all fit in the memory available now."""
-    each = WORKER_FLOOR_BYTES
+    a run whose workers cannot all fit in the memory available now. ``processes``: ranks
+    take turns in that many processes, which hold the interpreter and one batch's
+    activations once each; every rank still holds its own replica and optimizer state."""
+    per_process, per_rank = WORKER_FLOOR_BYTES, 0
     if model is not None:
         # Replica, gradients and up to two optimizer states (Adam); the activations autograd
         # keeps for one batch, their gradients in the backward pass, and what the allocator
         # keeps of both.
         params = sum(p.numel() * p.element_size() for p in model.parameters())
-        each += 4 * params + ACTIVATION_FACTOR * _activation_bytes(model, bundle,
-                                                                   config.batch_size)
+        per_rank = 4 * params
+        per_process += ACTIVATION_FACTOR * _activation_bytes(model, bundle, config.batch_size)
     available = psutil.virtual_memory().available
-    if workers * each > available:
-        most = max(1, available // each)
-        raise UserError(f"{workers} workers need about {workers * each / 2**30:.1f} GiB "
+    if processes is None:
+        need, most = workers * (per_process + per_rank), available // (per_process + per_rank)
+    else:
+        need = processes * per_process + workers * per_rank
+        most = (available - processes * per_process) // max(per_rank, 1)
+    if need > available:
+        each = need / workers
+        raise UserError(f"{workers} workers need about {need / 2**30:.1f} GiB "
                         f"({each / 2**20:.0f} MiB each) but {available / 2**30:.1f} GiB of "
-                        f"memory is available; use --workers {most} or fewer")
+                        f"memory is available; use --workers {max(1, most)} or fewer")
 
 
 def _activation_bytes(model: nn.Module, bundle: DataBundle, batch_size: int) -> int:
