@@ -44,16 +44,10 @@ class RunLayout:
     processes: int | None = None
 
     def ranks_of_processes(self) -> list[list[int]]:
-        """The ranks each worker process trains, in order: consecutive runs of ranks, the
-        first processes taking one more when they do not divide evenly."""
-        count = self.processes or self.workers
-        size, extra = divmod(self.workers, count)
-        ranks, start = [], 0
-        for index in range(count):
-            end = start + size + (index < extra)
-            ranks.append(list(range(start, end)))
-            start = end
-        return ranks
+        """The ranks each worker process trains: consecutive runs of equal length
+        (``turn_taking_processes`` takes only counts that divide the workers)."""
+        size = self.workers // (self.processes or self.workers)
+        return [list(range(start, start + size)) for start in range(0, self.workers, size)]
 
 
 def plan_layout(config: TrainConfig, strategy, world: ExternalWorld | None = None) -> RunLayout:

@@ -96,11 +96,10 @@ def _check_memory(config: TrainConfig, bundle: DataBundle, workers: int,
         per_rank = 4 * params
         per_process += ACTIVATION_FACTOR * _activation_bytes(model, bundle, config.batch_size)
     available = psutil.virtual_memory().available
-    if processes is None:
-        need, most = workers * (per_process + per_rank), available // (per_process + per_rank)
-    else:
-        need = processes * per_process + workers * per_rank
-        most = (available - processes * per_process) // max(per_rank, 1)
+    need = (processes or workers) * per_process + workers * per_rank
+    # A process a worker: each more worker brings its own process; else only its state.
+    most = available // (per_process + per_rank) if processes is None \
+        else (available - processes * per_process) // max(per_rank, 1)
     if need > available:
         each = need / workers
         raise UserError(f"{workers} workers need about {need / 2**30:.1f} GiB "

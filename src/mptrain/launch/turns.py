@@ -29,6 +29,7 @@ collectives are called there.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
@@ -48,7 +49,6 @@ class _Rank:
     progress: object                  # board writer: beat(), waiting(bool)
     rng: torch.Tensor
     grad_enabled: bool = True
-    at_barrier: bool = False          # waiting for the rest of the process to arrive
 
 
 class Turns:
@@ -59,7 +59,9 @@ class Turns:
         self.process, self.processes = process, processes
         self._ranks: list[_Rank] = []
         self._by_runner: dict = {}
-        self._arrived: list[_Rank] = []
+        self._ready: deque[_Rank] = deque()     # may run: not at a barrier, not finished
+        self._arrived: list[_Rank] = []         # at the current barrier, in arrival order
+        self._live = 0                          # not finished
         self._main: greenlet.greenlet | None = None
 
     def add(self, rank: int, body: Callable[[], None], progress) -> None:
@@ -81,21 +83,19 @@ class Turns:
         progress.waiting(True)
         self._ranks.append(entry)
         self._by_runner[runner] = entry
+        self._ready.append(entry)
+        self._live += 1
 
     def run(self) -> None:
         """Run every hosted rank to its end; the first rank that raises ends the process."""
         self._main = greenlet.getcurrent()
         rng, grad_enabled = torch.get_rng_state(), torch.is_grad_enabled()
         try:
-            while True:
-                live = [entry for entry in self._ranks if not entry.runner.dead]
-                if not live:
-                    return
-                ready = next((entry for entry in live if not entry.at_barrier), None)
-                if ready is None:
-                    raise RuntimeError(f"ranks {[e.rank for e in live]} wait at a barrier "
-                                       "that no rank of their process can complete")
-                self._switch_in(ready)
+            while self._ready:
+                self._switch_in(self._ready.popleft())
+            if self._live:
+                raise RuntimeError(f"ranks {[e.rank for e in self._arrived]} wait at a "
+                                   "barrier that no rank of their process can complete")
         finally:   # the caller's own generator and mode, whatever the ranks did
             torch.set_rng_state(rng)
             torch.set_grad_enabled(grad_enabled)
@@ -108,9 +108,7 @@ class Turns:
             raise RuntimeError("a rank that takes turns cannot reach a barrier inside "
                                "torch.inference_mode")
         self._arrived.append(entry)
-        live = sum(not e.runner.dead for e in self._ranks)
-        if len(self._arrived) < live:
-            entry.at_barrier = True
+        if len(self._arrived) < self._live:
             self._switch_out(entry)   # back once the last rank has taken the barrier
             return
         arrived, self._arrived = self._arrived, []
@@ -118,8 +116,7 @@ class Turns:
         try:
             process_barrier()
         finally:
-            for other in arrived:
-                other.at_barrier = False
+            self._ready.extend(other for other in arrived if other is not entry)
             entry.progress.waiting(False)
 
     def beat_all(self) -> None:
@@ -133,6 +130,8 @@ class Turns:
         torch.set_grad_enabled(entry.grad_enabled)
         entry.progress.waiting(False)
         entry.runner.switch()
+        if entry.runner.dead:
+            self._live -= 1
         # Waiting for another rank, or, finished, for the process to end: not the one to
         # blame should the process stop.
         entry.progress.waiting(True)
