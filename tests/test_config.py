@@ -5,8 +5,9 @@ import dataclasses
 
 import pytest
 
-from mptrain.config import (CONFIG_FILE_KEYS, ONLY_FOR, STRATEGIES, TrainConfig,
-                            TrainingDefaults, applicable_settings, load_config_file)
+from mptrain.config import (CONFIG_FILE_KEYS, TrainConfig, TrainingDefaults,
+                            applicable_settings, load_config_file)
+from mptrain.strategies.registry import STRATEGIES, restricted_settings
 from mptrain.errors import UserError
 
 
@@ -73,9 +74,9 @@ def test_bad_values_are_user_errors_naming_the_flag(changes, flag):
 
 
 def test_help_offers_only_strategies_that_exist():
-    from mptrain.strategies import STRATEGY_CLASSES
+    from mptrain.strategies.registry import strategy_classes
 
-    assert tuple(STRATEGY_CLASSES) == STRATEGIES
+    assert tuple(strategy_classes()) == STRATEGIES
 
 
 def test_single_with_workers_names_the_alternatives():
@@ -230,7 +231,7 @@ def test_a_setting_given_at_its_default_is_not_refused():
 
 
 def test_every_strategy_restricted_setting_names_real_strategies():
-    for name, strategies in ONLY_FOR.items():
+    for name, strategies in restricted_settings().items():
         assert set(strategies) <= set(STRATEGIES), name
 
 

@@ -24,7 +24,6 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-STRATEGIES = ("single", "hogwild", "sync", "ddp", "fedavg")
 OPTIMIZERS = ("sgd", "adam")
 LR_SCHEDULES = ("step", "cosine")
 DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
@@ -47,28 +46,11 @@ PARTITION_HELP = (
     "'package.module:function' / 'path/to/file.py:function' called as "
     "function(targets, clients, seed) and returning one index list per client.")
 
-#: Settings that mean something for some strategies only; given for another, they are refused
-#: rather than silently ignored.
-ONLY_FOR = {
-    "sync_every": ("sync",),
-    "share_optimizer_state": ("hogwild",),
-    "ddp_backend": ("ddp",),
-    "max_restarts": ("hogwild", "sync", "ddp", "fedavg"),
-    "steps_per_epoch": ("single", "hogwild", "sync", "ddp"),
-    "epochs": ("single", "hogwild", "sync", "ddp"),
-    "rounds": ("fedavg",),
-    "clients": ("fedavg",),
-    "clients_per_round": ("fedavg",),
-    "client_fraction": ("fedavg",),
-    "local_epochs": ("fedavg",),
-    "partition": ("fedavg",),
-    "prox_mu": ("fedavg",),
-    "server_lr": ("fedavg",),
-    "server_momentum": ("fedavg",),
-    "accept_failures": ("fedavg",),
-}
-_INSTEAD = {"epochs": "--rounds", "rounds": "--epochs", "steps_per_epoch": "--rounds with "
-            "fewer --clients-per-round", "max_restarts": "--strategy sync or ddp"}
+#: Upper bounds where a larger value would not be refused by anything else but crash deep
+#: inside (torch's thread pool, timer arithmetic, seeding).
+MAX_THREADS_PER_WORKER = 1024
+MAX_WORKER_TIMEOUT_S = 1e6      # about 11 days: more overflows timeouts in the libraries
+MAX_SEED = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -89,15 +71,11 @@ class TrainingDefaults:
         "rounds": 20, "clients": 100, "clients_per_round": 10, "batch_size": 32,
         "lr": 0.05, "momentum": 0.0, "optimizer": "sgd", "lr_decay": 1.0})
 
-    def for_strategy(self, strategy: str) -> dict:
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                  if f.name != "federated"}
-        if strategy == "fedavg":
-            values.update(self.federated)
-            values["sync_every"] = None
-        elif strategy != "sync":
-            values["sync_every"] = None
-        return values
+    def common(self) -> dict:
+        """The recipe for epochs of data-parallel training (a strategy adjusts it:
+        ``Strategy.recommended``)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "federated"}
 
 
 @dataclass(frozen=True)
@@ -145,52 +123,12 @@ class TrainConfig:
     accept_failures: bool = False
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise UserError(f"unknown strategy {self.strategy!r}; choose one of: "
-                            f"{', '.join(STRATEGIES)}")
-        check_positive_ints(self, ("workers", "epochs", "batch_size", "threads_per_worker",
-                                   "sync_every", "eval_batch_size", "checkpoint_every",
-                                   "steps_per_epoch", "eval_every", "rounds", "clients",
-                                   "clients_per_round", "local_epochs"))
-        _check_number(self.lr, "lr", low=0, low_open=True)
-        _check_number(self.momentum, "momentum", low=0, high=1, high_open=True)
-        _check_number(self.lr_decay, "lr-decay", low=0, low_open=True, high=1)
-        _check_number(self.weight_decay, "weight-decay", low=0)
-        _check_number(self.worker_timeout, "worker-timeout", low=0, low_open=True)
-        _check_number(self.prox_mu, "prox-mu", low=0)
-        _check_number(self.server_lr, "server-lr", low=0, low_open=True)
-        _check_number(self.server_momentum, "server-momentum", low=0, high=1, high_open=True)
-        if self.client_fraction is not None:
-            _check_number(self.client_fraction, "client-fraction", low=0, low_open=True, high=1)
-        if self.target_accuracy is not None:
-            _check_number(self.target_accuracy, "target-accuracy", low=0, low_open=True,
-                          high=1)
-        _check_choice(self.optimizer, "optimizer", OPTIMIZERS)
-        _check_choice(self.lr_schedule, "lr-schedule", LR_SCHEDULES)
-        _check_choice(self.ddp_backend, "ddp-backend", DDP_BACKENDS)
-        _check_choice(self.device, "device", DEVICES)
-        _check_choice(self.sharing_strategy, "sharing-strategy", SHARING_STRATEGIES)
-        if self.start_method is not None:
-            _check_choice(self.start_method, "start-method", START_METHODS)
-        if not _is_int(self.max_restarts) or self.max_restarts < 0:
-            raise UserError(f"--max-restarts must be a non-negative integer, "
-                            f"got {self.max_restarts!r}")
-        if not _is_int(self.seed) or self.seed < 0:
-            raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
-        if not isinstance(self.partition, str) or not self.partition:
-            raise UserError(f"--partition must be a name such as iid, got {self.partition!r}")
-        if self.strategy == "single" and self.workers != 1:
-            raise UserError(f"strategy 'single' runs one process but --workers is "
-                            f"{self.workers}; use --strategy hogwild|sync|ddp for more workers")
+        for name in SETTING_NAMES:
+            check_setting(name, getattr(self, name))
         if self.ddp_backend == "nccl" and self.device != "cuda":
             raise UserError("--ddp-backend nccl needs --device cuda; on CPU use "
                             "--ddp-backend auto (shared memory) or gloo")
-        if self.strategy == "fedavg":
-            if self.clients_per_round is not None and self.client_fraction is not None:
-                raise UserError("give --clients-per-round or --client-fraction, not both")
-            if self.sampled_clients > self.clients:
-                raise UserError(f"--clients-per-round {self.sampled_clients} is more than "
-                                f"--clients {self.clients}; sample at most every client")
+        self.strategy_class.check_config(self)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any],
@@ -200,30 +138,21 @@ class TrainConfig:
 
         Settings that the chosen strategy would ignore are refused, naming what to use.
         """
-        given = {k: v for k, v in settings.items() if v is not None}
-        unknown = sorted(set(given) - set(SETTING_NAMES))
-        if unknown:
-            raise UserError(f"unknown setting(s) {', '.join(unknown)}; known: "
-                            f"{', '.join(sorted(SETTING_NAMES))}")
-        strategy = given.get("strategy", "single")
-        for name, strategies in ONLY_FOR.items():
-            if name in given and strategy in STRATEGIES and strategy not in strategies \
-                    and given[name] != getattr(cls, name, None):
-                instead = _INSTEAD.get(name, "--strategy " + " or ".join(strategies))
-                raise UserError(f"--{flag_name(name)} does nothing with --strategy {strategy}; "
-                                f"use {instead}")
-        values = (defaults or TrainingDefaults()).for_strategy(strategy)
+        given = check_given(settings)
+        strategy = strategy_class(given.get("strategy", "single"))
+        values = strategy.recommended(defaults or TrainingDefaults())
         values = {k: v for k, v in values.items() if k in SETTING_NAMES}
-        values["workers"] = 1 if strategy == "single" else 2
+        values["workers"] = strategy.default_workers
         if "client_fraction" in given:
             values.pop("clients_per_round", None)  # the user chose the other way to say it
         values.update(given)
         if values.get("sync_every") == ONCE_PER_EPOCH:
             values["sync_every"] = None
-        elif isinstance(values.get("sync_every"), str):
-            raise UserError(f"--sync-every takes a number of steps or '{ONCE_PER_EPOCH}', got "
-                            f"{values['sync_every']!r}")
         return cls(**values)
+
+    @property
+    def strategy_class(self):
+        return strategy_class(self.strategy)
 
     @property
     def sampled_clients(self) -> int:
@@ -237,11 +166,11 @@ class TrainConfig:
     @property
     def units(self) -> int:
         """Units of work in the run: epochs, or rounds for fedavg."""
-        return self.rounds if self.strategy == "fedavg" else self.epochs
+        return self.strategy_class.units(self)
 
     @property
     def unit(self) -> str:
-        return "round" if self.strategy == "fedavg" else "epoch"
+        return self.strategy_class.unit
 
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
@@ -253,17 +182,66 @@ class TrainConfig:
 SETTING_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
 
 
+def strategy_class(name: str):
+    """The strategy class called ``name`` (a ``UserError`` naming the choices otherwise).
+
+    Imported here, not at the top: the strategies' modules use the config's types, and the
+    settings a strategy accepts are the strategy's own facts."""
+    from .strategies import registry
+
+    if name not in registry.STRATEGIES:
+        raise UserError(f"unknown --strategy {name!r}; choose one of: "
+                        f"{', '.join(registry.STRATEGIES)}")
+    return registry.strategy_class(name)
+
+
+def check_given(settings: Mapping[str, Any]) -> dict:
+    """What the user said (``None`` = not said), each value checked on its own and against
+    the chosen strategy -- before any data set is built, since the data set's defaults
+    cannot make a bad setting good. Returns the said settings."""
+    from .strategies.registry import restricted_settings
+
+    given = {k: v for k, v in settings.items() if v is not None}
+    unknown = sorted(set(given) - set(SETTING_NAMES))
+    if unknown:
+        raise UserError(f"unknown setting(s) {', '.join(unknown)}; known: "
+                        f"{', '.join(sorted(SETTING_NAMES))}")
+    check_setting("strategy", given.get("strategy", "single"))
+    strategy = strategy_class(given.get("strategy", "single"))
+    for name, users in restricted_settings().items():
+        if name in given and name not in strategy.settings \
+                and given[name] != getattr(TrainConfig, name, None):
+            instead = strategy.instead.get(name, "--strategy " + " or ".join(users))
+            raise UserError(f"--{flag_name(name)} does nothing with --strategy "
+                            f"{strategy.name}; use {instead}")
+    for name, value in given.items():
+        if name == "sync_every" and isinstance(value, str):
+            if value != ONCE_PER_EPOCH:
+                raise UserError(f"--sync-every takes a number of steps or "
+                                f"'{ONCE_PER_EPOCH}', got {value!r}")
+            continue
+        check_setting(name, value)
+    return given
+
+
 def applicable_settings(config: Mapping[str, Any]) -> dict:
     """The settings of a complete config (a checkpoint's) that its strategy uses: what a
     resumed run takes over without tripping the refusal of settings that do nothing."""
-    strategy = config.get("strategy", "single")
+    from .strategies.registry import restricted_settings
+
+    strategy = strategy_class(config.get("strategy", "single"))
+    restricted = restricted_settings()
     settings = {k: v for k, v in config.items()
                 if k in SETTING_NAMES and k != "quiet" and v is not None
-                and strategy in ONLY_FOR.get(k, (strategy,))}
-    if strategy == "sync" and config.get("sync_every", 0) is None:
+                and (k not in restricted or k in strategy.settings)}
+    if "sync_every" in strategy.settings and config.get("sync_every", 0) is None:
         settings["sync_every"] = ONCE_PER_EPOCH  # said, not left to the data set's default
     return settings
-CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | {"data", "model", "data_dir", "out"}
+
+
+#: Config-file keys that say where the data, model and outputs are, not how to train.
+_LOCATION_KEYS = frozenset({"data", "model", "data_dir", "out"})
+CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | _LOCATION_KEYS
 
 
 def load_config_file(path: str | Path) -> dict:
@@ -290,6 +268,9 @@ def load_config_file(path: str | Path) -> dict:
         if name not in CONFIG_FILE_KEYS:
             known = ", ".join(sorted(k.replace("_", "-") for k in CONFIG_FILE_KEYS))
             raise UserError(f"config file {path}: unknown key {key!r}; known keys: {known}")
+        if name in _LOCATION_KEYS and not isinstance(value, str):
+            raise UserError(f"config file {path}: {key} must be a string (a name or a path), "
+                            f"got {value!r}")
         values[name] = value
     return values
 
@@ -305,6 +286,66 @@ def check_positive_ints(settings, names) -> None:
         value = getattr(settings, name)
         if value is not None and not (_is_int(value) and value >= 1):
             raise UserError(f"--{flag_name(name)} must be a positive integer, got {value!r}")
+
+
+_POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
+                  "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
+                  "clients_per_round", "local_epochs")
+_FLAGS = ("share_optimizer_state", "quiet", "accept_failures")
+_CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
+            "device": DEVICES, "start_method": START_METHODS,
+            "sharing_strategy": SHARING_STRATEGIES}
+#: name: (low, high, low_open, high_open) for numbers.
+_NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
+            "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
+            "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),
+            "prox_mu": (0, None, False, False), "server_lr": (0, None, True, False),
+            "server_momentum": (0, 1, False, True), "client_fraction": (0, 1, True, False),
+            "target_accuracy": (0, 1, True, False)}
+
+
+def check_setting(name: str, value) -> None:
+    """Refuse ``value`` for setting ``name`` in one line naming the flag (None: not said,
+    accepted where the setting may be left to the run)."""
+    if name == "strategy":
+        if not isinstance(value, str):
+            raise UserError(f"--strategy must be a name, got {value!r}")
+        strategy_class(value)
+    elif name in _POSITIVE_INTS:
+        check_positive_ints(_One(name, value), (name,))
+    elif name == "threads_per_worker":
+        if value is not None and not (_is_int(value) and 1 <= value <= MAX_THREADS_PER_WORKER):
+            raise UserError(f"--threads-per-worker must be an integer from 1 to "
+                            f"{MAX_THREADS_PER_WORKER}, got {value!r}")
+    elif name in _FLAGS:
+        if not isinstance(value, bool):
+            raise UserError(f"--{flag_name(name)} is a switch: true or false, got {value!r}")
+    elif name in _CHOICES:
+        if value is not None or name != "start_method":
+            _check_choice(value, flag_name(name), _CHOICES[name])
+    elif name in _NUMBERS:
+        if value is not None or name not in ("client_fraction", "target_accuracy"):
+            low, high, low_open, high_open = _NUMBERS[name]
+            _check_number(value, flag_name(name), low, high, low_open, high_open)
+    elif name == "max_restarts":
+        if not _is_int(value) or value < 0:
+            raise UserError(f"--max-restarts must be a non-negative integer, got {value!r}")
+    elif name == "seed":
+        if not _is_int(value) or not 0 <= value <= MAX_SEED:
+            raise UserError(f"--seed must be an integer from 0 to 2**63-1, got {value!r}")
+    elif name == "partition":
+        if not isinstance(value, str) or not value:
+            raise UserError(f"--partition must be a name such as iid, got {value!r}")
+        from .data.partitions import parse_partition   # the data module reads this one
+
+        parse_partition(value)
+
+
+class _One:
+    """One setting as an attribute, for the checks that read settings objects."""
+
+    def __init__(self, name, value):
+        setattr(self, name, value)
 
 
 def _is_int(value) -> bool:

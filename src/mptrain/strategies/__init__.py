@@ -1,20 +1,11 @@
-"""Strategies by name: each is one small class that owns its worker program (``base``)."""
+"""Strategies by name: each is one small class that owns its worker program (``base``) and
+declares its own facts; ``registry`` lists them. Names are imported on first use: the
+command line reads the registry before torch is imported."""
 
-from ..config import STRATEGIES, TrainConfig
-from .base import RoundWork, Strategy, WorkerProgram
-from .ddp import DDPStrategy
-from .fedavg import FedAvgStrategy
-from .hogwild import HogwildStrategy
-from .single import SingleStrategy
-from .sync import SyncStrategy
+from ..imports import lazy_exports
 
-STRATEGY_CLASSES = {cls.name: cls for cls in
-                    (SingleStrategy, HogwildStrategy, SyncStrategy, DDPStrategy, FedAvgStrategy)}
-assert tuple(STRATEGY_CLASSES) == STRATEGIES, "config.STRATEGIES lists the classes here"
-
-
-def make_strategy(config: TrainConfig) -> Strategy:
-    return STRATEGY_CLASSES[config.strategy](config)
-
-
-__all__ = ["Strategy", "WorkerProgram", "RoundWork", "make_strategy", "STRATEGY_CLASSES"]
+__all__ = ["Strategy", "WorkerProgram", "RoundWork", "ResourceNeeds", "make_strategy",
+           "STRATEGIES"]
+__getattr__, __dir__ = lazy_exports(__name__, {
+    "Strategy": ".base", "WorkerProgram": ".base", "RoundWork": ".base",
+    "ResourceNeeds": ".base", "make_strategy": ".registry", "STRATEGIES": ".registry"})

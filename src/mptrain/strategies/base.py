@@ -1,22 +1,30 @@
-"""What every strategy is: a small parent-side class that owns its worker program.
+"""What every strategy is: a small parent-side class that owns its worker program and
+declares its own facts.
 
-The parent asks a strategy three things: what to put in shared memory before workers start
-(``prepare``), how big its collectives are (``comm_numel``) and how much work one round is
-(``samples_per_round``, for the progress bar). In each worker, ``program`` builds the
-:class:`WorkerProgram` that does one round of work at a time (an epoch for ``sync``/``ddp``,
-a round of sampled clients for ``fedavg``). Everything around the rounds -- evaluation,
-checkpoint parts, reports, progress, supervision -- is shared (``engine.loop``) and never
-rewritten per strategy.
+The facts are class attributes the rest of the house reads instead of comparing names: the
+unit its work is counted in, the settings it uses of those only some strategies use, whether
+it runs in the calling process or under torchrun, whether a checkpoint of it resumes on
+another number of workers. The parent asks an instance what it needs before workers start
+(:meth:`Strategy.needs`), to put what workers share in shared memory (``prepare``) and how
+much work one round is (``samples_per_round``, for the progress bar). In each worker,
+``program`` builds the :class:`WorkerProgram` that does one round of work at a time (an
+epoch for ``sync``/``ddp``, a round of sampled clients for ``fedavg``). Everything around the
+rounds -- evaluation, checkpoint parts, reports, progress, supervision -- is shared
+(``engine.loop``) and never rewritten per strategy.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import torch.nn as nn
 
-from ..config import TrainConfig
+from ..comm.kind import CommKind
+
+if TYPE_CHECKING:   # the config module asks the strategies about settings
+    from ..config import TrainConfig, TrainingDefaults
 
 
 @dataclass
@@ -29,6 +37,27 @@ class RoundWork:
     started: float               # time.monotonic(): one clock for all processes
     ended: float
     extras: dict = field(default_factory=dict)   # strategy-specific, combined by the parent
+
+
+@dataclass(frozen=True)
+class ResourceNeeds:
+    """What the parent sizes and prepares before workers start, answered once per run."""
+
+    #: Numbers one rank contributes to the largest collective (sizes the shared buffers).
+    comm_numel: int
+    #: Tensors ``prepare`` and the model put in shared memory (each costs an open file per
+    #: process under the ``file_descriptor`` sharing strategy).
+    shared_tensors: int
+    #: The batch sizes a worker trains on (each a shape torch generates kernels for at its
+    #: first use): what the parent rehearses before it forks workers (``launch.rehearsal``).
+    batch_sizes: tuple[int, ...] = ()
+    #: Whether each worker trains a model of its own, which it may lay out as it likes
+    #: (channels-last on CPU), rather than tensors other processes share.
+    private_replicas: bool = True
+    #: Whether the parent's rehearsal of the first steps fits this strategy's workers.
+    rehearse: bool = True
+    #: Bytes the strategy puts in /dev/shm beyond the model, data and collectives.
+    extra_shared_bytes: int = 0
 
 
 class WorkerProgram(ABC):
@@ -56,47 +85,73 @@ class WorkerProgram(ABC):
 
 
 class Strategy(ABC):
-    name = "base"
+    name: ClassVar[str] = "base"
+    #: What one unit of the run's work is called: an ``epoch`` over the data, or a ``round``.
+    unit: ClassVar[str] = "epoch"
+    #: Of the settings only some strategies use (``config.RESTRICTED_SETTINGS``), those this
+    #: one does; the others are refused when given, rather than silently ignored.
+    settings: ClassVar[frozenset[str]] = frozenset()
+    #: For a refused setting, what to use instead (default: the strategies that use it).
+    instead: ClassVar[Mapping[str, str]] = {}
+    #: Workers when the user does not say.
+    default_workers: ClassVar[int] = 2
     #: True for strategies that train in the calling process (``single``).
-    in_process = False
+    in_process: ClassVar[bool] = False
+    #: True for strategies whose ranks may be processes torchrun starts (hogwild needs one
+    #: machine's shared memory).
+    runs_under_torchrun: ClassVar[bool] = False
+    #: True when a checkpoint resumes on another number of workers (no per-rank state).
+    resumes_on_other_worker_counts: ClassVar[bool] = False
     #: True for strategies whose ranks may take turns in a shared worker process when
     #: workers outnumber cores (``launch.turns``): every wait is at a shared-memory
     #: collective, and no rank needs another to run at the same time (hogwild's ranks run
     #: side by side by design).
-    ranks_take_turns = False
+    ranks_take_turns: ClassVar[bool] = False
 
     def __init__(self, config: TrainConfig):
         self.config = config
 
-    def prepare(self, model: nn.Module, data=None, layout=None) -> None:
+    # -- facts about settings, asked before any instance exists ---------------------------------
+    @classmethod
+    def recommended(cls, defaults: TrainingDefaults) -> dict[str, Any]:
+        """The data set's recommended settings for this strategy."""
+        values = defaults.common()
+        values["sync_every"] = None
+        return values
+
+    @classmethod
+    def check_config(cls, config: TrainConfig) -> None:
+        """Refuse combinations of settings this strategy cannot run (a ``UserError``)."""
+
+    @classmethod
+    def units(cls, config: TrainConfig) -> int:
+        """How many units of work the run has."""
+        return config.epochs
+
+    @classmethod
+    def comm_kind(cls, config: TrainConfig, torchrun_local_ranks: int | None) -> CommKind:
+        """How this strategy's ranks talk: through shared memory between mptrain's own CPU
+        processes; under torchrun nccl between GPUs, on CPUs each node's shared memory and
+        gloo between nodes -- unless one rank per node leaves nothing to share."""
+        if torchrun_local_ranks is None:
+            return CommKind.SHM
+        if config.device == "cuda":
+            return CommKind.NCCL
+        return CommKind.GLOO if torchrun_local_ranks <= 1 else CommKind.SHM_GLOO
+
+    # -- the parent's side of a run ------------------------------------------------------------
+    def check(self, data, model: nn.Module, plan) -> None:
+        """Refuse, in the parent and before anything starts, what this strategy cannot do
+        with this data and model (a ``UserError``). Changes nothing."""
+
+    def prepare(self, model: nn.Module, data=None, plan=None) -> None:
         """Called before any worker starts (in the parent; under torchrun in every rank):
         put what the workers share next to ``model`` and ``data`` (already shared)."""
 
-    def check(self, data, model: nn.Module, layout) -> None:
-        """Refuse, in the parent and before anything starts, what this strategy cannot do
-        with this data and model (a ``UserError``)."""
-
-    def replicas_are_private(self, layout) -> bool:
-        """Whether each worker trains a model of its own, which it may lay out as it likes
-        (channels-last on CPU), rather than tensors other processes share: the layout the
-        parent rehearses in before it forks workers (``launch.rehearsal``)."""
-        return True
-
-    def batch_sizes(self, data, workers: int) -> list[int]:
-        """The sizes of the batches a worker trains on (each a shape torch generates kernels
-        for at its first use): the configured batch size unless a strategy knows better
-        (fedavg's clients end in last batches of as many sizes as there are clients; those
-        are left to the workers)."""
-        return [self.config.batch_size]
-
-    def comm_numel(self, model: nn.Module) -> int:
-        """How many numbers one rank contributes to the largest collective."""
-        return 0
-
-    def shared_tensors(self, model: nn.Module) -> int:
-        """How many tensors ``prepare`` and the model put in shared memory (each costs an
-        open file per process under the ``file_descriptor`` sharing strategy)."""
-        return len(list(model.parameters())) + len(list(model.buffers()))
+    def needs(self, model: nn.Module, data, plan) -> ResourceNeeds:
+        """What to size and prepare for this strategy's workers (see :class:`ResourceNeeds`)."""
+        return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),
+                             batch_sizes=(self.config.batch_size,))
 
     @abstractmethod
     def samples_per_round(self, data, workers: int) -> int:
@@ -107,10 +162,23 @@ class Strategy(ABC):
     def program(self, setup) -> WorkerProgram:
         """This worker's program; ``setup`` is an ``engine.loop.WorkerSetup``."""
 
+    # -- what the run says about itself ----------------------------------------------------------
     def round_extras(self, reports) -> dict:
         """Strategy-specific columns of one round's metrics, from every rank's report."""
         return {}
 
-    def describe(self, layout) -> list[str]:
+    def round_line(self, extras: dict) -> list[str]:
+        """Strategy-specific parts of a round's console line, before the losses."""
+        return []
+
+    def summary_fields(self) -> dict:
+        """Strategy-specific entries of summary.json."""
+        return {}
+
+    def describe(self, plan, model) -> list[str]:
         """Banner lines about what this strategy will do."""
         return []
+
+
+def model_tensor_count(model: nn.Module) -> int:
+    return len(list(model.parameters())) + len(list(model.buffers()))

@@ -20,11 +20,28 @@ from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.task import loss_fn
-from .base import RoundWork, Strategy, WorkerProgram
+from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 
 
 class DataParallelStrategy(Strategy):
     """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics)."""
+
+    settings = frozenset({"epochs", "steps_per_epoch", "max_restarts"})
+    instead = {"rounds": "--epochs"}
+
+    def needs(self, model, data, plan) -> ResourceNeeds:
+        return ResourceNeeds(comm_numel=self.comm_numel(model),
+                             shared_tensors=model_tensor_count(model),
+                             batch_sizes=tuple(self.batch_sizes(data, plan.workers)),
+                             private_replicas=self.replicas_are_private(plan))
+
+    def comm_numel(self, model: nn.Module) -> int:
+        """How many numbers one rank contributes to the largest collective."""
+        return 0
+
+    def replicas_are_private(self, plan) -> bool:
+        """Whether each worker trains a model of its own (see ``ResourceNeeds``)."""
+        return True
 
     def samples_per_round(self, data, workers):
         shard = len(shard_indices(len(data.train), workers, 0, 0, 0, shuffle=False))

@@ -1,56 +1,64 @@
 """Data-parallel SGD with DistributedDataParallel semantics: gradients averaged every step.
 
-Two engines, same result up to float summation order:
+Two engines, same result up to float summation order, one chosen per worker from the group
+it trains in:
 
 - over torch.distributed (gloo on CPU, nccl on GPU, torchrun, several nodes): torch's own
-  ``DistributedDataParallel``;
+  ``DistributedDataParallel`` (:class:`TorchDDP`);
 - between mptrain's own processes on one CPU machine: the gradients are averaged through a
-  shared-memory group instead. On 2 cores, gloo's threads and loopback TCP compete with
-  compute every step and cost ~40% of the throughput; the shared buffer costs microseconds.
-  Semantics are DDP's: replicas start from rank 0's parameters, every rank steps with the
-  mean gradient, so replicas stay bitwise identical.
+  shared-memory group instead (:class:`SharedMemoryDDP`). On 2 cores, gloo's threads and
+  loopback TCP compete with compute every step and cost ~40% of the throughput; the shared
+  buffer costs microseconds. Semantics are DDP's: replicas start from rank 0's parameters,
+  every rank steps with the mean gradient, so replicas stay bitwise identical.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..comm.dist import TORCH_BACKENDS, TorchDistGroup
+from ..comm.base import Group
+from ..comm.dist import TorchDistGroup
+from ..comm.kind import CommKind
 from .data_parallel import DataParallelStrategy
 
 
-class DDPStrategy(DataParallelStrategy):
-    name = "ddp"
-    ranks_take_turns = True
+class TorchDDP:
+    """torch's DDP: it broadcasts rank 0's state in its constructor, reduces gradients in
+    buckets during backward and broadcasts buffers at the next forward."""
 
-    def comm_numel(self, model):
-        # The start-up broadcast carries parameters and buffers; gradients are fewer.
-        return sum(t.numel() for t in list(model.parameters()) + list(model.buffers()))
+    #: torch's DDP lays its gradient buckets out after the parameters at construction.
+    may_change_layout = False
 
-    def replica(self, model, group, device):
-        replica = super().replica(model, group, device)
-        if isinstance(group, TorchDistGroup):
-            device_ids = [device.index] if device.type == "cuda" else None
-            # DDP broadcasts rank 0's parameters and buffers in its constructor.
-            return DistributedDataParallel(replica, device_ids=device_ids)
+    def replica(self, replica: nn.Module, group: Group, device: torch.device) -> nn.Module:
+        device_ids = [device.index] if device.type == "cuda" else None
+        return DistributedDataParallel(replica, device_ids=device_ids)
+
+    def unwrap(self, replica: nn.Module) -> nn.Module:
+        return replica.module
+
+    def after_backward(self, replica: nn.Module, group: Group) -> None:
+        pass
+
+    def after_step(self, replica: nn.Module, group: Group) -> None:
+        pass
+
+
+class SharedMemoryDDP:
+    """DDP's semantics through a group's collectives, one flat average per step."""
+
+    may_change_layout = True
+
+    def replica(self, replica: nn.Module, group: Group, device: torch.device) -> nn.Module:
         group.broadcast_([p.data for p in replica.parameters()]
                          + [b for b in replica.buffers()], src=0)
         return replica
 
-    def may_change_layout(self, replica):
-        # torch's DDP lays its gradient buckets out after the parameters at construction.
-        return not isinstance(replica, DistributedDataParallel)
+    def unwrap(self, replica: nn.Module) -> nn.Module:
+        return replica
 
-    def replicas_are_private(self, layout):
-        return layout.comm not in TORCH_BACKENDS   # a torch.distributed group: torch's DDP
-
-    def unwrap(self, replica):
-        return replica.module if isinstance(replica, DistributedDataParallel) else replica
-
-    def after_backward(self, replica, group):
-        if isinstance(replica, DistributedDataParallel):
-            return  # torch's DDP reduced the gradients during backward
+    def after_backward(self, replica: nn.Module, group: Group) -> None:
         grads = []
         for param in replica.parameters():
             if not param.requires_grad:
@@ -60,13 +68,55 @@ class DDPStrategy(DataParallelStrategy):
             grads.append(param.grad)
         group.average_(grads)
 
-    def after_step(self, replica, group, step):
-        if isinstance(replica, DistributedDataParallel):
-            return  # torch's DDP broadcasts buffers at the next forward
+    def after_step(self, replica: nn.Module, group: Group) -> None:
         # DDP semantics: rank 0's buffers (BatchNorm running statistics) are everyone's.
         buffers = [b for b in replica.buffers()]
         if buffers:
             group.broadcast_(buffers, src=0)
 
-    def describe(self, layout):
-        return [f"gradients averaged every step via {layout.comm}"]
+
+class DDPStrategy(DataParallelStrategy):
+    name = "ddp"
+    settings = DataParallelStrategy.settings | {"ddp_backend"}
+    runs_under_torchrun = True
+    ranks_take_turns = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.engine: TorchDDP | SharedMemoryDDP = SharedMemoryDDP()
+
+    @classmethod
+    def comm_kind(cls, config, torchrun_local_ranks):
+        if torchrun_local_ranks is not None:
+            if config.device != "cuda" and config.ddp_backend == "gloo":
+                return CommKind.GLOO   # a flat gloo group (torch's own DDP), asked for
+            return super().comm_kind(config, torchrun_local_ranks)
+        if config.ddp_backend != "auto":
+            return CommKind(config.ddp_backend)
+        return CommKind.NCCL if config.device == "cuda" else CommKind.SHM
+
+    def comm_numel(self, model):
+        # The start-up broadcast carries parameters and buffers; gradients are fewer.
+        return sum(t.numel() for t in list(model.parameters()) + list(model.buffers()))
+
+    def replicas_are_private(self, plan):
+        return not plan.comm.is_torch_group   # a torch.distributed group: torch's DDP
+
+    def replica(self, model, group, device):
+        self.engine = TorchDDP() if isinstance(group, TorchDistGroup) else SharedMemoryDDP()
+        return self.engine.replica(super().replica(model, group, device), group, device)
+
+    def may_change_layout(self, replica):
+        return self.engine.may_change_layout and super().may_change_layout(replica)
+
+    def unwrap(self, replica):
+        return self.engine.unwrap(replica)
+
+    def after_backward(self, replica, group):
+        self.engine.after_backward(replica, group)
+
+    def after_step(self, replica, group, step):
+        self.engine.after_step(replica, group)
+
+    def describe(self, plan, model):
+        return [f"gradients averaged every step via {plan.comm.value}"]

@@ -33,8 +33,8 @@ from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.seeding import seed_global_generator
 from ..engine.task import loss_fn
-from ..errors import ClientFailedError
-from .base import RoundWork, Strategy, WorkerProgram
+from ..errors import ClientFailedError, UserError
+from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 from .data_parallel import copy_model_state, floating_state
 from .federated import (add_proximal_gradient_, aggregate_rows, assign_clients, client_seed,
                         column_slice, sample_clients, server_update_)
@@ -47,6 +47,14 @@ TABLE_LIMIT_BYTES = 1 << 30
 
 class FedAvgStrategy(Strategy):
     name = "fedavg"
+    unit = "round"
+    settings = frozenset({"rounds", "clients", "clients_per_round", "client_fraction",
+                          "local_epochs", "partition", "prox_mu", "server_lr",
+                          "server_momentum", "accept_failures", "max_restarts"})
+    instead = {"epochs": "--rounds",
+               "steps_per_epoch": "--rounds with fewer --clients-per-round"}
+    runs_under_torchrun = True
+    resumes_on_other_worker_counts = True   # the server's state is the checkpoint
 
     def __init__(self, config):
         super().__init__(config)
@@ -56,17 +64,34 @@ class FedAvgStrategy(Strategy):
         self.velocity: torch.Tensor | None = None        # FedAvgM's buffer, shared
         self.table: torch.Tensor | None = None           # [clients per round, numel]
         self.weights: torch.Tensor | None = None         # [clients per round] sample counts
-        #: Whether one round's results go through ``table`` (decided by ``check``).
+        #: Whether one round's results go through ``table`` (decided by ``prepare``).
         self.shared_table = True
 
+    # -- facts ---------------------------------------------------------------------------------
+    @classmethod
+    def recommended(cls, defaults):
+        values = super().recommended(defaults)
+        values.update(defaults.federated)
+        return values
+
+    @classmethod
+    def check_config(cls, config):
+        if config.clients_per_round is not None and config.client_fraction is not None:
+            raise UserError("give --clients-per-round or --client-fraction, not both")
+        if config.sampled_clients > config.clients:
+            raise UserError(f"--clients-per-round {config.sampled_clients} is more than "
+                            f"--clients {config.clients}; sample at most every client")
+
+    @classmethod
+    def units(cls, config):
+        return config.rounds
+
     # -- parent side -------------------------------------------------------------------------
-    def check(self, data, model, layout) -> None:
-        """Before anything starts: cut the clients (a bad partition is refused in one line)
-        and decide whether one round's results fit a shared table."""
+    def check(self, data, model, plan) -> None:
+        """Before anything starts: cut the clients, since cutting them is how a partition
+        that cannot split this data set (or a user's function that returns bad clients) is
+        found -- in one line, before any output exists. The cut is kept for ``prepare``."""
         self.partition(data)
-        numel = sum(t.numel() for t in floating_state(model))
-        self.shared_table = _workers_share_memory(layout) and \
-            self.config.sampled_clients * numel * 4 <= TABLE_LIMIT_BYTES
 
     def partition(self, data) -> None:
         """Cut the training set into clients (once; restarts reuse it)."""
@@ -80,26 +105,34 @@ class FedAvgStrategy(Strategy):
         self.client_offsets = sizes.cumsum(0)
         self.client_index = torch.cat([p.to(torch.int64) for p in parts])
 
-    def prepare(self, model, data=None, layout=None) -> None:
-        self.check(data, model, layout)   # cheap once the clients are cut
+    def uses_shared_table(self, model, plan) -> bool:
+        """Whether one round's results fit a table every rank maps."""
+        numel = sum(t.numel() for t in floating_state(model))
+        return plan.comm.shares_memory and \
+            self.config.sampled_clients * numel * 4 <= TABLE_LIMIT_BYTES
+
+    def prepare(self, model, data=None, plan=None) -> None:
+        self.partition(data)
+        self.shared_table = self.uses_shared_table(model, plan)
         flat = torch.cat([t.detach().reshape(-1).float() for t in floating_state(model)])
         self.global_flat = flat
         self.velocity = torch.zeros_like(flat) if self.config.server_momentum else None
         rows = self.config.sampled_clients
         self.table = torch.zeros(rows, flat.numel()) if self.shared_table else None
         self.weights = torch.zeros(rows, dtype=torch.float64) if self.shared_table else None
-        if _workers_share_memory(layout):
+        if plan.comm.shares_memory:
             for tensor in (self.client_index, self.client_offsets, self.global_flat,
                            self.velocity, self.table, self.weights):
                 if tensor is not None:
                     tensor.share_memory_()
 
-    def comm_numel(self, model):
+    def needs(self, model, data, plan) -> ResourceNeeds:
         # The fallback reduction sends the flat model and its weight through the group.
-        return sum(t.numel() for t in floating_state(model)) + 1
-
-    def shared_tensors(self, model):
-        return super().shared_tensors(model) + 6
+        # Clients end in last batches of as many sizes as there are clients: those shapes
+        # are left to the workers, only the full batch is rehearsed.
+        return ResourceNeeds(comm_numel=sum(t.numel() for t in floating_state(model)) + 1,
+                             shared_tensors=model_tensor_count(model) + 6,
+                             batch_sizes=(self.config.batch_size,))
 
     def samples_per_round(self, data, workers):
         mean_client = len(data.train) / self.config.clients
@@ -120,7 +153,17 @@ class FedAvgStrategy(Strategy):
                 "round_s": max(r.evaluated_at for r in reports)
                 - min(r.train_started for r in reports)}
 
-    def describe(self, layout):
+    def round_line(self, extras):
+        return [f"{extras['clients']} clients"] if extras.get("clients") is not None else []
+
+    def summary_fields(self):
+        c = self.config
+        return {"rounds": c.rounds, "clients": c.clients,
+                "clients_per_round": c.sampled_clients, "local_epochs": c.local_epochs,
+                "partition": c.partition, "prox_mu": c.prox_mu, "server_lr": c.server_lr,
+                "server_momentum": c.server_momentum}
+
+    def describe(self, plan, model):
         c = self.config
         lines = [f"{c.clients} clients ({c.partition}), {c.sampled_clients} per round, "
                  f"{c.local_epochs} local epoch(s) of batch {c.batch_size}, {c.rounds} rounds"]
@@ -131,7 +174,7 @@ class FedAvgStrategy(Strategy):
             extras.append(f"server lr {c.server_lr:g} momentum {c.server_momentum:g}")
         if c.accept_failures:
             extras.append("failing clients are dropped from their round")
-        if not self.shared_table and _workers_share_memory(layout):
+        if plan.comm.shares_memory and not self.uses_shared_table(model, plan):
             extras.append("round results too large for a shared table: averaged per worker, "
                           "so the last bits depend on --workers")
         if extras:
@@ -299,8 +342,3 @@ class FedAvgProgram(WorkerProgram):
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
             copy_model_state(self.model, shared_model)
-
-
-def _workers_share_memory(layout) -> bool:
-    """Whether every rank maps the same memory (mptrain's own workers, or one process)."""
-    return layout.comm in ("shm", "none")

@@ -15,6 +15,8 @@ it is why the checkpointed step count can be a little below the steps taken.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn as nn
 
@@ -23,12 +25,13 @@ from .data_parallel import DataParallelStrategy
 
 class HogwildStrategy(DataParallelStrategy):
     name = "hogwild"
+    settings = DataParallelStrategy.settings | {"share_optimizer_state"}
 
     def __init__(self, config):
         super().__init__(config)
         self.shared_optimizer_state: list[dict] | None = None
 
-    def prepare(self, model: nn.Module, data=None, layout=None) -> None:
+    def prepare(self, model: nn.Module, data=None, plan=None) -> None:
         if self.config.share_optimizer_state:
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
@@ -40,7 +43,7 @@ class HogwildStrategy(DataParallelStrategy):
     def may_change_layout(self, replica):
         return False   # its parameters are every worker's, in shared memory
 
-    def replicas_are_private(self, layout):
+    def replicas_are_private(self, plan):
         return False
 
     def optimizer(self, replica):
@@ -61,13 +64,14 @@ class HogwildStrategy(DataParallelStrategy):
     def publish(self, replica, shared_model, group):
         pass
 
-    def shared_tensors(self, model):
+    def needs(self, model, data, plan):
+        needs = super().needs(model, data, plan)
         per_param = {"adam": 3, "sgd": 1 if self.config.momentum else 0}[self.config.optimizer]
         extra = len(list(model.parameters())) * per_param if self.config.share_optimizer_state \
             else 0
-        return super().shared_tensors(model) + extra
+        return replace(needs, shared_tensors=needs.shared_tensors + extra)
 
-    def describe(self, layout):
+    def describe(self, plan, model):
         state = "shared" if self.config.share_optimizer_state else "per worker"
         return [f"lock-free updates to shared parameters; optimizer state {state}"]
 

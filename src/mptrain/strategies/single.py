@@ -3,12 +3,23 @@
 import torch
 import torch.nn as nn
 
+from ..errors import UserError
 from .data_parallel import DataParallelStrategy
 
 
 class SingleStrategy(DataParallelStrategy):
     name = "single"
     in_process = True
+    default_workers = 1
+    settings = frozenset({"epochs", "steps_per_epoch"})
+    instead = {"rounds": "--epochs", "max_restarts": "--strategy sync or ddp"}
+
+    @classmethod
+    def check_config(cls, config):
+        if config.workers != 1:
+            raise UserError(f"strategy 'single' runs one process but --workers is "
+                            f"{config.workers}; use --strategy hogwild|sync|ddp for more "
+                            "workers")
 
     def replica(self, model: nn.Module, group, device: torch.device) -> nn.Module:
         # The caller's model itself: nothing to share, nothing to copy back.

@@ -17,7 +17,13 @@ from .data_parallel import DataParallelStrategy, floating_state
 
 class SyncStrategy(DataParallelStrategy):
     name = "sync"
+    settings = DataParallelStrategy.settings | {"sync_every"}
+    runs_under_torchrun = True
     ranks_take_turns = True
+
+    @classmethod
+    def recommended(cls, defaults):
+        return defaults.common()   # the data set's averaging period included
 
     def comm_numel(self, model):
         return sum(t.numel() for t in floating_state(model))
@@ -31,6 +37,6 @@ class SyncStrategy(DataParallelStrategy):
         if every is None or steps % every != 0:
             group.average_(floating_state(replica))
 
-    def describe(self, layout):
+    def describe(self, plan, model):
         every = self.config.sync_every
         return [f"parameters averaged {f'every {every} steps' if every else 'once per epoch'}"]
