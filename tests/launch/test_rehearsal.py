@@ -16,10 +16,10 @@ from torch.utils.data import TensorDataset
 import mptrain
 from mptrain.config import TrainConfig
 from mptrain.api import bundle_from_datasets
-from mptrain.engine.loop import train
 from mptrain.errors import Interrupted
 from mptrain.launch import execute, rehearsal
-from mptrain.launch import layout as layout_module
+from mptrain.comm.kind import CommKind
+from mptrain.launch import plan as plan_module
 from mptrain.launch import tuning
 from mptrain.strategies import make_strategy
 from run_watch import live_children  # noqa: E402
@@ -218,16 +218,23 @@ def test_the_free_heap_is_released_with_glibc():
     assert tuning.release_free_heap() is True
 
 
-def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train, processes=None):
-    settings = {"strategy": strategy, "device": device, "workers": workers}
-    if strategy == "ddp" and comm != "shm":
-        settings["ddp_backend"] = comm
-    job_config = TrainConfig(**settings)
-    return SimpleNamespace(layout=SimpleNamespace(workers=workers, cores=2, threads=1,
-                                                  comm=comm, processes=processes),
-                           config=job_config, driver=driver, model=RecordingConvNet(),
-                           bundle=bundle_from_datasets(*image_data()),
-                           strategy=make_strategy(job_config))
+def _job(strategy="sync", workers=4, device="cpu", comm="shm", processes=None):
+    if strategy == "a3c":   # RL's actors, on another driver
+        from mptrain.rl.a3c import A3CStrategy
+        from mptrain.rl.config import RLConfig
+
+        job_config = RLConfig(workers=workers)
+        made = A3CStrategy(job_config)
+    else:
+        settings = {"strategy": strategy, "device": device, "workers": workers}
+        if strategy == "ddp" and comm != "shm":
+            settings["ddp_backend"] = comm
+        job_config = TrainConfig(**settings)
+        made = make_strategy(job_config)
+    return SimpleNamespace(plan=SimpleNamespace(workers=workers, cores=2, threads=1,
+                                                comm=CommKind(comm), processes=processes),
+                           config=job_config, model=RecordingConvNet(),
+                           bundle=bundle_from_datasets(*image_data()), strategy=made)
 
 
 @pytest.mark.parametrize("job, rehearsed", [
@@ -239,7 +246,7 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", driver=train, pro
     (_job(workers=2), []),                         # no more workers than cores
     (_job(processes=2), []),                       # ranks take turns in a process a core
     (_job(device="cuda"), []),
-    (_job(driver=lambda setup: None), []),         # another driver (RL's actors)
+    (_job("a3c"), []),                             # another driver (RL's actors)
 ], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "taking-turns",
         "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
@@ -270,9 +277,9 @@ def test_a_rehearsed_run_trains_exactly_as_an_unrehearsed_one(monkeypatch):
         return calls[-1]
 
     initial = RecordingConvNet()
-    monkeypatch.setattr(layout_module, "usable_cores", lambda: 1)   # 2 workers > 1 core
+    monkeypatch.setattr(plan_module, "usable_cores", lambda: 1)   # 2 workers > 1 core
     # A process per worker, as for strategies whose ranks do not take turns (hogwild).
-    monkeypatch.setattr(layout_module, "turn_taking_processes", lambda *args: None)
+    monkeypatch.setattr(plan_module, "turn_taking_processes", lambda *args: None)
     monkeypatch.setattr(rehearsal, "rehearse_first_steps", counted)
     rehearsed = _fit(_copy(initial))
     assert calls == [True]

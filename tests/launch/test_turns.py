@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 from mptrain.cli import main
 from mptrain.comm.base import CollectiveTimeout
 from mptrain.comm.shm import ShmGroupState
-from mptrain.launch import layout as layout_module
+from mptrain.api import bundle_from_datasets
+from mptrain.launch import plan as plan_module
 from mptrain.launch.turns import HostedRankFailed, Turns
 
 
@@ -141,9 +143,11 @@ def _layout(strategy: str, workers: int, cores: int, **config):
     from mptrain.strategies import make_strategy
 
     config = TrainConfig(strategy=strategy, workers=workers, **config)
+    data = bundle_from_datasets(TensorDataset(torch.randn(64, 4), torch.arange(64) % 2), None)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(layout_module, "usable_cores", lambda: cores)
-        return layout_module.plan_layout(config, make_strategy(config))
+        patch.setattr(plan_module, "usable_cores", lambda: cores)
+        return plan_module.plan_workers(config, make_strategy(config), torch.nn.Linear(4, 2),
+                                        data)
 
 
 @pytest.mark.parametrize("strategy, workers, cores, options, processes", [
@@ -166,7 +170,7 @@ def test_ranks_are_split_into_runs_of_consecutive_ranks():
 
 
 def _run(args, monkeypatch, cores: int) -> dict:
-    monkeypatch.setattr(layout_module, "usable_cores", lambda: cores)
+    monkeypatch.setattr(plan_module, "usable_cores", lambda: cores)
     try:
         code = main(args)
     except SystemExit as exit_:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from mptrain.launch.world import detect_external_world
 from mptrain.report.console import ConsolePresenter
-from mptrain.runner import presenter_for_rank
+from mptrain.launch.launchers import TorchrunLauncher
 
 
 def presenter():
@@ -72,7 +72,7 @@ def test_under_torchrun_each_other_node_says_its_own_notes(capsys, rank, local_r
                                                           expected):
     world = detect_external_world({"RANK": str(rank), "WORLD_SIZE": "4",
                                    "LOCAL_RANK": str(local_rank), "GROUP_RANK": str(node)})
-    presenter = presenter_for_rank(world) if rank else ConsolePresenter(quiet=True)
+    presenter = ConsolePresenter(quiet=True, **TorchrunLauncher(world).presenter_role())
     presenter.banner(["sync x4", "more"])
     presenter.update(10, rate=5.0)
     presenter.note("torchrun restarted the job")      # about the job: rank 0 says it

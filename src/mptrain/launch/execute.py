@@ -1,5 +1,6 @@
-"""Three ways to run the training driver: in this process (``single``), on mptrain's own
-supervised worker processes, or as one rank of a job started by torchrun."""
+"""One attempt at a run, three ways, each the ``train`` of one launcher
+(``launch.launchers``): in this process (``single``), on mptrain's own supervised worker
+processes, or as one rank of a job started by torchrun."""
 
 from __future__ import annotations
 
@@ -13,12 +14,13 @@ from typing import Callable
 import torch
 
 from ..comm.base import CollectiveTimeout
+from ..comm.kind import CommKind
 from ..comm.solo import SoloGroup
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
 from . import rehearsal, warmup
 from .board import ProgressBoard
-from .layout import HIERARCHICAL, make_comm
+from .plan import make_comm
 from .supervisor import Supervisor
 from .tuning import apply_threads, child_environment, release_free_heap, tune_malloc
 from .worker import WorkerPlan, worker_entry
@@ -32,7 +34,7 @@ class Job:
     bundle: object
     model: object
     strategy: object
-    layout: object
+    plan: object          # launch.plan.RunPlan
     presenter: object
     on_report: Callable
     start_epoch: int = 0
@@ -59,22 +61,12 @@ def _rank_state(states: list | None, rank: int) -> dict | None:
     return states[rank] if rank < len(states) else {}  # fedavg may resume on more workers
 
 
-def train_job(job: Job, world) -> None:
-    """One attempt at the whole run, wherever its ranks come from."""
-    if world is not None:
-        train_under_launcher(job, world)
-    elif job.strategy.in_process:
-        train_in_process(job)
-    else:
-        train_on_workers(job)
-
-
 def train_in_process(job: Job) -> None:
     job.bundle.materialize_()
-    job.strategy.prepare(job.model, job.bundle, job.layout)
+    job.strategy.prepare(job.model, job.bundle, job.plan)
     tune_malloc()
     previous_threads = torch.get_num_threads()
-    apply_threads(job.layout.threads)
+    apply_threads(job.plan.threads)
     try:
         job.driver(job.setup(0, SoloGroup(), InProcessProgress(job.presenter),
                              job.on_report, torch.device(job.config.device)))
@@ -89,7 +81,7 @@ def train_under_launcher(job: Job, world) -> None:
     from . import launcher
 
     tune_malloc()
-    apply_threads(job.layout.threads)
+    apply_threads(job.plan.threads)
     if job.config.device == "cuda":
         torch.cuda.set_device(world.local_rank)
         device = torch.device("cuda", world.local_rank)
@@ -99,8 +91,8 @@ def train_under_launcher(job: Job, world) -> None:
     try:
         node = launcher.discover(world)
         group = launcher.node_group(job, world, node,
-                                    hierarchical=job.layout.comm == HIERARCHICAL)
-        job.strategy.prepare(job.model, job.bundle, job.layout)
+                                    hierarchical=job.plan.comm is CommKind.SHM_GLOO)
+        job.strategy.prepare(job.model, job.bundle, job.plan)
         launcher.start_from_rank0(job.model, group)
 
         def report(epoch_report):
@@ -118,17 +110,17 @@ def train_under_launcher(job: Job, world) -> None:
 
 
 def train_on_workers(job: Job) -> None:
-    layout, config = job.layout, job.config
+    run_plan, config = job.plan, job.config
     # Everything workers share is put in shared memory once, here, before they start.
     job.bundle.share_memory_()
     job.model.share_memory()
-    job.strategy.prepare(job.model, job.bundle, layout)
-    board = ProgressBoard.create(layout.workers)
-    plan = WorkerPlan(job=job, comm=make_comm(config, job.strategy, job.model, layout),
-                      board=board)
-    if layout.start_method == "fork":
+    job.strategy.prepare(job.model, job.bundle, run_plan)
+    board = ProgressBoard.create(run_plan.workers)
+    comm = make_comm(config, job.strategy, job.model, job.bundle, run_plan)
+    worker_plan = WorkerPlan(job=job, comm=comm, board=board)
+    if run_plan.start_method == "fork":
         warmup.finish()  # workers inherit the imports; no thread may be importing at fork
-    per_epoch = job.strategy.samples_per_round(job.bundle, layout.workers)
+    per_epoch = job.strategy.samples_per_round(job.bundle, run_plan.workers)
     reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 
     def on_message(rank, report):
@@ -139,40 +131,40 @@ def train_on_workers(job: Job) -> None:
         in_round = board.samples_done() - reported[0]
         job.presenter.update(max(0, min(per_epoch, in_round)))
 
-    processes = layout.ranks_of_processes()
-    supervisor = Supervisor(layout.start_method, heartbeat_timeout_s=config.worker_timeout,
+    processes = run_plan.ranks_of_processes()
+    supervisor = Supervisor(run_plan.start_method, heartbeat_timeout_s=config.worker_timeout,
                             seconds_since_beat=board.seconds_since_beat,
                             waiting_ranks=board.waiting_ranks,
                             on_message=on_message, on_tick=on_tick,
                             on_started=job.while_workers_train,
-                            ranks_of_processes=processes if layout.processes else None)
+                            ranks_of_processes=processes if run_plan.processes else None)
     try:
-        if layout.start_method == "fork":
+        if run_plan.start_method == "fork":
             _prepare_to_fork(job)
             # Forked workers share the parent's Python objects copy-on-write; a collection
             # in a worker writes to every object header it visits and copies those pages.
             # Frozen objects are never visited, so they stay shared.
             gc.freeze()
         board.beat_all()   # what the parent did before the start is not a worker's silence
-        with _environment(child_environment(layout.threads)):
-            outcome = supervisor.run(worker_entry, [(plan, ranks) for ranks in processes])
+        with _environment(child_environment(run_plan.threads)):
+            outcome = supervisor.run(worker_entry,
+                                     [(worker_plan, ranks) for ranks in processes])
     finally:
         gc.unfreeze()
-        plan.comm.release()   # the rendezvous folder of gloo/nccl groups
+        worker_plan.comm.release()   # the rendezvous folder of gloo/nccl groups
     if not outcome.ok:
         raise WorkerFailedError(describe_failures(outcome.failures), outcome.failures)
 
 
 def _prepare_to_fork(job: Job) -> None:
     """What forked workers should inherit rather than each build for themselves."""
-    layout, config = job.layout, job.config
-    processes = layout.processes or layout.workers
-    if job.driver is train and rehearsal.worth_rehearsing(processes, layout.cores,
-                                                          config.device):
-        rehearsal.rehearse_first_steps(
-            job.model, job.bundle, config, layout.threads,
-            channels_last=job.strategy.replicas_are_private(layout),
-            batch_sizes=job.strategy.batch_sizes(job.bundle, layout.workers))
+    run_plan, config = job.plan, job.config
+    processes = run_plan.processes or run_plan.workers
+    needs = job.strategy.needs(job.model, job.bundle, run_plan)
+    if needs.rehearse and rehearsal.worth_rehearsing(processes, run_plan.cores, config.device):
+        rehearsal.rehearse_first_steps(job.model, job.bundle, config, run_plan.threads,
+                                       channels_last=needs.private_replicas,
+                                       batch_sizes=list(needs.batch_sizes))
     release_free_heap()
 
 

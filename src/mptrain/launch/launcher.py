@@ -27,7 +27,7 @@ from ..comm.dist import TorchDistGroup
 from ..comm.hierarchical import HierarchicalGroup, Topology
 from ..errors import UserError
 from .lifecycle import die_with_parent
-from .layout import shm_group_state
+from .plan import shm_group_state
 from .node_memory import NodeMemory
 
 #: run_info key of the torchrun job a checkpoint belongs to (resumed only by that job).
@@ -215,7 +215,8 @@ def node_group(job, world, node: Node, hierarchical: bool):
         job.bundle.place_in_(memory.allocate, write)
         if not hierarchical:
             return None
-        return shm_group_state(job.config, job.strategy, job.model, len(node.neighbours),
+        numel = job.strategy.needs(job.model, job.bundle, job.plan).comm_numel
+        return shm_group_state(job.config, numel, job.model, len(node.neighbours),
                                oversubscribed=False, allocate=memory.allocate,
                                initialize=write)
 

@@ -3,6 +3,10 @@ line, not a traceback from every worker."""
 
 from __future__ import annotations
 
+import pickle
+import sys
+from pathlib import Path
+
 import psutil
 import torch
 import torch.nn as nn
@@ -10,6 +14,13 @@ import torch.nn as nn
 from ..config import TrainConfig
 from ..data.sources import CLASSIFICATION, DataBundle
 from ..errors import UserError
+
+GUARD_HELP = (
+    "mptrain started worker processes with the 'spawn' start method, which re-imports your "
+    "main script in every worker, and the script called mptrain again while being imported. "
+    "Put the training call under  if __name__ == \"__main__\":  (see the Python "
+    "multiprocessing docs, 'Safe importing of main module')")
+
 
 
 def check_device(config: TrainConfig) -> None:
@@ -136,3 +147,31 @@ def _activation_bytes(model: nn.Module, bundle: DataBundle, batch_size: int) -> 
             for buffer, value in zip(model.buffers(), buffers):
                 buffer.copy_(value)
     return saved
+
+
+def check_spawn_ready(model: nn.Module) -> None:
+    """Spawn pickles the model to every worker and re-imports ``__main__``; check both now."""
+    try:
+        pickle.dumps(type(model))
+    except Exception:
+        raise UserError(
+            f"the model class {type(model).__qualname__} cannot be pickled by reference, "
+            "which spawn'd workers need; define it in an importable module, not in a "
+            "notebook cell or inside a function") from None
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or isinstance(value, (nn.Module,)):
+                continue
+            try:
+                pickle.dumps(value)
+            except Exception as err:
+                where = f"{name}.{attr}" if name else attr
+                raise UserError(f"model attribute {where!r} ({type(value).__name__}) cannot "
+                                f"be pickled for spawn'd workers: {err}") from None
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
+    if main_file and main_file.endswith(".py") and Path(main_file).is_file():
+        source = Path(main_file).read_text(errors="replace")
+        if "__name__" not in source:
+            raise UserError(GUARD_HELP.replace(" and the script called mptrain again while "
+                                               "being imported", ""))

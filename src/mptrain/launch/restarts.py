@@ -10,10 +10,10 @@ from dataclasses import replace
 from typing import Callable
 
 from ..errors import Interrupted, RunInterrupted, WorkerFailedError
-from .execute import Job, train_job
+from .execute import Job
 
 
-def train_with_restarts(job: Job, keeper, recorder, world=None, *, who: str = "workers",
+def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "workers",
                         command: str = "mptrain run") -> int:
     """Train ``job`` to its end. After a worker failure, restart every worker from the
     keeper's latest checkpoint (or from the initial model), at most ``max_restarts`` times;
@@ -30,8 +30,8 @@ def train_with_restarts(job: Job, keeper, recorder, world=None, *, who: str = "w
             model.load_state_dict(initial_state)
         done = latest.epoch if latest else 0
         recorder.start(done)
-        train_job(replace(job, start_epoch=done,
-                          rank_states=latest.ranks if latest else None), world)
+        launcher.train(replace(job, start_epoch=done,
+                               rank_states=latest.ranks if latest else None))
 
     def on_restart(failure: WorkerFailedError, restarts: int) -> None:
         presenter.close()
@@ -41,9 +41,9 @@ def train_with_restarts(job: Job, keeper, recorder, world=None, *, who: str = "w
 
     def describe_stop(signum: int) -> str:
         presenter.close()
-        if world is not None:
-            return (f"rank {world.rank} stopped by {signal.Signals(signum).name} (torchrun "
-                    "stops every rank when one fails or when it is stopped itself)")
+        own_words = launcher.describe_stop(signum)
+        if own_words is not None:
+            return own_words
         where = f"stopped by {signal.Signals(signum).name} after {len(recorder.history)} " \
                 f"of {config.units} {config.unit}s; every {who[:-1]} was stopped"
         if keeper.saved_path is not None:

@@ -34,8 +34,8 @@ def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) ->
     """Worker process ``index``: trains ``ranks`` -- its own rank, or several that take
     turns in it (``launch.turns``)."""
     tune_malloc()
-    apply_threads(plan.job.layout.threads)
-    processes = plan.job.layout.processes
+    apply_threads(plan.job.plan.threads)
+    processes = plan.job.plan.processes
     if processes is None:
         _train_rank(ranks[0], channel, plan)
         return
