@@ -158,10 +158,11 @@ def captured_run(monkeypatch):
     """Replace training by a recorder of what the CLI hands over."""
     calls = []
 
-    def record(config, bundle, model, model_name, out=None, **more):
-        calls.append({"config": config, "data": bundle.name, "model": model_name, "out": out})
+    def record(request):
+        calls.append({"config": request.config, "data": request.task.data.name,
+                      "model": request.task.model_name, "out": request.out})
 
-    monkeypatch.setattr(mptrain.api, "train_bundle", record)
+    monkeypatch.setattr(mptrain.api, "run", record)
     return calls
 
 

@@ -111,11 +111,60 @@ def load(location: str | Path) -> Checkpoint:
         raise UserError(f"{path} is not an mptrain checkpoint (no '{FORMAT}' marker); "
                         "point --resume at a folder written by mptrain run --checkpoint-every")
     if data.get("version") != VERSION:
-        raise UserError(f"{path} has checkpoint version {data.get('version')}, this mptrain "
-                        f"reads version {VERSION}")
+        raise UserError(f"{path} has checkpoint version {data.get('version')!r}, this "
+                        f"mptrain reads version {VERSION}")
+    _check_fields(path, data)
     return Checkpoint(epoch=data["epoch"],
                       strategy=data["strategy"], config=data["config"], run=data["run"],
                       model=data["model"], ranks=data["ranks"], metrics=data["metrics"])
+
+
+#: What each part of a checkpoint must be: a file that passes ``weights_only`` loading can
+#: still hold anything of these plain types, and a wrong one must be a clear refusal, not a
+#: traceback deep in the resumed run.
+_FIELD_TYPES = {"epoch": int, "strategy": str, "config": dict, "run": dict, "model": dict,
+                "ranks": list, "metrics": list}
+
+
+def _check_fields(path: Path, data: dict) -> None:
+    for name, kind in _FIELD_TYPES.items():
+        value = data.get(name)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise UserError(f"{path} is damaged: its {name!r} is "
+                            f"{type(value).__name__}, not {kind.__name__}; use another "
+                            "checkpoint")
+    if data["epoch"] < 0 or not all(isinstance(rank, dict) for rank in data["ranks"]) \
+            or not all(isinstance(row, dict) for row in data["metrics"]):
+        raise UserError(f"{path} is damaged (its rounds or per-rank parts are malformed); "
+                        "use another checkpoint")
+    if not all(isinstance(key, str) for key in data["config"]):
+        raise UserError(f"{path} is damaged (its settings are malformed); use another "
+                        "checkpoint")
+
+
+def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
+    """Refuse to take user code from a checkpoint: each of ``names`` (a setting or run
+    entry -> the value the user gave on this invocation, None if not given) that the
+    checkpoint sets to an import string or a file path must be given again, the same.
+
+    Loading a file must never choose code to run: built-in names (``digits``, ``iid``) may
+    come from a checkpoint, the user's own modules only from the user's own flags, config
+    file or call."""
+    from .imports import is_import_string
+
+    recorded = {**checkpoint.config, **checkpoint.run}
+    for name, given in names.items():
+        value = recorded.get(name)
+        if not isinstance(value, str) or not is_import_string(value):
+            continue
+        flag = "--" + name.replace("_", "-")
+        if given is None:
+            raise UserError(f"the checkpoint names your code {flag} {value!r}; a checkpoint "
+                            f"never chooses code to run: give {flag} {value!r} again to "
+                            "resume")
+        if given != value:
+            raise UserError(f"the checkpoint was written with {flag} {value!r} but "
+                            f"{flag} {given!r} was given; resume with the same {flag}")
 
 
 class CheckpointKeeper:
@@ -151,14 +200,14 @@ class CheckpointKeeper:
         self.saved_path, self.saved_epoch = path, epoch
 
 
-def check_resumable(resume: Checkpoint | None, config, workers: int) -> None:
-    """Refuse to resume a checkpoint with another strategy or (epoch strategies: per-rank
-    optimizer states) another number of workers."""
+def check_resumable(resume: Checkpoint | None, config, workers: int, strategy) -> None:
+    """Refuse to resume a checkpoint with another strategy or (strategies with per-rank
+    state: optimizer states) another number of workers."""
     if resume is None:
         return
     if resume.strategy != config.strategy:
         raise UserError(f"the checkpoint was written by strategy {resume.strategy!r}; "
                         f"resume with --strategy {resume.strategy}")
-    if resume.world_size != workers and config.strategy != "fedavg":
+    if resume.world_size != workers and not strategy.resumes_on_other_worker_counts:
         raise UserError(f"the checkpoint holds the state of {resume.world_size} workers; "
                         f"resume with --workers {resume.world_size}")

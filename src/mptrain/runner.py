@@ -1,107 +1,130 @@
-"""One training run, start to end, in the order things happen: plan the layout, check
+"""One run, start to end, in the order things happen: plan it with its launcher, check
 everything that can be checked before a process starts, say what will happen, train (with
 the restart policy of ``launch.restarts``), write the outputs. Each step is someone else's
-job; this module only puts them in order. ``fit()`` (and so the CLI) ends up here."""
+job; this module only puts them in order. Supervised runs (``fit()``, ``mptrain run``) and
+RL runs (``mptrain.rl``) both end up here; what differs between them is a
+:class:`RunTask` (banner, summary, closing lines, outputs)."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import torch.nn as nn
 
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
-from .config import TrainConfig
-from .data.sources import DataBundle
-from .launch import launcher, warmup
+from .launch import warmup
 from .launch.execute import Job
-from .launch.layout import plan_layout, preflight
+from .launch.launchers import Launcher
+from .launch.plan import RunPlan
+from .launch.preflight import check_spawn_ready
 from .launch.restarts import train_with_restarts
-from .launch.world import detect_external_world
-from .report import plots
 from .report.console import ConsolePresenter
 from .report.metrics import EpochMetrics
 from .report.outputs import prepare_out_dir
 from .report.recorder import RunRecorder
-from .report.summary import banner_lines, build_summary, result_lines, write_outputs
 from .result import FitResult
-from .strategies import make_strategy
 
 
-def run_training(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name: str,
-                 presenter: ConsolePresenter | None = None, out: str | Path | None = None,
-                 resume: Checkpoint | None = None,
-                 run_info: dict | None = None) -> FitResult:
+class RunTask(Protocol):
+    """What one kind of run says about itself and leaves behind."""
+
+    #: The progress and metrics vocabulary of the run's reports (``data.sources`` task).
+    kind: str
+    #: What the run's processes are called in messages, and the command that resumes it.
+    who: str
+    command: str
+    #: Run entries a checkpoint records (how to rebuild the data and model).
+    run_info: dict
+    #: What the strategy's workers train on (a shared data set, an environment's sizes).
+    data: object
+    #: The driver every worker runs (``engine.loop.train`` and its kin).
+    driver: object
+
+    def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
+        """Refuse what cannot run, before any process starts; warnings to show."""
+
+    def result(self, model: nn.Module, config) -> FitResult:
+        """An empty result of this kind of run."""
+
+    def banner(self, config, model, plan: RunPlan) -> list[str]: ...
+
+    def summary(self, config, model, plan: RunPlan, rows: list[EpochMetrics], wall_s: float,
+                startup_s: float | None) -> dict: ...
+
+    def result_lines(self, summary: dict, out_dir: Path | None) -> list[str]: ...
+
+    def write_outputs(self, out_dir: Path, model: nn.Module, rows: list[EpochMetrics],
+                      summary: dict) -> None: ...
+
+    def before_plotting(self) -> None:
+        """Work for the parent while its workers train (an import the outputs need)."""
+
+
+@dataclass
+class RunRequest:
+    """One resolved run: its settings, strategy and launcher, what it trains, where its
+    outputs go and what it resumes from."""
+
+    config: object
+    strategy: object
+    launcher: Launcher
+    model: nn.Module
+    task: RunTask
+    out: str | Path | None = None
+    resume: Checkpoint | None = None
+    quiet: bool = False
+    extra_run_info: dict = field(default_factory=dict)
+
+
+def run(request: RunRequest) -> FitResult:
     started = time.monotonic()
-    world = detect_external_world()
-    given_out = out
-    if world is not None and world.rank != 0:
-        presenter, out = presenter_for_rank(world), None  # rank 0 speaks and writes
-    presenter = presenter or ConsolePresenter(quiet=config.quiet)
-    strategy = make_strategy(config)
-    layout = plan_layout(config, strategy, world)
-    run_info = dict(run_info or {})
-    elastic, notes = False, []
-    if world is not None:
-        # The group exists before anything else: resuming needs it after a restart.
-        attempt = launcher.join(world, "nccl" if layout.comm == "nccl" else "gloo",
-                                config.worker_timeout)
-        run_info[launcher.RUN_ID_KEY] = launcher.run_id()
-        elastic = launcher.may_restart()
-        if resume is None:
-            resume = launcher.elastic_resume(given_out, config, world, attempt)
-            if resume is not None:
-                notes.append(f"torchrun restarted the job: resuming after {config.unit} "
-                             f"{resume.epoch} from the checkpoint in {given_out}")
-    check_resumable(resume, config, layout.workers)
-    machine_warnings = preflight(config, bundle, model, strategy, layout)
-    if elastic and given_out is None:
-        notes.append("torchrun may restart this job (--max-restarts) but without --out "
-                     "no checkpoint is written: a restart starts from the beginning")
+    config, strategy, launcher, model, task = request.config, request.strategy, \
+        request.launcher, request.model, request.task
+    presenter = ConsolePresenter(quiet=request.quiet, **launcher.presenter_role())
+    plan = launcher.plan(config, strategy, model, task.data)
+    if plan.start_method not in (None, "fork"):
+        check_spawn_ready(model)
+    joined = launcher.join(config, plan, request.out, request.resume)
+    resume = joined.resume
+    check_resumable(resume, config, plan.workers, strategy)
+    machine_warnings = task.preflight(config, model, strategy, plan)
+    out = request.out if launcher.writes_outputs else None
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
-    keeper = CheckpointKeeper(config, run_info, out_dir, resume, keep_on_disk=elastic)
+    keeper = CheckpointKeeper(config, {**task.run_info, **request.extra_run_info,
+                                       **joined.run_info},
+                              out_dir, resume, keep_on_disk=joined.restartable)
     if resume is not None:
         model.load_state_dict(resume.model)
-    presenter.banner(banner_lines(config, bundle, model, model_name, layout)
-                     + strategy.describe(layout))
-    for note in notes:
+    presenter.banner(task.banner(config, model, plan) + strategy.describe(plan, model))
+    for note in joined.notes:
         presenter.note(note)
     for warning in machine_warnings:
         presenter.machine_note(warning)
 
-    result = FitResult(model=model, config=config)
+    result = task.result(model, config)
     if resume is not None:
         result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
-    recorder = RunRecorder(config, strategy, bundle.task, presenter, keeper, out_dir,
-                           layout.workers, strategy.samples_per_round(bundle, layout.workers),
+    recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
+                           plan.workers, strategy.samples_per_round(task.data, plan.workers),
                            started, result.epochs)
     result.restarts = train_with_restarts(
-        Job(config=config, bundle=bundle, model=model, strategy=strategy, layout=layout,
+        Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
             presenter=presenter, on_report=recorder.on_report,
-            checkpoint_every=keeper.every,
-            while_workers_train=_import_plotting if out_dir is not None else None),
-        keeper, recorder, world)
+            checkpoint_every=keeper.every, driver=task.driver,
+            while_workers_train=task.before_plotting if out_dir is not None else None),
+        keeper, recorder, launcher, who=task.who, command=task.command)
     warmup.wait_for_imports()  # the plotting import, before the plot
 
     wall_s = time.monotonic() - started
     first = recorder.first_step_at
-    result.summary = build_summary(config, bundle, model, model_name, layout, result.epochs,
-                                   wall_s, first - started if first else None)
+    result.summary = task.summary(config, model, plan, result.epochs, wall_s,
+                                  first - started if first else None)
+    result.summary.update(strategy.summary_fields())
     result.summary["restarts"] = result.restarts
     if out_dir is not None:
-        write_outputs(out_dir, result)
-    presenter.result(result_lines(result.summary, out_dir))
+        task.write_outputs(out_dir, model, result.epochs, result.summary)
+    presenter.result(task.result_lines(result.summary, out_dir))
     return result
-
-
-def _import_plotting() -> None:
-    warmup.import_in_background(plots.MODULES)
-
-
-def presenter_for_rank(world) -> ConsolePresenter:
-    """What a rank other than 0 of a torchrun job prints: rank 0 shows the run, and each other
-    node's first rank the notes about its own machine, on that node's terminal -- a warning
-    can concern one node alone (its cores, its memory), and node 0 never sees node 1's."""
-    if world.local_rank != 0:
-        return ConsolePresenter(silent=True)
-    return ConsolePresenter(other_node=f"node {world.node} (rank {world.rank})")

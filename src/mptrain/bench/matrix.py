@@ -5,10 +5,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# Strategies whose unit of work is a round (sampled clients, local epochs, one aggregation)
-# rather than an epoch. Their cells run `--rounds`, and they are a different workload from an
-# epoch of `single`, so they get their own single-thread reference.
-ROUND_STRATEGIES = ("fedavg",)
+from ..strategies.registry import strategy_class
+
+#: The one-process strategy every epoch cell is measured against.
+REFERENCE = "single"
+
+
+def counts_rounds(strategy: str) -> bool:
+    """Whether a strategy's unit of work is a round (sampled clients, local epochs, one
+    aggregation) rather than an epoch: its cells run `--rounds`, and they are a different
+    workload from an epoch of the reference, so they get their own single-thread
+    reference."""
+    return strategy_class(strategy).unit == "round"
+
+
+def in_process(strategy: str) -> bool:
+    return strategy_class(strategy).in_process
 
 
 @dataclass(frozen=True)
@@ -28,7 +40,7 @@ class Cell:
     @property
     def unit(self) -> str:
         """What `--epochs N` of the bench counts for this cell."""
-        return "round" if self.strategy in ROUND_STRATEGIES else "epoch"
+        return strategy_class(self.strategy).unit
 
 
 def worker_counts(requested: list[int] | None, cores: int) -> list[int]:
@@ -41,15 +53,15 @@ def expand(strategies: list[str], workers: list[int], threads: int | None) -> li
     """The cells of the matrix, each once, with a single-thread reference per workload:
     ``single (1 thread)`` first for the epoch strategies, ``fedavg (1 thread)`` ahead of the
     fedavg cells. A cell identical to its reference (1 worker, 1 thread) is not run twice."""
-    epoch_strategies = [s for s in strategies if s not in ROUND_STRATEGIES]
-    cells = [Cell("single", 1, threads=1, reference=True)] if epoch_strategies else []
-    for strategy in [*epoch_strategies, *(s for s in strategies if s in ROUND_STRATEGIES)]:
-        if strategy in ROUND_STRATEGIES:
+    epoch_strategies = [s for s in strategies if not counts_rounds(s)]
+    cells = [Cell(REFERENCE, 1, threads=1, reference=True)] if epoch_strategies else []
+    for strategy in [*epoch_strategies, *(s for s in strategies if counts_rounds(s))]:
+        if counts_rounds(strategy):
             cells.append(Cell(strategy, 1, threads=1, reference=True))
-        counts = [1] if strategy == "single" else workers
+        counts = [1] if in_process(strategy) else workers
         for count in counts:
             if count == 1 and (threads or 0) == 1 and \
-                    (strategy == "single" or strategy in ROUND_STRATEGIES):
+                    (in_process(strategy) or counts_rounds(strategy)):
                 continue  # identical to the reference
             cells.append(Cell(strategy, count, threads))
     return cells
@@ -58,7 +70,7 @@ def expand(strategies: list[str], workers: list[int], threads: int | None) -> li
 def reference_of(cell: Cell, cells: list[Cell]) -> Cell | None:
     """The single-thread run that ``cell``'s efficiency divides by: the same workload in one
     process with one thread."""
-    strategy = cell.strategy if cell.strategy in ROUND_STRATEGIES else "single"
+    strategy = cell.strategy if counts_rounds(cell.strategy) else REFERENCE
     return next((c for c in cells if c.reference and c.strategy == strategy), None)
 
 
@@ -67,7 +79,7 @@ def speedup_baseline(cell: Cell, cells: list[Cell]) -> Cell | None:
     x1``; ``fedavg x1`` for fedavg), else, when that cell is not in the matrix (it equals the
     reference under ``--threads-per-worker 1``, or 1 is not among the worker counts), the
     single-thread reference."""
-    strategy = cell.strategy if cell.strategy in ROUND_STRATEGIES else "single"
+    strategy = cell.strategy if counts_rounds(cell.strategy) else REFERENCE
     return next((c for c in cells if not c.reference and c.strategy == strategy
                  and c.workers == 1), reference_of(cell, cells))
 

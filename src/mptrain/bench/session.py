@@ -12,12 +12,12 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from ..config import STRATEGIES
+from ..strategies.registry import STRATEGIES
 from ..data.sources import load_data
 from ..errors import UserError
 from ..launch.tuning import usable_cores
 from .execute import RunRecord, Workload, run_cell
-from .matrix import ROUND_STRATEGIES, Cell, expand, interleave, memory_pass, worker_counts
+from .matrix import REFERENCE, Cell, counts_rounds, expand, interleave, memory_pass, worker_counts
 from .report import cell_rows
 
 # Bench flags passed to fedavg cells only, as the `mptrain run` flags of the same name.
@@ -58,7 +58,7 @@ class BenchSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be a positive integer")
-        rounds = [s for s in self.strategies if s in ROUND_STRATEGIES]
+        rounds = [s for s in self.strategies if counts_rounds(s)]
         given = [ROUND_FLAGS[name] for name in ROUND_FLAGS if getattr(self, name) is not None]
         if given and not rounds:
             raise UserError(f"{', '.join(given)} applies to fedavg cells only; add fedavg to "
@@ -106,7 +106,7 @@ def run_bench(settings: BenchSettings, console: Console | None = None
                   transient=True, refresh_per_second=2) as progress:
         task = progress.add_task("warm-up", total=len(schedule) + 1)
         # One untimed run first: file caches, bytecode, the allocator of a cold machine.
-        run_cell(Cell("single", 1, threads=1, reference=True), -1,
+        run_cell(Cell(REFERENCE, 1, threads=1, reference=True), -1,
                  replace(workload, epochs=1, steps_per_epoch=5, target_accuracy=None))
         progress.advance(task)
         for repeat, cell, sample_memory in schedule:

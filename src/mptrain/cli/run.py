@@ -7,10 +7,9 @@ from pathlib import Path
 import click
 
 from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, ONCE_PER_EPOCH, OPTIMIZERS,
-                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, STRATEGIES,
-                      applicable_settings, load_config_file)
-from ..launch.lifecycle import leave
-from ..launch.world import detect_external_world
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
+                      load_config_file)
+from ..strategies.registry import STRATEGIES
 from .app import cli, supervised_run_options
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
@@ -98,55 +97,55 @@ def run(config_file, resume, **flags):
 
     given = load_config_file(config_file) if config_file else {}
     given.update({k: v for k, v in flags.items() if v is not None})
-    quiet = bool(given.pop("quiet", False))
+    quiet = given.pop("quiet", False)
+    check_setting("quiet", quiet)
     if given.get("data") == "mnist" and given.get("data_dir"):
         idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
     try:
-        model, bundle, locations, settings, checkpoint = _prepare(given, resume)
+        model, bundle, locations, settings, checkpoint, launcher = _prepare(given, resume)
     finally:
         idx.finish_read_ahead()  # no thread may be left running when workers fork
-    from ..api import fit
+    from ..api import train
 
     model_name = locations["model"] or bundle.default_model
     source = {"data": bundle.name if locations["data"] is None else locations["data"],
               "data_dir": locations["data_dir"], "model": model_name}
-    fit(model, bundle, out=locations["out"], quiet=quiet, resume=checkpoint,
-        model_name=model_name, source=source, **settings)
-    if detect_external_world() is not None:
-        # gloo's teardown aborts now and then after the work is done; torchrun would
-        # report that finished rank as failed.
-        leave(0)
+    train(settings, bundle, model, model_name, launcher, out=locations["out"], quiet=quiet,
+          checkpoint=checkpoint, run_info=source)
+    launcher.finish()
 
 
 def _prepare(given: dict, resume):
-    """The run's model and data set, where they came from, the settings left for fit(),
-    and the checkpoint to resume from."""
-    from ..api import check_settings
+    """The run's model and data set, where they came from, the settings left for the run,
+    the checkpoint to resume from and the run's launcher (which refused the settings it
+    owns before any data is built)."""
+    from ..api import launcher_for
     from ..checkpoint import load as load_checkpoint
+    from ..checkpoint import user_code_in
     from ..data.sources import load_data
     from ..launch import warmup
     from ..models import build_model
 
     warmup.start_in_background()
     checkpoint = load_checkpoint(resume) if resume else None
-    # Precedence: checkpoint < config file < flags (the data set's defaults fill the rest);
-    # fit() puts the checkpoint's settings under these.
-    settings = _resumed_locations(checkpoint, resume) if checkpoint else {}
-    settings.update(given)
-    locations = {k: settings.pop(k, None) for k in RUN_FLAGS}
-    # A bad flag is refused before the data is built (over the checkpoint's own settings).
-    check_settings({**(applicable_settings(checkpoint.config) if checkpoint else {}),
-                    **settings})
+    locations = {k: given.pop(k, None) for k in RUN_FLAGS}
+    if checkpoint is not None:
+        user_code_in(checkpoint, {k: locations[k] for k in ("data", "model")})
+        resumed = _resumed_locations(checkpoint, resume)
+        locations = {k: locations[k] if locations[k] is not None else resumed.get(k)
+                     for k in RUN_FLAGS}
+    launcher = launcher_for(given, checkpoint)
     bundle = load_data(locations["data"] or "digits", locations["data_dir"])
-    seed = settings.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
+    seed = given.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
                         bundle.output_size, seed)
-    return model, bundle, locations, settings, checkpoint
+    return model, bundle, locations, given, checkpoint, launcher
 
 
 def _resumed_locations(checkpoint, resume_path) -> dict:
     """Where the resumed run's data and model come from, and its --out folder."""
-    settings = {k: v for k, v in checkpoint.run.items() if v is not None}
+    settings = {k: v for k, v in checkpoint.run.items()
+                if k in RUN_FLAGS and isinstance(v, str)}
     if "data_dir" in settings and settings.get("data") != "mnist":
         settings.pop("data_dir")
     settings["out"] = str(resume_path if Path(resume_path).is_dir()

@@ -7,8 +7,6 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import psutil
 import torch
 import torch.nn as nn
@@ -17,55 +15,47 @@ from ..data.sources import CLASSIFICATION
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
 
-if TYPE_CHECKING:
-    from ..result import FitResult
 
-
-#: How the ranks torchrun starts talk, by ``RunLayout.comm``.
-LAUNCHER_COMMS = {"gloo": "gloo over every rank", "nccl": "nccl over every rank",
-                  "shm+gloo": "shared memory within each node, gloo between nodes"}
-
-
-def banner_lines(config, bundle, model, model_name, layout) -> list[str]:
+def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
     test = f" / {len(bundle.test):,} test" if bundle.test is not None else ""
     first = f"strategy [bold]{config.strategy}[/bold]"
-    if layout.start_method:
-        workers = f"{layout.workers} workers" + (
-            f" taking turns in {layout.processes} processes" if layout.processes else "")
-        first += f" · {workers} × {layout.threads} thread(s) " \
-                 f"({layout.cores} usable cores) · start method {layout.start_method} " \
-                 f"({layout.start_reason})"
-    elif layout.comm in LAUNCHER_COMMS:
-        first += f" · {layout.workers} ranks {layout.start_reason} × {layout.threads} " \
-                 f"thread(s) each · collectives {LAUNCHER_COMMS[layout.comm]}"
+    if plan.start_method:
+        workers = f"{plan.workers} workers" + (
+            f" taking turns in {plan.processes} processes" if plan.processes else "")
+        first += f" · {workers} × {plan.threads} thread(s) " \
+                 f"({plan.cores} usable cores) · start method {plan.start_method} " \
+                 f"({plan.start_reason})"
+    elif plan.local_workers is not None:
+        first += f" · {plan.workers} ranks {plan.start_reason} × {plan.threads} " \
+                 f"thread(s) each · collectives {plan.comm.describe_for_launcher()}"
     else:
-        first += f" · 1 process × {layout.threads} thread(s) ({layout.cores} usable cores)"
+        first += f" · 1 process × {plan.threads} thread(s) ({plan.cores} usable cores)"
     lines = [first,
              f"data {bundle.name}: {len(bundle.train):,} train{test} samples, "
              f"{bundle.nbytes / 2**20:.1f} MiB"
-             + (" in shared memory once" if layout.start_method else
-                " in shared memory once per node" if layout.comm in LAUNCHER_COMMS else ""),
+             + (" in shared memory once" if plan.start_method else
+                " in shared memory once per node" if plan.local_workers is not None else ""),
              f"model {model_name}: {params:,} parameters · optimizer {config.optimizer} "
              f"lr {config.lr:g}" + (f" momentum {config.momentum:g}" if config.momentum else "")
              + f" · batch {config.batch_size} · {config.units} {config.unit}s · seed "
              f"{config.seed}"]
-    if layout.sharing:
-        lines.append(f"sharing strategy {layout.sharing} ({layout.sharing_reason})")
+    if plan.sharing:
+        lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
     return lines
 
 
-def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
+def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
                   startup_s) -> dict:
     last = epochs[-1] if epochs else None
     train_seconds = sum(m.epoch_s for m in epochs)
     summary = {
         "strategy": config.strategy,
-        "workers": layout.workers,
+        "workers": plan.workers,
         # Worker processes: fewer than workers when ranks take turns in them.
-        "processes": (layout.processes or layout.workers) if layout.start_method else None,
-        "threads_per_worker": layout.threads,
-        "start_method": layout.start_method,
+        "processes": (plan.processes or plan.workers) if plan.start_method else None,
+        "threads_per_worker": plan.threads,
+        "start_method": plan.start_method,
         "epochs": config.epochs if config.unit == "epoch" else None,
         "unit": config.unit,
         "rounds_done": len(epochs),
@@ -78,7 +68,6 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
         "sync_every": config.sync_every,
         "seed": config.seed,
         "train_samples": len(bundle.train),
-        **(_federated(config) if config.strategy == "fedavg" else {}),
         "test_samples": len(bundle.test) if bundle.test is not None else 0,
     }
     if bundle.task == CLASSIFICATION:
@@ -95,7 +84,7 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
         "wall_s": wall_s,
         "torch": torch.__version__,
         "python": platform.python_version(),
-        "cores": layout.cores,
+        "cores": plan.cores,
         "logical_cpus": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
     })
@@ -108,13 +97,6 @@ def build_summary(config, bundle, model, model_name, layout, epochs, wall_s,
     if linear is not None and bundle.task != CLASSIFICATION:
         summary["weight"], summary["bias"] = linear
     return summary
-
-
-def _federated(config) -> dict:
-    return {"rounds": config.rounds, "clients": config.clients,
-            "clients_per_round": config.sampled_clients, "local_epochs": config.local_epochs,
-            "partition": config.partition, "prox_mu": config.prox_mu,
-            "server_lr": config.server_lr, "server_momentum": config.server_momentum}
 
 
 def _since_process_start(startup_s, wall_s):
@@ -147,15 +129,14 @@ def _single_linear(model: nn.Module):
     return None
 
 
-def write_outputs(out_dir: Path, result: FitResult) -> None:
-    write_jsonl(out_dir / "metrics.jsonl", [m.as_dict() for m in result.epochs])
-    save_state_dict(out_dir / "model.pt", result.model)
-    if result.epochs:
-        s = result.summary
-        plot_curves(out_dir / "curves.png", [m.as_dict() for m in result.epochs],
-                    f"{s['data']} · {s['model']} · {s['strategy']} × {s['workers']}",
-                    s.get("unit", "epoch"))
-    write_json(out_dir / "summary.json", result.summary)
+def write_outputs(out_dir: Path, model, epochs, summary: dict) -> None:
+    write_jsonl(out_dir / "metrics.jsonl", [m.as_dict() for m in epochs])
+    save_state_dict(out_dir / "model.pt", model)
+    if epochs:
+        plot_curves(out_dir / "curves.png", [m.as_dict() for m in epochs],
+                    f"{summary['data']} · {summary['model']} · {summary['strategy']} × "
+                    f"{summary['workers']}", summary.get("unit", "epoch"))
+    write_json(out_dir / "summary.json", summary)
 
 
 def result_lines(summary: dict, out_dir: Path | None) -> list[str]:

@@ -10,6 +10,7 @@ only the optimizer's state is shared (``strategies.hogwild.shared_optimizer_stat
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -31,18 +32,20 @@ class A3CStrategy(ActorStrategy):
         super().__init__(config)
         self.optimizer_state: list[dict] | None = None
 
-    def prepare(self, model, data=None, layout=None) -> None:
+    def prepare(self, model, data=None, plan=None) -> None:
         self.optimizer_state = shared_optimizer_state(list(model.parameters()), "adam", 0.0)
 
-    def shared_tensors(self, model) -> int:
-        return super().shared_tensors(model) + 3 * len(list(model.parameters()))
+    def needs(self, model, data, plan):
+        needs = super().needs(model, data, plan)
+        return replace(needs, shared_tensors=needs.shared_tensors
+                       + 3 * len(list(model.parameters())))
 
     def program(self, setup) -> "A3CProgram":
         return A3CProgram(setup, self.optimizer_state)
 
-    def describe(self, layout) -> list[str]:
+    def describe(self, plan, model) -> list[str]:
         c = self.config
-        return [f"a3c: {layout.workers} actor-learner(s), {c.n_steps}-step advantage "
+        return [f"a3c: {plan.workers} actor-learner(s), {c.n_steps}-step advantage "
                 f"actor-critic (lambda {c.gae_lambda:g}), entropy {c.entropy_coef:g}; "
                 "lock-free updates to the shared model, Adam state shared"]
 

@@ -4,20 +4,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..checkpoint import Checkpoint, resolve_resume
+import torch
+
+from ..checkpoint import Checkpoint, resolve_resume, user_code_in
 from ..errors import UserError
-from ..report.console import ConsolePresenter
+from ..launch.launchers import choose_launcher
+from ..runner import RunRequest, run
+from .a3c import A3CStrategy
 from .config import ALGOS, RLConfig
-from .envs import require_gymnasium
-from .run import RLResult, run_rl
+from .dqn import DQNStrategy
+from .envs import EnvSource, env_shape, require_gymnasium
+from .nets import build_network
+from .task import RLResult, RLTask
+
+ALGORITHMS = {cls.name: cls for cls in (A3CStrategy, DQNStrategy)}
 
 
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,
         resume: str | Path | Checkpoint | None = None, quiet: bool = True,
-        presenter: ConsolePresenter | None = None, **settings) -> RLResult:
+        **settings) -> RLResult:
     """Train an agent on ``env`` (a Gymnasium id such as ``"CartPole-v1"`` or an import
     string ``"module:make_env"``) with ``algo`` (``"a3c"`` or ``"dqn"``) and return an
-    :class:`~mptrain.rl.run.RLResult` (``model``, ``rounds``, ``summary``).
+    :class:`~mptrain.rl.task.RLResult` (``model``, ``rounds``, ``summary``).
 
     ``settings`` are those of :class:`~mptrain.rl.config.RLConfig` (``workers``, ``steps``,
     ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...). ``resume``
@@ -34,7 +42,15 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
         if given.get("algo", checkpoint.strategy) != checkpoint.strategy:
             raise UserError(f"the checkpoint was written by --algo {checkpoint.strategy}; "
                             f"resume with --algo {checkpoint.strategy}")
+        user_code_in(checkpoint, {"env": given.get("env"), "net": given.get("net")})
         given = {**checkpoint.config, **given}
     given["quiet"] = quiet
     config = RLConfig.from_dict(given)
-    return run_rl(config, presenter=presenter, out=out, resume=checkpoint)
+    strategy_class = ALGORITHMS[config.algo]
+    launcher = choose_launcher(strategy_class)
+    shape = env_shape(config.env)
+    torch.manual_seed(config.seed)
+    model = build_network(config.algo, shape, config.hidden, config.net)
+    task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
+    return run(RunRequest(config=config, strategy=strategy_class(config), launcher=launcher,
+                          model=model, task=task, out=out, resume=checkpoint, quiet=quiet))

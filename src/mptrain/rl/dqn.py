@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import time
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -45,20 +46,24 @@ class DQNStrategy(ActorStrategy):
         self.replay: SharedReplay | None = None
         self.learner_updates: torch.Tensor | None = None
 
-    def prepare(self, model, data=None, layout=None) -> None:
+    def prepare(self, model, data=None, plan=None) -> None:
         self.replay = SharedReplay.create(self.config.buffer_size, data.shape.obs_dim,
                                           self.config.workers)
         self.learner_updates = torch.zeros(1, dtype=torch.int64).share_memory_()
 
-    def shared_tensors(self, model) -> int:
-        return super().shared_tensors(model) + 7
+    def needs(self, model, data, plan):
+        needs = super().needs(model, data, plan)
+        replay = SharedReplay.estimate_nbytes(self.config.buffer_size, data.shape.obs_dim,
+                                              self.config.workers)
+        return replace(needs, shared_tensors=needs.shared_tensors + 7,
+                       extra_shared_bytes=replay)
 
     def program(self, setup) -> "DQNProgram":
         return DQNProgram(setup, self.replay, self.learner_updates)
 
-    def describe(self, layout) -> list[str]:
+    def describe(self, plan, model) -> list[str]:
         c = self.config
-        return [f"dqn: {layout.workers} actor(s), rank 0 also the learner; replay "
+        return [f"dqn: {plan.workers} actor(s), rank 0 also the learner; replay "
                 f"{c.buffer_size:,} in shared memory, batch {c.batch_size}, 1 update per "
                 f"{c.train_every} steps after {c.learning_starts:,}, target copied every "
                 f"{c.target_every} updates, epsilon {c.eps_start:g}->{c.eps_end:g} over "

@@ -17,13 +17,20 @@ import torch
 from ..engine.loop import (EpochReport, checkpoint_due, encode_state, minor_faults,
                            ratio_over_ranks)
 from ..engine.seeding import seed_global_generator
-from ..strategies.base import Strategy, WorkerProgram
+from ..strategies.base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from .acting import evaluate_greedy
 from .metrics import rl_round_extras
 
 
 class ActorStrategy(Strategy):
     """An RL algorithm: its rounds are environment steps and its reports carry returns."""
+
+    unit = "round"
+
+    def needs(self, model, data, plan):
+        # Actors act on the shared model (a3c) or a learner's (dqn): nothing to rehearse.
+        return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),
+                             private_replicas=False, rehearse=False)
 
     def samples_per_round(self, data, workers: int) -> int:
         return self.config.round_steps

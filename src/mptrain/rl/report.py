@@ -13,11 +13,11 @@ from ..report.outputs import save_state_dict, write_json, write_jsonl
 from ..report.plots import new_figure, save_png
 
 
-def banner_lines(config, shape, model, layout) -> list[str]:
+def banner_lines(config, shape, model, plan) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
-    return [f"rl [bold]{config.algo}[/bold] · {layout.workers} actor process(es) × "
-            f"{layout.threads} thread(s) ({layout.cores} usable cores) · start method "
-            f"{layout.start_method} ({layout.start_reason})",
+    return [f"rl [bold]{config.algo}[/bold] · {plan.workers} actor process(es) × "
+            f"{plan.threads} thread(s) ({plan.cores} usable cores) · start method "
+            f"{plan.start_method} ({plan.start_reason})",
             f"env {shape.name}: {shape.obs_dim} observations, {shape.n_actions} actions · "
             f"{config.steps:,} steps in {config.units} rounds of {config.round_steps:,} · "
             f"seed {config.seed}",
@@ -25,14 +25,14 @@ def banner_lines(config, shape, model, layout) -> list[str]:
             f"{config.learning_rate:g} · gamma {config.gamma:g}"]
 
 
-def build_summary(config, layout, rows: list[dict], wall_s: float, restarts: int) -> dict:
+def build_summary(config, plan, rows: list[dict], wall_s: float) -> dict:
     evaluated = [row for row in rows if row.get("eval_return") is not None]
     last_eval = evaluated[-1] if evaluated else None
     train_s = sum(row["epoch_s"] for row in rows)
     steps = rows[-1]["env_steps"] if rows else 0
     summary = {
-        "algo": config.algo, "env": config.env, "workers": layout.workers,
-        "threads_per_worker": layout.threads, "start_method": layout.start_method,
+        "algo": config.algo, "env": config.env, "workers": plan.workers,
+        "threads_per_worker": plan.threads, "start_method": plan.start_method,
         "seed": config.seed, "steps_planned": config.steps, "rounds_done": len(rows),
         "env_steps": steps,
         "env_steps_per_s": (sum(row["train_samples"] for row in rows) / train_s
@@ -40,9 +40,9 @@ def build_summary(config, layout, rows: list[dict], wall_s: float, restarts: int
         "eval_return": last_eval["eval_return"] if last_eval else None,
         "eval_return_std": last_eval["eval_return_std"] if last_eval else None,
         "eval_episodes": last_eval["eval_episodes"] if last_eval else 0,
-        "wall_s": wall_s, "restarts": restarts, "config": config.as_dict(),
+        "wall_s": wall_s, "config": config.as_dict(),
         "torch": torch.__version__, "python": platform.python_version(),
-        "cores": layout.cores, "logical_cpus": os.cpu_count(),
+        "cores": plan.cores, "logical_cpus": os.cpu_count(),
     }
     if config.target_return is not None:
         reached = next((row for row in evaluated
