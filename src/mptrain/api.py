@@ -22,6 +22,7 @@ from .supervised import SupervisedTask
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
         quiet: bool = True, resume: str | Path | Checkpoint | None = None,
+        loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> FitResult:
     """Train ``model`` on ``train_data`` and return a :class:`FitResult`.
 
@@ -33,6 +34,11 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``clients_per_round``, ``partition``, ...); what is not given comes from the checkpoint
     when resuming, else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint).
+
+    ``loggers``: experiment trackers that get every round live (``"tensorboard"``,
+    ``"mlflow"``, ``"wandb"``, ``"csv"``, a list or comma-separated; see
+    :mod:`mptrain.trackers`), ``tb_dir`` the TensorBoard folder (default ``out/tb``);
+    ``callbacks``: :class:`~mptrain.callbacks.Callback` objects of yours.
     """
     refuse_inside_spawned_import()
     if not isinstance(model, nn.Module):
@@ -40,11 +46,23 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     checkpoint, out = resolve_resume(resume, out)
     given = {k: v for k, v in settings.items() if v is not None}
     launcher = launcher_for(given, checkpoint)
+    telling = telling_whom(loggers, tb_dir, callbacks)
     bundle = train_data if isinstance(train_data, DataBundle) else \
         bundle_from_datasets(train_data, test_data)
     result, _ = train(given, bundle, model, type(model).__name__, launcher, out=out,
-                      quiet=quiet, checkpoint=checkpoint)
+                      quiet=quiet, checkpoint=checkpoint, **telling)
     return result
+
+
+def telling_whom(loggers, tb_dir, callbacks) -> dict:
+    """``loggers``, ``tb_dir`` and ``callbacks`` as a run request takes them, the tracker
+    names checked (before any data is built)."""
+    from .trackers import parse_loggers
+
+    if callbacks is not None and not isinstance(callbacks, (list, tuple)):
+        callbacks = [callbacks]
+    return {"loggers": parse_loggers(loggers), "tb_dir": tb_dir,
+            "callbacks": list(callbacks or [])}
 
 
 def launcher_for(given: dict, checkpoint: Checkpoint | None) -> Launcher:
@@ -67,10 +85,12 @@ def resumed_settings(given: dict, checkpoint: Checkpoint | None) -> dict:
 
 def train(given: dict, bundle: DataBundle, model: nn.Module, model_name: str,
           launcher: Launcher, *, out: str | Path | None = None, quiet: bool = True,
-          checkpoint: Checkpoint | None = None, run_info: dict | None = None
-          ) -> tuple[FitResult, Launcher]:
+          checkpoint: Checkpoint | None = None, run_info: dict | None = None,
+          loggers: tuple[str, ...] = (), tb_dir: str | Path | None = None,
+          callbacks: list | None = None) -> tuple[FitResult, Launcher]:
     """Resolve the settings once (over the data set's defaults) and run; the CLI's way in,
-    with where the data and model came from (``run_info``)."""
+    with where the data and model came from (``run_info``) and who is told as it goes
+    (``loggers``, ``tb_dir``, ``callbacks``)."""
     config = TrainConfig.from_settings({**resumed_settings(given, checkpoint), "quiet": quiet},
                                        bundle.defaults)
     if config.checkpoint_every and out is None:
@@ -78,7 +98,9 @@ def train(given: dict, bundle: DataBundle, model: nn.Module, model_name: str,
                         "is written to")
     task = SupervisedTask(bundle, model_name, run_info=dict(run_info or {}))
     result = run(RunRequest(config=config, strategy=make_strategy(config), launcher=launcher,
-                            model=model, task=task, out=out, resume=checkpoint, quiet=quiet))
+                            model=model, task=task, out=out, resume=checkpoint, quiet=quiet,
+                            loggers=tuple(loggers), tb_dir=tb_dir,
+                            callbacks=list(callbacks or [])))
     return result, launcher
 
 

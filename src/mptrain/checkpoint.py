@@ -186,15 +186,18 @@ class CheckpointKeeper:
         self.saved_path: Path | None = None
         self.saved_epoch: int | None = None
 
-    def offer(self, done: int, reports, history) -> None:
-        """Keep a checkpoint after round ``done`` if every rank sent its part."""
+    def offer(self, done: int, reports, history) -> Path | None:
+        """Keep a checkpoint after round ``done`` if every rank sent its part; return the
+        path it was written to (None if it was kept in memory only, or not at all)."""
         payloads = [r.checkpoint for r in reports]
         if not payloads or any(p is None for p in payloads):
-            return
+            return None
         self.latest = assemble(done, payloads, self.config.strategy, self.config.as_dict(),
                                self.run_info, [m.as_dict() for m in history])
-        if self.out_dir is not None:
-            save(self.out_dir, self.latest, on_saved=lambda path: self._record_saved(path, done))
+        if self.out_dir is None:
+            return None
+        return save(self.out_dir, self.latest,
+                    on_saved=lambda path: self._record_saved(path, done))
 
     def _record_saved(self, path: Path, epoch: int) -> None:
         self.saved_path, self.saved_epoch = path, epoch

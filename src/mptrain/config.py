@@ -241,7 +241,10 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
 
 #: Config-file keys that say where the data, model and outputs are, not how to train.
 _LOCATION_KEYS = frozenset({"data", "model", "data_dir", "out"})
-CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | _LOCATION_KEYS
+#: Config-file keys that say who is told about the run (``mptrain.trackers``): not settings
+#: either, so a resumed run may log elsewhere.
+_TRACKING_KEYS = frozenset({"logger", "tb_dir"})
+CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | _LOCATION_KEYS | _TRACKING_KEYS
 
 
 def load_config_file(path: str | Path) -> dict:
@@ -268,9 +271,16 @@ def load_config_file(path: str | Path) -> dict:
         if name not in CONFIG_FILE_KEYS:
             known = ", ".join(sorted(k.replace("_", "-") for k in CONFIG_FILE_KEYS))
             raise UserError(f"config file {path}: unknown key {key!r}; known keys: {known}")
-        if name in _LOCATION_KEYS and not isinstance(value, str):
+        if name in _LOCATION_KEYS | {"tb_dir"} and not isinstance(value, str):
             raise UserError(f"config file {path}: {key} must be a string (a name or a path), "
                             f"got {value!r}")
+        if name == "logger":
+            from .trackers import parse_loggers
+
+            try:
+                value = ",".join(parse_loggers(value))
+            except UserError as err:
+                raise UserError(f"config file {path}: {err}") from None
         values[name] = value
     return values
 

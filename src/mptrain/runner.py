@@ -14,6 +14,7 @@ from typing import Protocol
 
 import torch.nn as nn
 
+from .callbacks import CallbackList
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .launch import warmup
 from .launch.execute import Job
@@ -66,7 +67,9 @@ class RunTask(Protocol):
 @dataclass
 class RunRequest:
     """One resolved run: its settings, strategy and launcher, what it trains, where its
-    outputs go and what it resumes from."""
+    outputs go, what it resumes from, and who is told as it goes (experiment trackers by
+    name, ``--tb-dir``, the caller's callbacks). The trackers are not settings: a resumed
+    run may log elsewhere, and a checkpoint's settings stay those that shape training."""
 
     config: object
     strategy: object
@@ -77,6 +80,9 @@ class RunRequest:
     resume: Checkpoint | None = None
     quiet: bool = False
     extra_run_info: dict = field(default_factory=dict)
+    loggers: tuple[str, ...] = ()
+    tb_dir: str | Path | None = None
+    callbacks: list = field(default_factory=list)
 
 
 def run(request: RunRequest) -> FitResult:
@@ -87,18 +93,20 @@ def run(request: RunRequest) -> FitResult:
     plan = launcher.plan(config, strategy, model, task.data)
     if plan.start_method not in (None, "fork"):
         check_spawn_ready(model)
+    callbacks = make_callbacks(request, presenter)
     joined = launcher.join(config, plan, request.out, request.resume)
     resume = joined.resume
     check_resumable(resume, config, plan.workers, strategy)
     machine_warnings = task.preflight(config, model, strategy, plan)
     out = request.out if launcher.writes_outputs else None
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
-    keeper = CheckpointKeeper(config, {**task.run_info, **request.extra_run_info,
-                                       **joined.run_info},
-                              out_dir, resume, keep_on_disk=joined.restartable)
+    run_info = {**task.run_info, **request.extra_run_info, **joined.run_info}
+    keeper = CheckpointKeeper(config, run_info, out_dir, resume,
+                              keep_on_disk=joined.restartable)
     if resume is not None:
         model.load_state_dict(resume.model)
-    presenter.banner(task.banner(config, model, plan) + strategy.describe(plan, model))
+    presenter.banner(task.banner(config, model, plan) + strategy.describe(plan, model)
+                     + tracker_lines(callbacks))
     for note in joined.notes:
         presenter.note(note)
     for warning in machine_warnings:
@@ -107,24 +115,55 @@ def run(request: RunRequest) -> FitResult:
     result = task.result(model, config)
     if resume is not None:
         result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
-    recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
-                           plan.workers, strategy.samples_per_round(task.data, plan.workers),
-                           started, result.epochs)
-    result.restarts = train_with_restarts(
-        Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
-            presenter=presenter, on_report=recorder.on_report,
-            checkpoint_every=keeper.every, driver=task.driver,
-            while_workers_train=task.before_plotting if out_dir is not None else None),
-        keeper, recorder, launcher, who=task.who, command=task.command)
-    warmup.wait_for_imports()  # the plotting import, before the plot
+    try:
+        # Trackers open here, before the workers fork: none of them leaves a thread running
+        # by then (W&B, which must, opens at the first round's end).
+        callbacks.on_run_start(config, run_info, resume.epoch if resume is not None else None)
+        recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
+                               plan.workers,
+                               strategy.samples_per_round(task.data, plan.workers),
+                               started, result.epochs, callbacks=callbacks)
+        result.restarts = train_with_restarts(
+            Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
+                presenter=presenter, on_report=recorder.on_report,
+                checkpoint_every=keeper.every, driver=task.driver,
+                while_workers_train=task.before_plotting if out_dir is not None else None),
+            keeper, recorder, launcher, who=task.who, command=task.command)
+        warmup.wait_for_imports()  # the plotting import, before the plot
 
-    wall_s = time.monotonic() - started
-    first = recorder.first_step_at
-    result.summary = task.summary(config, model, plan, result.epochs, wall_s,
-                                  first - started if first else None)
-    result.summary.update(strategy.summary_fields())
-    result.summary["restarts"] = result.restarts
-    if out_dir is not None:
-        task.write_outputs(out_dir, model, result.epochs, result.summary)
+        wall_s = time.monotonic() - started
+        first = recorder.first_step_at
+        result.summary = task.summary(config, model, plan, result.epochs, wall_s,
+                                      first - started if first else None)
+        result.summary.update(strategy.summary_fields())
+        result.summary["restarts"] = result.restarts
+        if out_dir is not None:
+            task.write_outputs(out_dir, model, result.epochs, result.summary)
+    except BaseException as error:
+        callbacks.on_abort(error)
+        raise
+    callbacks.on_end(result.summary, out_dir)
     presenter.result(task.result_lines(result.summary, out_dir))
     return result
+
+
+def make_callbacks(request: RunRequest, presenter) -> CallbackList:
+    """The run's trackers and the caller's callbacks, in the process that presents the run
+    (the others of a torchrun job check the trackers' needs and get none). A tracker's
+    failure is a note: the run goes on."""
+    enabled = request.launcher.writes_outputs
+    trackers = []
+    if request.loggers or request.tb_dir is not None:
+        from .trackers import make_trackers
+
+        trackers = make_trackers(request.loggers, request.out, request.tb_dir,
+                                 warn=presenter.note, enabled=enabled)
+    return CallbackList(trackers, request.callbacks if enabled else (), warn=presenter.note)
+
+
+def tracker_lines(callbacks: CallbackList) -> list[str]:
+    if not callbacks.trackers:
+        return []
+    from .trackers import describe
+
+    return [f"logging to {describe(callbacks.trackers)}"]

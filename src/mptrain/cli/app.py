@@ -27,6 +27,13 @@ def supervised_run_options(who: str, units: str):
                      help="Write summary.json, metrics.jsonl, model.pt, curves.png here."),
         click.option("--quiet", "-q", is_flag=True, default=None,
                      help="Print nothing but errors."),
+        click.option("--logger", "logger", multiple=True,
+                     help="Experiment trackers that get every round live: tensorboard, "
+                          "mlflow, wandb, csv (comma-separated or repeated; each needs its "
+                          "extra, e.g. pip install 'mptrain[tensorboard]')."),
+        click.option("--tb-dir", type=click.Path(file_okay=False),
+                     help="--logger tensorboard: write the event files here (default: "
+                          "--out/tb)."),
     ]
 
     def apply(command):
@@ -34,3 +41,9 @@ def supervised_run_options(who: str, units: str):
             command = option(command)
         return command
     return apply
+
+
+def joined_loggers(values) -> str | None:
+    """``--logger`` given several times (``--logger tensorboard --logger csv``) as one
+    comma-separated value; None when not given."""
+    return ",".join(values) if values else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..rl.config import ALGOS
-from .app import cli, supervised_run_options
+from .app import cli, joined_loggers, supervised_run_options
 
 
 @cli.command()
@@ -41,7 +41,7 @@ from .app import cli, supervised_run_options
               help="dqn: steps over which epsilon falls from 1 to 0.05 (20,000).")
 @click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
 @supervised_run_options("actor", "rounds")
-def rl(out, resume, quiet, **flags):
+def rl(out, resume, quiet, logger, tb_dir, **flags):
     """Reinforcement learning with parallel actor processes on a Gymnasium environment.
 
     a3c runs --workers actor-learners, each stepping its own environment and applying
@@ -52,4 +52,5 @@ def rl(out, resume, quiet, **flags):
     """
     from ..rl import fit
 
-    fit(out=out, resume=resume, quiet=bool(quiet), **flags)
+    fit(out=out, resume=resume, quiet=bool(quiet), loggers=joined_loggers(logger),
+        tb_dir=tb_dir, **flags)

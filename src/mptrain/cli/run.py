@@ -10,7 +10,7 @@ from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, ONCE_PER_EPOCH, OPTIM
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
                       load_config_file)
 from ..strategies.registry import STRATEGIES
-from .app import cli, supervised_run_options
+from .app import cli, joined_loggers, supervised_run_options
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
 
@@ -94,11 +94,14 @@ def run(config_file, resume, **flags):
     server averages them weighted by their sample counts.
     """
     from ..data import idx
+    from ..trackers import parse_loggers
 
+    flags["logger"] = joined_loggers(flags["logger"])
     given = load_config_file(config_file) if config_file else {}
     given.update({k: v for k, v in flags.items() if v is not None})
     quiet = given.pop("quiet", False)
     check_setting("quiet", quiet)
+    loggers, tb_dir = parse_loggers(given.pop("logger", None)), given.pop("tb_dir", None)
     if given.get("data") == "mnist" and given.get("data_dir"):
         idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
     try:
@@ -111,7 +114,7 @@ def run(config_file, resume, **flags):
     source = {"data": bundle.name if locations["data"] is None else locations["data"],
               "data_dir": locations["data_dir"], "model": model_name}
     train(settings, bundle, model, model_name, launcher, out=locations["out"], quiet=quiet,
-          checkpoint=checkpoint, run_info=source)
+          checkpoint=checkpoint, run_info=source, loggers=loggers, tb_dir=tb_dir)
     launcher.finish()
 
 

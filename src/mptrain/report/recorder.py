@@ -13,9 +13,10 @@ from .outputs import write_jsonl
 class RunRecorder:
     def __init__(self, config, strategy, task: str, presenter, keeper, out_dir: Path | None,
                  workers: int, samples_per_round: int, run_started: float,
-                 history: list[EpochMetrics]):
+                 history: list[EpochMetrics], callbacks=None):
         self.config, self.presenter, self.keeper, self.out_dir = config, presenter, keeper, \
             out_dir
+        self.callbacks = callbacks  # callbacks.CallbackList: trackers and the user's
         self.samples_per_round = samples_per_round
         self.history = history   # shared with the FitResult
         self.collector = EpochCollector(workers, task, run_started=run_started,
@@ -39,9 +40,14 @@ class RunRecorder:
         if failed:
             self.presenter.note(f"round {metrics.epoch}: dropped failing client(s) "
                                 f"{', '.join(map(str, failed))} (--accept-failures)")
-        self.keeper.offer(metrics.epoch, reports, self.history)
+        # The checkpoint first: a stop while a tracker is slow must not cost this round's.
+        saved = self.keeper.offer(metrics.epoch, reports, self.history)
         if self.out_dir is not None:
             write_jsonl(self.out_dir / "metrics.jsonl", [m.as_dict() for m in self.history])
+        if self.callbacks:
+            self.callbacks.on_round_end(metrics.as_dict())
+            if saved is not None:
+                self.callbacks.on_checkpoint(saved, metrics.epoch)
         if metrics.epoch < self.config.units and not self.reached_target(metrics):
             self.presenter.start_epoch(metrics.epoch + 1, self.config.units,
                                        self.samples_per_round, self.config.unit)

@@ -22,6 +22,7 @@ ALGORITHMS = {cls.name: cls for cls in (A3CStrategy, DQNStrategy)}
 
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,
         resume: str | Path | Checkpoint | None = None, quiet: bool = True,
+        loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> RLResult:
     """Train an agent on ``env`` (a Gymnasium id such as ``"CartPole-v1"`` or an import
     string ``"module:make_env"``) with ``algo`` (``"a3c"`` or ``"dqn"``) and return an
@@ -30,9 +31,13 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     ``settings`` are those of :class:`~mptrain.rl.config.RLConfig` (``workers``, ``steps``,
     ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...). ``resume``
     is the ``out`` folder of an earlier run with ``checkpoint_every``; what is not given
-    then comes from its checkpoint, and the run continues in that folder.
+    then comes from its checkpoint, and the run continues in that folder. ``loggers``,
+    ``tb_dir`` and ``callbacks`` are those of :func:`mptrain.fit`.
     """
+    from ..api import telling_whom
+
     require_gymnasium()
+    telling = telling_whom(loggers, tb_dir, callbacks)
     checkpoint, out = resolve_resume(resume, out)
     given = {k: v for k, v in {"env": env, "algo": algo, **settings}.items() if v is not None}
     if checkpoint is not None:
@@ -53,4 +58,5 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     model = build_network(config.algo, shape, config.hidden, config.net)
     task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
     return run(RunRequest(config=config, strategy=strategy_class(config), launcher=launcher,
-                          model=model, task=task, out=out, resume=checkpoint, quiet=quiet))
+                          model=model, task=task, out=out, resume=checkpoint, quiet=quiet,
+                          **telling))
