@@ -106,5 +106,4 @@ def describe_failure(tracker, event: str, err: Exception) -> str:
     reason = f"{type(err).__name__}: {reason}" if reason else type(err).__name__
     if len(reason) > 200:
         reason = reason[:197] + "..."
-    return (f"--logger {name} failed ({event}: {reason}); the run goes on without it "
-            "(metrics.jsonl has every round)")
+    return f"--logger {name} failed ({event}: {reason}); the run goes on without it"

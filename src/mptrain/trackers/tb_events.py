@@ -84,12 +84,12 @@ class EventFile:
                 info.hparams[key].string_value = str(value)
         self._hparams(SESSION_START_TAG, session_start_info=info)
 
-    def hparams_end(self, succeeded: bool, stopped: bool = False) -> None:
+    def hparams_end(self) -> None:
+        """The run ended well (TensorBoard shows a run's first end status only)."""
         from tensorboard.plugins.hparams.api_pb2 import Status
         from tensorboard.plugins.hparams.plugin_data_pb2 import SessionEndInfo
 
-        status = Status.STATUS_SUCCESS if succeeded else \
-            Status.STATUS_ABORTED if stopped else Status.STATUS_FAILURE
+        status = Status.STATUS_SUCCESS
         self._hparams(SESSION_END_TAG,
                       session_end_info=SessionEndInfo(status=status, end_time_secs=time.time()))
 

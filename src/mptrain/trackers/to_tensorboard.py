@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UserError
-from .common import Tracker, ended_by_stop, hyperparameters, scalars, simple
+from .common import Tracker, hyperparameters, scalars, simple
 
 
 class TensorBoardTracker(Tracker):
@@ -59,10 +59,11 @@ class TensorBoardTracker(Tracker):
         curves = Path(out_dir) / "curves.png" if out_dir is not None else None
         if curves is not None and curves.is_file():
             self.events.image(self.step, "curves", curves.read_bytes())
-        self.events.hparams_end(succeeded=True)
+        self.events.hparams_end()
         self.events.close()
 
     def on_abort(self, error):
+        # No end status: TensorBoard keeps a run's first one, and a failed or stopped run
+        # may yet be resumed into this folder and end well.
         if self.events is not None:
-            self.events.hparams_end(succeeded=False, stopped=ended_by_stop(error))
             self.events.close()

@@ -59,11 +59,20 @@ class WandbTracker(Tracker):
             artifact = wandb.Artifact(f"model-{self.run.id}", type="model")
             artifact.add_file(str(folder / "model.pt"))
             self.run.log_artifact(artifact)
-        self.run.finish()
+        self._finish(0)
 
     def on_abort(self, error):
         if self.run is not None:
-            self.run.finish(exit_code=130 if ended_by_stop(error) else 1)
+            self._finish(130 if ended_by_stop(error) else 1)
+
+    def _finish(self, exit_code: int) -> None:
+        import wandb
+
+        self.run.finish(exit_code=exit_code)
+        if wandb.run is None:
+            # No run of the caller's own: stop W&B's service process too, as mptrain
+            # leaves no process behind (W&B would keep it until the interpreter exits).
+            wandb.teardown()
 
     def _open(self) -> None:
         if self.run is not None:
@@ -73,8 +82,10 @@ class WandbTracker(Tracker):
         folder = self.out_dir
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
+        # console off: mptrain's console stays as it is; create_new: a run of the caller's
+        # own (wandb.run) is neither finished nor replaced.
         settings = wandb.Settings(console="off", silent=True, x_disable_stats=True,
-                                  save_code=False)
+                                  save_code=False, reinit="create_new")
         self.run = wandb.init(
             project=os.environ.get("WANDB_PROJECT", "mptrain"),
             name=self.out_dir.name if self.out_dir else None, id=self._pending["id"],
