@@ -298,7 +298,7 @@ def test_unknown_key_lists_known_keys(tmp_path, text, key):
 
 def test_config_file_keys_are_the_flags():
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert CONFIG_FILE_KEYS == fields | {"data", "model", "data_dir", "out"}
+    assert CONFIG_FILE_KEYS == fields | {"data", "model", "data_dir", "out", "logger", "tb_dir"}
 
 
 @pytest.mark.parametrize("text", ["epochs = \n", "epochs 3\n", "[run\n", "lr = 0.1\nlr = 0.2\n"],
