@@ -3,7 +3,7 @@ between forked processes, per operation, for a few world sizes and message sizes
 
     python benchmarks/barrier.py                                  # 2 and 4 workers, 22k floats
     python benchmarks/barrier.py --workers 2,4,8,32 --numel 21840,38282 --repeats 5
-    python benchmarks/barrier.py --json benchmarks/results/barrier.json
+    python benchmarks/barrier.py --json auto
 
 Each worker runs ``--warmup`` barriers, then ``--rounds`` of each operation back to back and
 reports its own seconds per operation; a cell's figure is the slowest rank's. Cells run
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_info, summarize, write_json  # noqa: E402
+from common import machine_info, result_path, summarize, write_json  # noqa: E402
 
 import torch  # noqa: E402
 
@@ -72,9 +72,11 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--json", help="write the figures here (auto: "
+                        "benchmarks/results/barrier-DATE.json)")
     parser.add_argument("--label", default="", help="a name for this build, kept in the JSON")
     args = parser.parse_args(argv)
+    args.json = result_path("barrier", args.json)
     cells = [(int(w), int(n)) for w in args.workers.split(",") for n in args.numel.split(",")]
     samples = {cell: [] for cell in cells}
     for repeat in range(args.repeats):

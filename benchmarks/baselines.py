@@ -3,7 +3,7 @@ the naive re-spawn-every-epoch synchronous SGD, the classic mnist_hogwild exampl
 DDP loop, Lightning and Accelerate, each next to the matching mptrain run.
 
     python benchmarks/baselines.py [--data-dir DIR] [--repeats 3] [--quick]
-        [--groups sync,ddp,hogwild] [--json benchmarks/results/baselines.json]
+        [--groups sync,ddp,hogwild] [--json auto]
 
 Every case runs as a fresh command through ``common.run_measured``: wall time is the whole
 command, start-up included, and memory is the peak PSS of its process tree. Each repeat
@@ -34,7 +34,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import machine_info, mnist_dir, run_measured, summarize, write_json
+from common import (machine_info, mnist_dir, result_path, run_measured, summarize,
+                    write_json)
 
 PYTHON = sys.executable
 BASELINES = Path(__file__).resolve().with_name("baselines")
@@ -241,8 +242,11 @@ def main():
     parser.add_argument("--memory-repeats", type=int, default=1,
                         help="extra runs per case with memory sampling, for the PSS column "
                              "only (0: no PSS)")
-    parser.add_argument("--json", default="benchmarks/results/baselines.json")
+    parser.add_argument("--json", default="auto",
+                        help="where the figures go (auto: "
+                             "benchmarks/results/baselines-DATE.json)")
     args = parser.parse_args()
+    args.json = result_path("baselines", args.json)
     repeats = 1 if args.quick else args.repeats
     groups = {g.strip() for g in args.groups.split(",") if g.strip()}
     unknown = groups - {"sync", "ddp", "hogwild"}

@@ -1,6 +1,6 @@
 """How fast mptrain notices each kind of fault, what it exits with, and what it leaves behind.
 
-    python benchmarks/faults.py [--workers 2] [--json benchmarks/results/faults.json]
+    python benchmarks/faults.py [--workers 2] [--json auto]
 
 Every fault is injected once into a real ``mptrain run`` (small synthetic data, ``--workers
 2``): a worker raises, exits with code 3, is SIGKILLed, segfaults, hangs (``--worker-timeout
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from common import machine_info, write_json
+from common import machine_info, result_path, write_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from run_watch import poll, shm_entries  # noqa: E402
@@ -159,8 +159,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--json", default="benchmarks/results/faults.json")
+    parser.add_argument("--json", default="auto",
+                        help="where the figures go (auto: "
+                             "benchmarks/results/faults-DATE.json)")
     args = parser.parse_args()
+    args.json = result_path("faults", args.json)
     rows = []
     header = (f"{'fault':36} {'strategy':8} {'message s':>9} {'detect s':>8} {'exit':>5} "
               f"{'alive@exit':>10} "

@@ -4,7 +4,7 @@ one sitting, on the workloads of issue 9.
     python benchmarks/fedavg.py [--data-dir DIR] [--repeats 3] [--memory-repeats 1] [--quick]
         [--workers 2[,4...]] [--groups reference,c1000x10,c1000x100,c10000]
         [--kinds plain,mptrain,flower] [--flower-python PYTHON] [--seed 0]
-        [--json benchmarks/results/fedavg.json]
+        [--json auto]
 
 Every case runs as a fresh command through ``common.run_measured``: wall time is the whole
 command, start-up included. The timed repeats run every case once in the same order
@@ -40,7 +40,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import machine_info, mnist_dir, run_measured, summarize, write_json
+from common import (machine_info, mnist_dir, result_path, run_measured, summarize,
+                    write_json)
 
 PYTHON = sys.executable
 BASELINES = Path(__file__).resolve().with_name("baselines")
@@ -292,8 +293,11 @@ def main():
     parser.add_argument("--mptrain-args", default="",
                         help="extra flags for every mptrain run, e.g. '--start-method fork'")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default="benchmarks/results/fedavg.json")
+    parser.add_argument("--json", default="auto",
+                        help="where the figures go (auto: "
+                             "benchmarks/results/fedavg-DATE.json)")
     args = parser.parse_args()
+    args.json = result_path("fedavg", args.json)
 
     def choose(text, allowed, flag):
         chosen = {item.strip() for item in text.split(",") if item.strip()}

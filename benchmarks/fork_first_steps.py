@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine_info, steal_seconds, write_json  # noqa: E402
+from common import machine_info, result_path, steal_seconds, write_json  # noqa: E402
 
 MODES = ("cold", "rehearsed")
 FULL, LAST, STEPS = 64, 42, 14
@@ -95,9 +95,11 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--children", type=int, default=8)
-    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--json", help="write the figures here (auto: "
+                        "benchmarks/results/fork-first-steps-DATE.json)")
     parser.add_argument("--parent", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.json = result_path("fork-first-steps", args.json)
     if args.parent:
         print(json.dumps(parent(args.parent, args.children)))
         return 0

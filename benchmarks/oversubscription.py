@@ -55,8 +55,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (REPO, machine_info, run_measured, steal_seconds, summarize,  # noqa: E402
-                    write_json)
+from common import (REPO, machine_info, result_path, run_measured, steal_seconds,  # noqa: E402
+                    summarize, write_json)
 
 EVERY_STEP, ONCE_PER_EPOCH = "every step", "once per epoch"
 MODE_FLAGS = {EVERY_STEP: ["--sync-every", "1"], ONCE_PER_EPOCH: ["--sync-every", "epoch"]}
@@ -222,9 +222,11 @@ def main(argv=None) -> int:
                              "out of every ratio (default 2)")
     parser.add_argument("--from-json", help="print the tables of an earlier run's JSON, with "
                                             "this --max-steal, and run nothing")
-    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--json", help="write the figures here (auto: "
+                        "benchmarks/results/oversubscription-DATE.json)")
     parser.add_argument("--label", default="", help="a name for this build, kept in the JSON")
     args = parser.parse_args(argv)
+    args.json = result_path("oversubscription", args.json)
     if args.steal_retries < 0:
         parser.error("--steal-retries must be 0 or more")
     if args.from_json:

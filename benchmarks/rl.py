@@ -3,7 +3,7 @@ how environment throughput scales with actors.
 
     python benchmarks/rl.py                          # everything, seeds 0-4
     python benchmarks/rl.py --only a3c --seeds 0,1   # a part
-    python benchmarks/rl.py --json benchmarks/results/rl.json
+    python benchmarks/rl.py --json auto
 
 "Solved" is the greedy policy's mean return over 100 evaluation episodes >= 475. Every run
 is a fresh ``mptrain rl`` of the tree this script lives in, with ``--eval-episodes 100
@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, machine_info, run_measured, write_json  # noqa: E402
+from common import REPO, machine_info, result_path, run_measured, write_json  # noqa: E402
 
 SOLVE = {
     # a3c: 2 actor-learners, stopped by the 60 s budget's worth of steps
@@ -114,8 +114,10 @@ def main(argv=None) -> int:
     parser.add_argument("--only", choices=("a3c", "dqn", "throughput"))
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats")
     parser.add_argument("--throughput-steps", type=int, default=60_000)
-    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--json", help="write the figures here (auto: "
+                        "benchmarks/results/rl-DATE.json)")
     args = parser.parse_args(argv)
+    args.json = result_path(f"rl-{args.only}" if args.only else "rl", args.json)
     seeds = [int(s) for s in args.seeds.split(",")]
     results = {"machine": machine_info(), "seeds": seeds}
     with tempfile.TemporaryDirectory(prefix="mptrain-rl-bench-") as temp:

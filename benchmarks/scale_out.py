@@ -33,6 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import result_path  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "tests" / "launcher_workload.py"
 
@@ -249,9 +252,11 @@ def main() -> None:
     parser.add_argument("--parts", default="allreduce,recovery,rejoin,rejoin-keepalive-1s")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=30)
-    parser.add_argument("--json")
+    parser.add_argument("--json", help="write the figures here (auto: "
+                        "benchmarks/results/scale-out-DATE.json)")
     parser.add_argument("--rank-allreduce", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.json = result_path("scale-out", args.json)
     if args.rank_allreduce:
         rank_allreduce(args.rank_allreduce, args.iterations)
         return

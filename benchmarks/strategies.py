@@ -2,7 +2,7 @@
 strategies on MNIST, against a plain single-process PyTorch loop, in one sitting.
 
     python benchmarks/strategies.py --data-dir ../shared/data/mnist [--repeats 5]
-        [--accuracy] [--json benchmarks/results/strategies.json]
+        [--accuracy] [--json auto]
 
 Each repeat runs every case once, in the same order (A B C A B C ...), so drift of a noisy
 machine hits all cases alike; figures are medians with min-max. Efficiency is samples/s
@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import machine_info, mnist_dir, run_measured, summarize, write_json
+from common import (machine_info, mnist_dir, result_path, run_measured, summarize,
+                    write_json)
 
 PYTHON = sys.executable
 # The efficiency reference: the faster of these two single-thread, single-process cases.
@@ -147,8 +148,11 @@ def main():
                              "mptrain's MNIST defaults and print per-epoch accuracy")
     parser.add_argument("--seeds", default="0",
                         help="comma-separated seeds for --accuracy (e.g. 0,1,2)")
-    parser.add_argument("--json", default="benchmarks/results/strategies.json")
+    parser.add_argument("--json", default="auto",
+                        help="where the figures go (auto: "
+                             "benchmarks/results/strategies-DATE.json)")
     args = parser.parse_args()
+    args.json = result_path("strategies", args.json)
     data_dir = mnist_dir(args.data_dir)
     e, b = args.epochs, args.batch_size
 
