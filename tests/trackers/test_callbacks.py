@@ -165,3 +165,28 @@ def test_no_tracker_thread_is_alive_when_workers_fork(tmp_path, monkeypatch):
     mptrain.fit(make_model(), train, test, out=tmp_path / "run", strategy="sync", workers=2,
                 epochs=2, loggers=installed_loggers(), **RECIPE)
     assert at_fork == [[]]
+
+
+class CtrlCAtRound(Callback):
+    def on_round_end(self, row):
+        if row["epoch"] == 2:
+            raise KeyboardInterrupt
+
+
+def test_a_stopped_run_ends_its_tracker_runs_as_stopped(tmp_path):
+    from mptrain.errors import RunInterrupted
+    from tracker_readers import installed_loggers, wandb_run
+
+    train, test = make_data()
+    out, recorder = tmp_path / "run", Recorder()
+    with pytest.raises(RunInterrupted):
+        mptrain.fit(make_model(), train, test, out=out, epochs=3,
+                    loggers=installed_loggers(), callbacks=[recorder, CtrlCAtRound()],
+                    **RECIPE)
+    assert recorder.events[-1] == ("abort", "RunInterrupted")
+    if "mlflow" in installed_loggers():
+        from tracker_readers import mlflow_run
+
+        assert mlflow_run(out)[1].info.status == "KILLED"
+    if "wandb" in installed_loggers():
+        assert wandb_run(out)["exit_codes"] == [130]
