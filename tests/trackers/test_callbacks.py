@@ -2,7 +2,6 @@
 over, trackers isolated from the run, the user's callbacks not."""
 
 import json
-import threading
 
 import pytest
 
@@ -144,27 +143,6 @@ def test_user_callbacks_run_only_where_the_run_is_presented(tmp_path):
                          task=None, out=tmp_path, loggers=("csv",), callbacks=[Recorder()])
     callbacks = make_callbacks(request, presenter=type("P", (), {"note": print})())
     assert callbacks.trackers == [] and callbacks.callbacks == [] and not callbacks
-
-
-def test_no_tracker_thread_is_alive_when_workers_fork(tmp_path, monkeypatch):
-    """The trackers open before the workers start: none may leave a thread running then
-    (a forked child inherits any lock such a thread holds)."""
-    from mptrain.launch import supervisor
-    from tracker_readers import installed_loggers
-
-    before = {t.ident for t in threading.enumerate()}
-    at_fork = []
-    original = supervisor.Supervisor.run
-
-    def watched(self, target, args):
-        at_fork.append([t.name for t in threading.enumerate() if t.ident not in before])
-        return original(self, target, args)
-
-    monkeypatch.setattr(supervisor.Supervisor, "run", watched)
-    train, test = make_data()
-    mptrain.fit(make_model(), train, test, out=tmp_path / "run", strategy="sync", workers=2,
-                epochs=2, loggers=installed_loggers(), **RECIPE)
-    assert at_fork == [[]]
 
 
 class CtrlCAtRound(Callback):

@@ -1,9 +1,11 @@
-"""Workers forked again after a failure (--max-restarts) while the trackers are open: the
-run ends, and each tracker shows every round (TensorBoard and CSV exactly once)."""
+"""Workers forked while the trackers are open, and again after a failure (--max-restarts):
+no tracker thread is alive at the first fork, the run ends, and each tracker shows every
+round (TensorBoard and CSV exactly once)."""
 
 import multiprocessing
 import os
 import signal
+import threading
 
 import pytest
 import torch.nn as nn
@@ -41,7 +43,18 @@ def _first_claim(path):
 
 
 @pytest.mark.timeout(120)
-def test_a_restart_redoes_rounds_and_the_trackers_follow(tmp_path):
+def test_a_restart_redoes_rounds_and_the_trackers_follow(tmp_path, monkeypatch):
+    from mptrain.launch import supervisor
+
+    before = {t.ident for t in threading.enumerate()}
+    at_fork = []
+    original = supervisor.Supervisor.run
+
+    def watched(self, target, args):
+        at_fork.append([t.name for t in threading.enumerate() if t.ident not in before])
+        return original(self, target, args)
+
+    monkeypatch.setattr(supervisor.Supervisor, "run", watched)
     marker, out = tmp_path / "killed", tmp_path / "run"
     train, test = make_data()
     # A checkpoint every 2 epochs: the restart goes back to epoch 2 and redoes epoch 3,
@@ -50,6 +63,10 @@ def test_a_restart_redoes_rounds_and_the_trackers_follow(tmp_path):
                          workers=2, epochs=4, checkpoint_every=2, max_restarts=1,
                          start_method="fork", loggers=installed_loggers(), **RECIPE)
     assert marker.exists() and result.restarts == 1
+    # The trackers opened before the first fork, and none left a thread running (a child
+    # inherits any lock such a thread holds). W&B's threads, started at the first round's
+    # end, are alive at the restart's fork: the run ends all the same.
+    assert len(at_fork) == 2 and at_fork[0] == []
     assert [row.epoch for row in result.epochs] == [1, 2, 3, 4]
     assert [line.split(",")[0] for line in
             (out / "metrics.csv").read_text().splitlines()[1:]] == ["1", "2", "3", "4"]
@@ -67,4 +84,6 @@ def test_a_restart_redoes_rounds_and_the_trackers_follow(tmp_path):
         assert run.info.status == "FINISHED"
         steps = [s for s, _ in mlflow_history(client, run.info.run_id, "train_loss")]
         assert steps == [1, 2, 3, 3, 4]   # MLflow keeps both values of the redone round
+    # Offline W&B starts no analytics threads (they would post to W&B's servers).
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("Otel")]
     assert live_children() == []

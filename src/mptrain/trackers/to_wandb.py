@@ -79,6 +79,8 @@ class WandbTracker(Tracker):
             return
         import wandb
 
+        if mode() == "offline":
+            no_analytics()
         folder = self.out_dir
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
@@ -103,6 +105,20 @@ def mode() -> str:
     if chosen:
         return chosen
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+def no_analytics() -> None:
+    """Offline means no network. W&B records usage analytics through the process-wide
+    settings, not the run's: logging an artifact from an offline run still starts
+    OpenTelemetry export threads that post to W&B's servers, and without a network they
+    hang W&B's teardown (and a fork copies them into every worker). W&B's own switch turns
+    them off for the process; it is internal, so a W&B without it is left as it is."""
+    try:
+        from wandb.analytics.opentelemetry import opentelemetry_proxy
+
+        opentelemetry_proxy.disable()
+    except (ImportError, AttributeError):
+        pass
 
 
 def new_run_id() -> str:
