@@ -40,8 +40,8 @@ class RunTask(Protocol):
     run_info: dict
     #: What the strategy's workers train on (a shared data set, an environment's sizes).
     data: object
-    #: The driver every worker runs (``engine.loop.train`` and its kin).
-    driver: object
+    #: How a worker scores a round (an ``engine.evaluation.RoundEvaluation`` class).
+    evaluation: type
 
     def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
         """Refuse what cannot run, before any process starts; warnings to show."""
@@ -113,7 +113,7 @@ def run(request: RunRequest) -> FitResult:
     result.restarts = train_with_restarts(
         Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
             presenter=presenter, on_report=recorder.on_report,
-            checkpoint_every=keeper.every, driver=task.driver,
+            checkpoint_every=keeper.every, evaluation=task.evaluation,
             while_workers_train=task.before_plotting if out_dir is not None else None),
         keeper, recorder, launcher, who=task.who, command=task.command)
     warmup.wait_for_imports()  # the plotting import, before the plot

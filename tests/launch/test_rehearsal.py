@@ -219,7 +219,7 @@ def test_the_free_heap_is_released_with_glibc():
 
 
 def _job(strategy="sync", workers=4, device="cpu", comm="shm", processes=None):
-    if strategy == "a3c":   # RL's actors, on another driver
+    if strategy == "a3c":   # RL actors: nothing of theirs to rehearse
         from mptrain.rl.a3c import A3CStrategy
         from mptrain.rl.config import RLConfig
 
@@ -246,7 +246,7 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", processes=None):
     (_job(workers=2), []),                         # no more workers than cores
     (_job(processes=2), []),                       # ranks take turns in a process a core
     (_job(device="cuda"), []),
-    (_job("a3c"), []),                             # another driver (RL's actors)
+    (_job("a3c"), []),                             # RL actors: nothing to rehearse
 ], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "taking-turns",
         "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):

@@ -16,6 +16,7 @@ import torch
 from ..comm.base import CollectiveTimeout
 from ..comm.kind import CommKind
 from ..comm.solo import SoloGroup
+from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
 from . import rehearsal, warmup
@@ -43,16 +44,16 @@ class Job:
     #: Work for the parent while its own workers train (it only watches them then); it
     #: must not leave a thread running at the next fork (``warmup`` joins its own).
     while_workers_train: Callable | None = None
-    #: What every worker runs (a module-level function of a ``WorkerSetup``): the supervised
-    #: driver, or another driver over the same services (``mptrain.rl``'s actors).
-    driver: Callable = train
+    #: How each rank scores a round: a test set, or greedy episodes (``mptrain.rl``).
+    evaluation: type = TestSetEvaluation
 
     def setup(self, rank, group, progress, report, device) -> WorkerSetup:
         return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
                            strategy=self.strategy, group=group, progress=progress,
                            report=report, device=device, start_epoch=self.start_epoch,
                            resume_state=_rank_state(self.rank_states, rank),
-                           checkpoint_every=self.checkpoint_every)
+                           checkpoint_every=self.checkpoint_every,
+                           evaluation=self.evaluation)
 
 
 def _rank_state(states: list | None, rank: int) -> dict | None:
@@ -68,7 +69,7 @@ def train_in_process(job: Job) -> None:
     previous_threads = torch.get_num_threads()
     apply_threads(job.plan.threads)
     try:
-        job.driver(job.setup(0, SoloGroup(), InProcessProgress(job.presenter),
+        train(job.setup(0, SoloGroup(), InProcessProgress(job.presenter),
                              job.on_report, torch.device(job.config.device)))
     finally:
         torch.set_num_threads(previous_threads)

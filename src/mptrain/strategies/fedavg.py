@@ -147,7 +147,7 @@ class FedAvgStrategy(Strategy):
         failed = sorted(c for e in extras for c in e.get("failed_clients", ()))
         trained = clients - len(failed)
         loss_sum = sum(e.get("client_loss_sum", 0.0) for e in extras)
-        return {"round": reports[0].epoch + 1, "clients": clients,
+        return {"round": reports[0].index + 1, "clients": clients,
                 "mean_client_loss": loss_sum / trained if trained else None,
                 "failed_clients": failed,
                 "round_s": max(r.evaluated_at for r in reports)
