@@ -109,7 +109,7 @@ def run(request: RunRequest) -> FitResult:
         result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
     recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
                            plan.workers, strategy.samples_per_round(task.data, plan.workers),
-                           started, result.epochs)
+                           started, result.epochs, model=model)
     result.restarts = train_with_restarts(
         Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
             presenter=presenter, on_report=recorder.on_report,

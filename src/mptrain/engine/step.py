@@ -25,3 +25,11 @@ def train_step(forward: Callable, optimizer: torch.optim.Optimizer, inputs: torc
         after_backward()
     optimizer.step()
     return loss.detach()
+
+
+def first_nonfinite(losses: list[torch.Tensor]) -> int | None:
+    """The index of the first non-finite loss (NaN or infinite) of a round's steps."""
+    if not losses:
+        return None
+    bad = (~torch.isfinite(torch.stack(losses))).nonzero()
+    return int(bad[0]) if len(bad) else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 import time
 
 import torch
@@ -20,7 +21,7 @@ from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
-from ..engine.step import train_step
+from ..engine.step import first_nonfinite, train_step
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 
 
@@ -128,6 +129,7 @@ class EpochProgram(WorkerProgram):
         started = time.monotonic()
         steps_in_epoch = -(-len(shard) // config.batch_size)
         loss_sum = torch.zeros((), dtype=torch.float64)
+        losses = []   # each step's, kept (no copy) to name the first non-finite one
         model.train()
         steps = 0
         try:
@@ -142,14 +144,19 @@ class EpochProgram(WorkerProgram):
                                   setup.data.task, self.after_backward)
                 strategy.after_step(model, group, step)
                 loss_sum += loss * len(indices)
+                losses.append(loss)
                 setup.progress.advance(len(indices))
                 steps += 1
             strategy.end_epoch(model, group, steps)
         except BaseException:   # Ctrl-C or an error: the caller keeps its model's layout
             self._hand_back_callers_model()
             raise
-        return RoundWork(steps=steps, samples=len(shard), loss_sum=float(loss_sum),
-                         started=started, ended=time.monotonic())
+        loss_sum = float(loss_sum)
+        extras = {}
+        if not math.isfinite(loss_sum):
+            extras["first_nonfinite_step"] = first_nonfinite(losses)
+        return RoundWork(steps=steps, samples=len(shard), loss_sum=loss_sum,
+                         started=started, ended=time.monotonic(), extras=extras)
 
     def eval_model(self) -> nn.Module:
         return self.strategy.unwrap(self.model)
