@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .launch import warmup
-from .launch.execute import Job
+from .launch.attempt import Job
 from .launch.launchers import Launcher
 from .launch.plan import RunPlan
 from .launch.preflight import check_spawn_ready

@@ -17,7 +17,7 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.api import bundle_from_datasets
 from mptrain.errors import Interrupted
-from mptrain.launch import execute, rehearsal
+from mptrain.launch import attempt, rehearsal
 from mptrain.comm.kind import CommKind
 from mptrain.launch import plan as plan_module
 from mptrain.launch import tuning
@@ -253,8 +253,8 @@ def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, jo
     layouts, trims = [], []
     monkeypatch.setattr(rehearsal, "rehearse_first_steps",
                         lambda *args, channels_last, batch_sizes: layouts.append(channels_last))
-    monkeypatch.setattr(execute, "release_free_heap", lambda: trims.append(1))
-    execute._prepare_to_fork(job)
+    monkeypatch.setattr(attempt, "release_free_heap", lambda: trims.append(1))
+    attempt._prepare_to_fork(job)
     assert layouts == rehearsed
     assert trims == [1]   # whether or not it rehearsed
 

@@ -18,7 +18,7 @@ class WorkerPlan:
     """Everything a worker needs; under spawn it is pickled once, at start, with its shared
     tensors sent as handles (never the data itself)."""
 
-    job: object           # launch.execute.Job (its presenter and callback stay behind)
+    job: object           # launch.attempt.Job (its presenter and callback stay behind)
     comm: object          # has attach(rank) -> comm.Group
     board: object         # launch.board.ProgressBoard
 

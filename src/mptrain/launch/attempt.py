@@ -77,9 +77,9 @@ def train_in_process(job: Job) -> None:
 
 def train_under_launcher(job: Job, world) -> None:
     """This process is one rank of a torchrun job (its process group already joined, see
-    ``launch.launcher``): the data set once per node, every rank from rank 0's model,
+    ``launch.torchrun``): the data set once per node, every rank from rank 0's model,
     reports and checkpoint parts gathered to rank 0 only."""
-    from . import launcher
+    from . import torchrun
 
     tune_malloc()
     apply_threads(job.plan.threads)
@@ -90,24 +90,24 @@ def train_under_launcher(job: Job, world) -> None:
         device = torch.device("cpu")
     node = None
     try:
-        node = launcher.discover(world)
-        group = launcher.node_group(job, world, node,
+        node = torchrun.discover(world)
+        group = torchrun.node_group(job, world, node,
                                     hierarchical=job.plan.comm is CommKind.SHM_GLOO)
         job.strategy.prepare(job.model, job.bundle, job.plan)
-        launcher.start_from_rank0(job.model, group)
+        torchrun.start_from_rank0(job.model, group)
 
         def report(epoch_report):
-            for item in launcher.gather_to_rank0(epoch_report, world) or ():
+            for item in torchrun.gather_to_rank0(epoch_report, world) or ():
                 job.on_report(item)
 
         progress = InProcessProgress(job.presenter, scale=world.world_size)
         train(job.setup(world.rank, group, progress, report, device))
     except (RuntimeError, CollectiveTimeout) as err:
-        if not launcher.is_collective_failure(err):
+        if not torchrun.is_collective_failure(err):
             raise
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise WorkerFailedError(f"rank {world.rank} lost contact with the job: "
-                                f"{launcher.lost_peers(world, node)} ({reason})") from None
+                                f"{torchrun.lost_peers(world, node)} ({reason})") from None
 
 
 def train_on_workers(job: Job) -> None:
