@@ -24,7 +24,7 @@ class Presenter:
     def start_epoch(self, *args):
         pass
 
-    def end_epoch(self, metrics, units, unit):
+    def end_epoch(self, metrics, units, unit, parts=None):
         self.lines.append(metrics.epoch)
 
     def note(self, line):
@@ -49,7 +49,8 @@ class Keeper:
 
 def recorder(tmp_path, keeper, model=None):
     config = TrainConfig(epochs=3)
-    strategy = SimpleNamespace(round_extras=lambda reports: {})
+    strategy = SimpleNamespace(round_extras=lambda reports: {}, round_line=lambda m: [],
+                               round_notes=lambda m: [])
     return RunRecorder(config, strategy, "classification", Presenter(), keeper, tmp_path,
                        workers=2, samples_per_round=8, run_started=0.0, history=[],
                        model=model)

@@ -21,7 +21,7 @@ class RunRecorder:
         self.config, self.presenter, self.keeper, self.out_dir = config, presenter, keeper, \
             out_dir
         self.model = model   # the parent's: what a checkpoint of the round would hold
-        self.samples_per_round = samples_per_round
+        self.strategy, self.samples_per_round = strategy, samples_per_round
         self.history = history   # shared with the FitResult
         self.collector = EpochCollector(workers, task, run_started=run_started,
                                         extras=strategy.round_extras)
@@ -39,11 +39,10 @@ class RunRecorder:
         if metrics is None:
             return
         self.history.append(metrics)
-        self.presenter.end_epoch(metrics, self.config.units, self.config.unit)
-        failed = metrics.extras.get("failed_clients")
-        if failed:
-            self.presenter.note(f"round {metrics.epoch}: dropped failing client(s) "
-                                f"{', '.join(map(str, failed))} (--accept-failures)")
+        self.presenter.end_epoch(metrics, self.config.units, self.config.unit,
+                                 self.strategy.round_line(metrics))
+        for note in self.strategy.round_notes(metrics):
+            self.presenter.note(note)
         diverged = self.divergence(metrics, reports)
         if diverged is None:
             self.keeper.offer(metrics.epoch, reports, self.history)

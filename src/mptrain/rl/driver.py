@@ -11,7 +11,7 @@ import torch
 from ..engine.evaluation import Evaluation, RoundEvaluation, ratio_over_ranks
 from ..strategies.base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from .acting import evaluate_greedy
-from .metrics import rl_round_extras
+from .metrics import rl_round_extras, rl_round_parts
 
 
 class ActorStrategy(Strategy):
@@ -29,6 +29,9 @@ class ActorStrategy(Strategy):
 
     def round_extras(self, reports) -> dict:
         return rl_round_extras(reports)
+
+    def round_line(self, metrics) -> list[str]:
+        return rl_round_parts(metrics)
 
 
 class ActorProgram(WorkerProgram):
