@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import shlex
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +168,23 @@ def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
                             f"{flag} {given!r} was given; resume with the same {flag}")
 
 
+#: The settings and run entries that may name the user's code (import strings, file paths).
+USER_CODE_NAMES = ("data", "model", "partition", "env", "net")
+
+
+def user_code_flags(recorded: dict) -> list[str]:
+    """The flags that name the user's code in ``recorded`` (a run's settings and run
+    entries), as a resume must give them again (see :func:`user_code_in`)."""
+    from .imports import is_import_string
+
+    flags = []
+    for name in USER_CODE_NAMES:
+        value = recorded.get(name)
+        if isinstance(value, str) and is_import_string(value):
+            flags += ["--" + name, shlex.quote(value)]
+    return flags
+
+
 class CheckpointKeeper:
     """Assembles checkpoints from the ranks' parts; keeps the latest in memory (for
     restarts) and on disk (with --out and --checkpoint-every)."""
@@ -199,6 +217,12 @@ class CheckpointKeeper:
                                self.run_info, [m.as_dict() for m in history])
         if self.out_dir is not None:
             save(self.out_dir, self.latest, on_saved=lambda path: self._record_saved(path, done))
+
+    def resume_command(self, command: str) -> str:
+        """The command line that resumes from the saved checkpoint: ``command --resume OUT``
+        and the flags naming the user's code, which a checkpoint never supplies."""
+        flags = user_code_flags({**self.config.as_dict(), **self.run_info})
+        return " ".join([command, "--resume", shlex.quote(str(self.out_dir)), *flags])
 
     def _record_saved(self, path: Path, epoch: int) -> None:
         self.saved_path, self.saved_epoch = path, epoch
