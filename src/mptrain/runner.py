@@ -110,12 +110,15 @@ def run(request: RunRequest) -> FitResult:
     recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
                            plan.workers, strategy.samples_per_round(task.data, plan.workers),
                            started, result.epochs, model=model)
-    result.restarts = train_with_restarts(
-        Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
-            presenter=presenter, on_report=recorder.on_report,
-            checkpoint_every=keeper.every, evaluation=task.evaluation,
-            while_workers_train=task.before_plotting if out_dir is not None else None),
-        keeper, recorder, launcher, who=task.who, command=task.command)
+    try:
+        result.restarts = train_with_restarts(
+            Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
+                presenter=presenter, on_report=recorder.on_report,
+                checkpoint_every=keeper.every, evaluation=task.evaluation,
+                while_workers_train=task.before_plotting if out_dir is not None else None),
+            keeper, recorder, launcher, who=task.who, command=task.command)
+    finally:
+        strategy.finish(model)
     warmup.wait_for_imports()  # the plotting import, before the plot
 
     wall_s = time.monotonic() - started

@@ -16,6 +16,7 @@ import torch
 from ..comm.base import CollectiveTimeout
 from ..comm.kind import CommKind
 from ..comm.solo import SoloGroup
+from ..engine.channels_last import already_channels_last
 from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
@@ -164,7 +165,8 @@ def _prepare_to_fork(job: Job) -> None:
     needs = job.strategy.needs(job.model, job.bundle, run_plan)
     if needs.rehearse and rehearsal.worth_rehearsing(processes, run_plan.cores, config.device):
         rehearsal.rehearse_first_steps(job.model, job.bundle, config, run_plan.threads,
-                                       channels_last=needs.private_replicas,
+                                       channels_last=needs.private_replicas
+                                       or already_channels_last(job.model),
                                        batch_sizes=list(needs.batch_sizes))
     release_free_heap()
 

@@ -149,6 +149,10 @@ class Strategy(ABC):
         """Called before any worker starts (in the parent; under torchrun in every rank):
         put what the workers share next to ``model`` and ``data`` (already shared)."""
 
+    def finish(self, model: nn.Module) -> None:
+        """After training, in the parent, whatever happened: give the caller's ``model``
+        back as it came (hogwild laid it out for its workers)."""
+
     def needs(self, model: nn.Module, data, plan) -> ResourceNeeds:
         """What to size and prepare for this strategy's workers (see :class:`ResourceNeeds`)."""
         return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),

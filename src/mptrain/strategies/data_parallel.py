@@ -18,7 +18,7 @@ import torch.nn as nn
 from ..checkpoint import model_snapshot
 from ..comm.base import Group
 from ..data.sharding import batches, shard_indices
-from ..engine.channels_last import ChannelsLastTraining
+from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.step import first_nonfinite, train_step
@@ -112,7 +112,8 @@ class EpochProgram(WorkerProgram):
         # usual order.
         self.layout = (ChannelsLastTraining(self.model, setup.device)
                        if strategy.may_change_layout(self.model) else None)
-        self.forward = self.layout.forward if self.layout is not None else self.model
+        self.forward = self.layout.forward if self.layout is not None \
+            else forward_in_its_layout(self.model)
         self.optimizer = strategy.optimizer(self.model)
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)
