@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from ..checkpoint import Checkpoint, load
 from ..comm.base import CollectiveTimeout
-from ..comm.dist import TorchDistGroup
+from ..comm.dist import TorchDistGroup, loopback_interface
 from ..comm.hierarchical import HierarchicalGroup, Topology
 from ..errors import UserError
 from .lifecycle import die_with_parent
@@ -120,7 +120,7 @@ def choose_gloo_interface(environ=os.environ) -> None:
     if not host:
         return
     if host == "localhost" or _is_loopback(host):
-        name = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+        name = loopback_interface()
     else:
         name = _interface_towards(host)
         if name is not None and name.startswith("lo") and _spans_machines(environ):
