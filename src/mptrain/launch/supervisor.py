@@ -38,8 +38,8 @@ import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
 from ..imports import user_import_path
-from .lifecycle import (die_with_parent, ignore_interrupts, leave, stop_signals_held,
-                        stop_signals_noted)
+from ..signals import stop_signals_held, stop_signals_noted
+from .lifecycle import die_with_parent, ignore_interrupts, leave
 
 log = logging.getLogger(__name__)
 
