@@ -11,6 +11,7 @@ import tempfile
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ..leftovers import RENDEZVOUS_PREFIX
 from .base import Group
 
 
@@ -72,7 +73,9 @@ class DistSpec:
         self.backend = backend
         self.world_size = world_size
         self.timeout_s = timeout_s
-        self.folder = tempfile.mkdtemp(prefix="mptrain-rendezvous-")
+        # Named after this process: ``mptrain doctor --clean`` removes the folder of a
+        # parent that was SIGKILLed before it could.
+        self.folder = tempfile.mkdtemp(prefix=f"{RENDEZVOUS_PREFIX}{os.getpid()}-")
 
     def attach(self, rank: int, progress=None) -> TorchDistGroup:
         # torch.distributed waits inside its own calls; there is no board to mark.
