@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from .app import cli
@@ -16,10 +14,11 @@ def devices(as_json):
     from rich.console import Console
 
     from ..devices import collect_device_report, format_device_report
+    from ..report.outputs import json_text
 
     report = collect_device_report()
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(json_text(report, indent=2))
     else:
         Console().print(format_device_report(report))
 
