@@ -34,6 +34,7 @@ from ..engine.schedule import learning_rate
 from ..engine.seeding import seed_global_generator
 from ..engine.task import loss_fn
 from ..errors import ClientFailedError, UserError
+from ..report.console import metric_parts
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 from .data_parallel import copy_model_state, floating_state
 from .federated import (add_proximal_gradient_, aggregate_rows, assign_clients, client_seed,
@@ -147,14 +148,21 @@ class FedAvgStrategy(Strategy):
         failed = sorted(c for e in extras for c in e.get("failed_clients", ()))
         trained = clients - len(failed)
         loss_sum = sum(e.get("client_loss_sum", 0.0) for e in extras)
-        return {"round": reports[0].epoch + 1, "clients": clients,
+        return {"round": reports[0].index + 1, "clients": clients,
                 "mean_client_loss": loss_sum / trained if trained else None,
                 "failed_clients": failed,
                 "round_s": max(r.evaluated_at for r in reports)
                 - min(r.train_started for r in reports)}
 
-    def round_line(self, extras):
-        return [f"{extras['clients']} clients"] if extras.get("clients") is not None else []
+    def round_line(self, metrics):
+        return [f"{metrics.extras['clients']} clients"] + metric_parts(metrics)
+
+    def round_notes(self, metrics):
+        failed = metrics.extras.get("failed_clients")
+        if not failed:
+            return []
+        return [f"round {metrics.epoch}: dropped failing client(s) "
+                f"{', '.join(map(str, failed))} (--accept-failures)"]
 
     def summary_fields(self):
         c = self.config
