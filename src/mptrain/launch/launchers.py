@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import UserError
 from . import attempt
 from .plan import RunPlan, plan_in_process, plan_under_launcher, plan_workers
-from .world import ExternalWorld, detect_external_world
+from .world import ExternalWorld, detect_external_world, stray_rank_variables
 
 
 @dataclass
@@ -33,6 +33,10 @@ class Joined:
 class Launcher(ABC):
     #: Whether mptrain starts the worker processes itself.
     starts_processes: bool = False
+
+    def __init__(self, notes: tuple[str, ...] = ()):
+        #: What the user should know about how the launcher was chosen (shown once joined).
+        self.notes = tuple(notes)
 
     @abstractmethod
     def plan(self, config, strategy, model, data) -> RunPlan:
@@ -52,7 +56,7 @@ class Launcher(ABC):
 
     def join(self, config, plan: RunPlan, out, resume) -> Joined:
         """Meet the run's other ranks, if any, and find what to resume from."""
-        return Joined(resume=resume)
+        return Joined(resume=resume, notes=list(self.notes))
 
     @abstractmethod
     def train(self, job) -> None:
@@ -102,6 +106,7 @@ class TorchrunLauncher(Launcher):
                              "last checkpoint in --out by itself"}
 
     def __init__(self, world: ExternalWorld):
+        super().__init__()
         self.world = world
 
     def plan(self, config, strategy, model, data):
@@ -176,9 +181,11 @@ def choose_launcher(strategy_class) -> Launcher:
                             "(hogwild needs one machine's shared memory); use --strategy ddp "
                             "or sync")
         return TorchrunLauncher(world)
+    stray = stray_rank_variables()
+    notes = (stray,) if stray else ()
     if strategy_class.in_process:
-        return InProcessLauncher()
-    return WorkerLauncher()
+        return InProcessLauncher(notes)
+    return WorkerLauncher(notes)
 
 
 def out_for(launcher: Launcher, out: str | Path | None) -> str | Path | None:
