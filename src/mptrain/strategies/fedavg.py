@@ -36,8 +36,10 @@ from ..engine.task import loss_fn
 from ..errors import ClientFailedError, UserError
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 from .data_parallel import copy_model_state, floating_state
-from .federated import (add_proximal_gradient_, aggregate_rows, assign_clients, client_seed,
-                        column_slice, sample_clients, server_update_)
+from ..federated.aggregate import aggregate_rows, column_slice
+from ..federated.client import add_proximal_gradient_
+from ..federated.sampling import assign_clients, client_seed, sample_clients
+from ..federated.server_opt import build_server_optimizer
 
 #: Above this, the table of one round's client results is not kept in shared memory; the
 #: workers then reduce per worker (results then depend on the number of workers, in the
@@ -296,8 +298,9 @@ class FedAvgProgram(WorkerProgram):
                                 self.group.rank)
             average = aggregate_rows(strategy.table[:, part], weights)
             velocity = strategy.velocity[part] if strategy.velocity is not None else None
-            server_update_(strategy.global_flat[part], average, velocity, c.server_lr,
-                           c.server_momentum)
+            state = {"velocity": velocity} if velocity is not None else {}
+            build_server_optimizer("sgd", c.server_lr, c.server_momentum).step_(
+                strategy.global_flat[part], average, state)
         self.group.barrier()
 
     def _reduce_through_group(self, partial, weight) -> None:
@@ -307,8 +310,9 @@ class FedAvgProgram(WorkerProgram):
         average = partial / weight if weight else partial
         total = self.group.weighted_average_([average], weight)
         if total > 0:
-            server_update_(strategy.global_flat, average, strategy.velocity, c.server_lr,
-                           c.server_momentum)
+            state = {"velocity": strategy.velocity} if strategy.velocity is not None else {}
+            build_server_optimizer("sgd", c.server_lr, c.server_momentum).step_(
+                strategy.global_flat, average, state)
 
     def _flat_result(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """This client's model (parameters and floating buffers) as one flat vector."""
