@@ -81,7 +81,7 @@ def train(setup: WorkerSetup) -> None:
     for index in range(setup.start_epoch, config.units):
         faults_before = minor_faults() if setup.counts_faults else 0
         work = program.train_round(index)
-        last = index + 1 == config.units
+        last = index + 1 == config.units or work.last
         eval_loss, correct, count = 0.0, 0, 0
         evaluating = test_data is not None and (last or (index + 1) % config.eval_every == 0)
         if evaluating:
@@ -106,6 +106,8 @@ def train(setup: WorkerSetup) -> None:
             minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
             evaluated_at=evaluated_at,
             checkpoint=checkpoint, extras=work.extras))
+        if work.last:
+            break  # the program's own stop (every rank says the same)
         if evaluating and config.target_accuracy is not None and task == CLASSIFICATION \
                 and ratio_over_ranks(group, correct, count, empty=0.0,
                                      numerator_is_count=True) >= config.target_accuracy:

@@ -35,16 +35,34 @@ class RunRecorder:
             return
         self.history.append(metrics)
         self.presenter.end_epoch(metrics, self.config.units, self.config.unit)
-        failed = metrics.extras.get("failed_clients")
-        if failed:
-            self.presenter.note(f"round {metrics.epoch}: dropped failing client(s) "
-                                f"{', '.join(map(str, failed))} (--accept-failures)")
+        self._notes(metrics)
         self.keeper.offer(metrics.epoch, reports, self.history)
         if self.out_dir is not None:
             write_jsonl(self.out_dir / "metrics.jsonl", [m.as_dict() for m in self.history])
-        if metrics.epoch < self.config.units and not self.reached_target(metrics):
+        if metrics.epoch < self.config.units and not self.reached_target(metrics) \
+                and not metrics.extras.get("stopped"):
             self.presenter.start_epoch(metrics.epoch + 1, self.config.units,
                                        self.samples_per_round, self.config.unit)
+
+    def _notes(self, metrics: EpochMetrics) -> None:
+        """What a fedavg round's clients did that the reader should know."""
+        extras, index = metrics.extras, metrics.epoch
+        nonfinite = extras.get("nonfinite_clients") or []
+        failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
+        if failed:
+            self.presenter.note(f"round {index}: dropped failing client(s) "
+                                f"{', '.join(map(str, failed))} (--accept-failures)")
+        if nonfinite:
+            self.presenter.note(f"round {index}: dropped client(s) "
+                                f"{', '.join(map(str, nonfinite))}: non-finite update")
+        if extras.get("clients") and extras.get("reported") == 0:
+            self.presenter.note(f"round {index}: no sampled client reported; the round "
+                                "changed nothing" + (" but the noise" if "epsilon" in extras
+                                                     else ""))
+        if extras.get("stopped"):
+            self.presenter.note(f"round {index}: stopped: the next round would spend more "
+                                f"than --target-epsilon {self.config.target_epsilon:g} "
+                                f"(epsilon now {extras.get('epsilon'):.3g})")
 
     def reached_target(self, metrics: EpochMetrics) -> bool:
         target = self.config.target_accuracy
