@@ -153,11 +153,12 @@ class FedAvgStrategy(Strategy):
                             "variates are a second message per client that is neither "
                             "clipped nor noised, so the privacy accounting would not hold")
         if c.dp_clip_quantile is not None:
-            try:
-                dp_noise_of_updates(c)
-            except ValueError as err:
-                raise UserError(f"--dp-count-noise: {err}; raise it (default: expected "
-                                "clients per round / 20)") from None
+            std = count_noise_std(c)
+            if 2 * std <= c.dp_noise:
+                raise UserError(f"adaptive clipping's count noise {std:g} must exceed half "
+                                f"of --dp-noise ({c.dp_noise / 2:g}), or it takes the whole "
+                                "privacy budget: give --dp-count-noise above that (default: "
+                                "expected clients per round / 20)")
 
     @classmethod
     def units(cls, config):
