@@ -183,7 +183,10 @@ def verdicts(groups: dict) -> list[str]:
 
 
 def dp_group(args, data_dir):
-    from mptrain.federated.accounting import PrivacyAccountant   # noqa: F401 (installed?)
+    import logging
+
+    # dp-accounting warns through absl for each fractional RDP order it leaves out.
+    logging.getLogger("absl").setLevel(logging.ERROR)
     try:
         import dp_accounting
     except ImportError:
