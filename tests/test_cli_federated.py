@@ -27,7 +27,7 @@ def test_help_groups_the_federated_flags(capsys):
     general, federated = out.split("Federated options (--strategy fedavg):")
     for flag in ("--server-optimizer, --server-opt", "--server-betas", "--scaffold",
                  "--dropout-rate", "--straggler-rate", "--dp-clip", "--dp-noise", "--dp-delta",
-                 "--target-epsilon", "--accountant", "--client-eval-every", "--rounds"):
+                 "--target-epsilon", "--accountant", "--client-eval-every", "--rounds INTEGER"):
         assert flag in federated and flag not in general, flag
 
 
