@@ -55,7 +55,11 @@ class RunRecorder:
         if nonfinite:
             self.presenter.note(f"round {index}: dropped client(s) "
                                 f"{', '.join(map(str, nonfinite))}: non-finite update")
-        if extras.get("clients") and extras.get("reported") == 0:
+        if extras.get("clients") == 0:
+            self.presenter.note(f"round {index}: Poisson sampling drew no client; the round "
+                                "changed nothing" + (" but the noise" if "epsilon" in extras
+                                                     else ""))
+        elif extras.get("clients") and extras.get("reported") == 0:
             self.presenter.note(f"round {index}: no sampled client reported; the round "
                                 "changed nothing" + (" but the noise" if "epsilon" in extras
                                                      else ""))

@@ -178,6 +178,10 @@ class FedAvgStrategy(Strategy):
                             "memory (every client's row, summed in client order); run "
                             "mptrain's own workers on one machine, or fewer "
                             "--clients-per-round for a smaller table")
+        if c.client_eval_every and not plan.comm.shares_memory:
+            raise UserError("--client-eval-every needs one machine's shared memory (every "
+                            "rank writes its clients' accuracies into one table); run "
+                            "mptrain's own workers on one machine")
         if c.private:
             require_dp_accounting()
             first = PrivacyAccountant(c.accountant or "rdp").epsilon_after(
