@@ -18,6 +18,7 @@ from .launch.preflight import GUARD_HELP
 from .result import FitResult
 from .runner import RunRequest, run
 from .strategies import make_strategy
+from .strategies.registry import DEFAULT_STRATEGY
 from .supervised import SupervisedTask
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
@@ -55,7 +56,7 @@ def launcher_for(given: dict, checkpoint: Checkpoint | None) -> Launcher:
     if checkpoint is not None:
         user_code_in(checkpoint, {"partition": given.get("partition")})
     said = check_given(resumed_settings(given, checkpoint))
-    launcher = choose_launcher(strategy_class(said.get("strategy", "single")))
+    launcher = choose_launcher(strategy_class(said.get("strategy", DEFAULT_STRATEGY)))
     launcher.refuse_settings(given)
     return launcher
 

@@ -186,6 +186,10 @@ class CheckpointKeeper:
         # names these, so they change only together with the file (see ``offer``).
         self.saved_path: Path | None = None
         self.saved_epoch: int | None = None
+        if resume is not None and out_dir is not None and (out_dir / FILENAME).is_file():
+            # A resumed run continues in the folder it was resumed from: until it saves,
+            # the checkpoint there is the one a stop leaves.
+            self.saved_path, self.saved_epoch = out_dir / FILENAME, resume.epoch
 
     def offer(self, done: int, reports, history) -> None:
         """Keep a checkpoint after round ``done`` if every rank sent its part."""

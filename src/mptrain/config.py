@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UserError
+from .strategies.registry import DEFAULT_STRATEGY
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -85,7 +86,7 @@ class TrainingDefaults:
 class TrainConfig:
     """Everything a run needs to know, complete and validated."""
 
-    strategy: str = "single"
+    strategy: str = DEFAULT_STRATEGY
     workers: int = 1
     epochs: int = 10
     batch_size: int = 64
@@ -160,7 +161,7 @@ class TrainConfig:
         Settings that the chosen strategy would ignore are refused, naming what to use.
         """
         given = check_given(settings)
-        strategy = strategy_class(given.get("strategy", "single"))
+        strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
         values = strategy.recommended(defaults or TrainingDefaults())
         values = {k: v for k, v in values.items() if k in SETTING_NAMES}
         values["workers"] = strategy.default_workers
@@ -237,8 +238,8 @@ def check_given(settings: Mapping[str, Any]) -> dict:
     if unknown:
         raise UserError(f"unknown setting(s) {', '.join(unknown)}; known: "
                         f"{', '.join(sorted(SETTING_NAMES))}")
-    check_setting("strategy", given.get("strategy", "single"))
-    strategy = strategy_class(given.get("strategy", "single"))
+    check_setting("strategy", given.get("strategy", DEFAULT_STRATEGY))
+    strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
     for name, users in restricted_settings().items():
         if name in given and name not in strategy.settings \
                 and given[name] != getattr(TrainConfig, name, None):
@@ -260,7 +261,7 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
     resumed run takes over without tripping the refusal of settings that do nothing."""
     from .strategies.registry import restricted_settings
 
-    strategy = strategy_class(config.get("strategy", "single"))
+    strategy = strategy_class(config.get("strategy", DEFAULT_STRATEGY))
     restricted = restricted_settings()
     settings = {k: v for k, v in config.items()
                 if k in SETTING_NAMES and k != "quiet" and v is not None

@@ -16,7 +16,7 @@ import torch.nn as nn
 
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .launch import warmup
-from .launch.execute import Job
+from .launch.attempt import Job
 from .launch.launchers import Launcher
 from .launch.plan import RunPlan
 from .launch.preflight import check_spawn_ready
@@ -40,8 +40,8 @@ class RunTask(Protocol):
     run_info: dict
     #: What the strategy's workers train on (a shared data set, an environment's sizes).
     data: object
-    #: The driver every worker runs (``engine.loop.train`` and its kin).
-    driver: object
+    #: How a worker scores a round (an ``engine.evaluation.RoundEvaluation`` class).
+    evaluation: type
 
     def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
         """Refuse what cannot run, before any process starts; warnings to show."""
@@ -111,11 +111,11 @@ def run(request: RunRequest) -> FitResult:
         result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
     recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
                            plan.workers, strategy.samples_per_round(task.data, plan.workers),
-                           started, result.epochs)
+                           started, result.epochs, model=model)
     result.restarts = train_with_restarts(
         Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
             presenter=presenter, on_report=recorder.on_report,
-            checkpoint_every=keeper.every, driver=task.driver,
+            checkpoint_every=keeper.every, evaluation=task.evaluation,
             while_workers_train=task.before_plotting if out_dir is not None else None),
         keeper, recorder, launcher, who=task.who, command=task.command)
     warmup.wait_for_imports()  # the plotting import, before the plot

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from . import execute
+from . import attempt
 from .plan import RunPlan, plan_in_process, plan_under_launcher, plan_workers
 from .world import ExternalWorld, detect_external_world
 
@@ -73,7 +73,7 @@ class InProcessLauncher(Launcher):
         return plan_in_process(config)
 
     def train(self, job):
-        execute.train_in_process(job)
+        attempt.train_in_process(job)
 
 
 class WorkerLauncher(Launcher):
@@ -85,7 +85,7 @@ class WorkerLauncher(Launcher):
         return plan_workers(config, strategy, model, data)
 
     def train(self, job):
-        execute.train_on_workers(job)
+        attempt.train_on_workers(job)
 
 
 class TorchrunLauncher(Launcher):
@@ -129,7 +129,7 @@ class TorchrunLauncher(Launcher):
         return self.world.rank == 0
 
     def join(self, config, plan, out, resume):
-        from . import launcher as torchrun
+        from . import torchrun
 
         # The group exists before anything else: resuming needs it after a restart.
         attempt = torchrun.join(self.world, plan.comm.torch_backend, config.worker_timeout)
@@ -148,7 +148,7 @@ class TorchrunLauncher(Launcher):
         return joined
 
     def train(self, job):
-        execute.train_under_launcher(job, self.world)
+        attempt.train_under_launcher(job, self.world)
 
     def describe_stop(self, signum):
         return (f"rank {self.world.rank} stopped by {signal.Signals(signum).name} (torchrun "

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..errors import Interrupted, RunInterrupted, WorkerFailedError
-from .execute import Job
+from .attempt import Job
 
 
 def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "workers",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 import torch.nn as nn
 
 from ..comm.kind import CommKind
+from ..report.console import metric_parts
 
 if TYPE_CHECKING:   # the config module asks the strategies about settings
     from ..config import TrainConfig, TrainingDefaults
@@ -174,8 +175,12 @@ class Strategy(ABC):
         """Strategy-specific columns of one round's metrics, from every rank's report."""
         return {}
 
-    def round_line(self, extras: dict) -> list[str]:
-        """Strategy-specific parts of a round's console line, before the losses."""
+    def round_line(self, metrics) -> list[str]:
+        """What a round's console line shows after ``epoch 3/10``."""
+        return metric_parts(metrics)
+
+    def round_notes(self, metrics) -> list[str]:
+        """Lines the user must see after a round, even with --quiet."""
         return []
 
     def summary_fields(self) -> dict:

@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..federated.accounting import PrivacyAccountant, require_dp_accounting
 from ..federated.sampling import poisson_capacity
 from ..federated.server_opt import build_server_optimizer
+from ..report.console import metric_parts
 from .base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from .data_parallel import floating_state
 
@@ -353,7 +354,7 @@ class FedAvgStrategy(Strategy):
         reported = sum(e.get("reported", 0) for e in extras)
         loss_sum = sum(e.get("client_loss_sum", 0.0) for e in extras)
         trained = clients - len(failed)
-        row = {"round": reports[0].epoch + 1, "clients": clients,
+        row = {"round": reports[0].index + 1, "clients": clients,
                "mean_client_loss": loss_sum / trained if trained else None,
                "failed_clients": failed, "reported": reported, "dropped": dropped,
                "partial": sum(e.get("partial", 0) for e in extras),
@@ -373,8 +374,8 @@ class FedAvgStrategy(Strategy):
             row["stopped"] = "privacy budget"
         return row
 
-    def round_line(self, extras):
-        parts = []
+    def round_line(self, metrics):
+        extras, parts = metrics.extras, []
         if extras.get("clients") is not None:
             parts.append(f"{extras['clients']} clients")
             if extras.get("reported", extras["clients"]) != extras["clients"]:
@@ -384,7 +385,31 @@ class FedAvgStrategy(Strategy):
         if extras.get("client_acc_mean") is not None:
             parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
                          f"(worst {100 * extras['client_acc_worst']:.1f}%)")
-        return parts
+        return parts + metric_parts(metrics)
+
+    def round_notes(self, metrics):
+        """What a round's clients did that the user must know."""
+        extras, index, notes = metrics.extras, metrics.epoch, []
+        nonfinite = extras.get("nonfinite_clients") or []
+        failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
+        if failed:
+            notes.append(f"round {index}: dropped failing client(s) "
+                         f"{', '.join(map(str, failed))} (--accept-failures)")
+        if nonfinite:
+            notes.append(f"round {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
+                         "non-finite update")
+        noise = " but the noise" if "epsilon" in extras else ""
+        if extras.get("clients") == 0:
+            notes.append(f"round {index}: Poisson sampling drew no client; the round changed "
+                         f"nothing{noise}")
+        elif extras.get("clients") and extras.get("reported") == 0:
+            notes.append(f"round {index}: no sampled client reported; the round changed "
+                         f"nothing{noise}")
+        if extras.get("stopped"):
+            notes.append(f"round {index}: stopped: the next round would spend more than "
+                         f"--target-epsilon {self.config.target_epsilon:g} (epsilon now "
+                         f"{extras.get('epsilon'):.3g})")
+        return notes
 
     def summary_fields(self):
         c = self.config

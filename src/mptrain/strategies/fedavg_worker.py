@@ -24,6 +24,7 @@ condition, which are full memory barriers, also on aarch64).
 from __future__ import annotations
 
 import copy
+import math
 import time
 
 import torch
@@ -35,7 +36,8 @@ from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
 from ..engine.seeding import seed_global_generator
-from ..engine.task import evaluate, loss_fn
+from ..engine.step import train_step
+from ..engine.task import evaluate
 from ..errors import ClientFailedError
 from ..federated import availability, scaffold
 from ..federated.accounting import PrivacyAccountant
@@ -79,6 +81,7 @@ class FedAvgProgram(WorkerProgram):
             self.correction = torch.empty(self.param_numel)
             self.correction_views = [v.view_as(p) for v, p in zip(
                 self.correction.split([p.numel() for p in self.params]), self.params)]
+        self.correct_gradients = self._correct_gradients if c.prox_mu or c.scaffold else None
         # Rank 0 speaks for the server: the privacy spent so far.
         self.accountant = PrivacyAccountant(c.accountant or "rdp") if c.private else None
         self._load_global()
@@ -145,13 +148,15 @@ class FedAvgProgram(WorkerProgram):
                     "drops failing clients from their round instead)") from err
             tally.failed.append(client)
             return 0.0
+        result = self._flat_result(out=row)
+        if not (math.isfinite(loss) and update_is_finite(result)):
+            # Dropped and counted, and its loss kept out of the round's: one bad client is
+            # not the run diverging.
+            tally.nonfinite.append(client)
+            return 0.0
         tally.count(steps, samples, loss, partial=steps < self._full_steps(client))
         if availability.drops_out(c.seed, round_index, client, c.dropout_rate):
             tally.dropped += 1     # trained, never reported: nothing of it is kept
-            return 0.0
-        result = self._flat_result(out=row)
-        if not update_is_finite(result):
-            tally.nonfinite.append(client)
             return 0.0
         tally.reported += 1
         if c.scaffold:
@@ -192,20 +197,21 @@ class FedAvgProgram(WorkerProgram):
                     break   # a straggler stops here
                 inputs, targets = setup.data.train.batch(batch)
                 inputs, targets = inputs.to(setup.device), targets.to(setup.device)
-                self.optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(setup.data.task, self.layout.forward(inputs), targets)
-                loss.backward()
-                if c.prox_mu:
-                    add_proximal_gradient_(self.params, self.global_params, c.prox_mu,
-                                           self.prox_scratch)
-                if c.scaffold:
-                    scaffold.add_correction_(self.params, self.correction_views)
-                self.optimizer.step()
-                loss_sum += loss.detach() * len(batch)
+                loss = train_step(self.layout.forward, self.optimizer, inputs, targets,
+                                  setup.data.task, self.correct_gradients)
+                loss_sum += loss * len(batch)
                 setup.progress.advance(len(batch))
                 samples += len(batch)
                 steps += 1
         return steps, samples, float(loss_sum)
+
+    def _correct_gradients(self) -> None:
+        """FedProx's proximal term and SCAFFOLD's drift correction, after backward."""
+        if self.config.prox_mu:
+            add_proximal_gradient_(self.params, self.global_params, self.config.prox_mu,
+                                   self.prox_scratch)
+        if self.config.scaffold:
+            scaffold.add_correction_(self.params, self.correction_views)
 
     def _client_lr(self, round_index: int) -> float:
         c = self.config

@@ -14,8 +14,8 @@ import torch
 
 from mptrain.comm.hierarchical import Topology
 from mptrain.errors import Interrupted, UserError
-from mptrain.launch import launcher
-from mptrain.launch.launcher import choose_gloo_interface
+from mptrain.launch import torchrun as launcher
+from mptrain.launch.torchrun import choose_gloo_interface
 from mptrain.launch.node_memory import NodeMemory, remove_orphans
 
 
