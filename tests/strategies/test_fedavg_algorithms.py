@@ -123,9 +123,11 @@ def test_a_client_with_a_non_finite_update_is_dropped_and_counted():
 
 
 @pytest.mark.timeout(120)
-def test_dp_reports_the_accountants_epsilon_every_round(tmp_path):
+def test_dp_reports_the_accountants_epsilon_every_round(tmp_path, capsys):
     dp_accounting = pytest.importorskip("dp_accounting")
     result = fit(make_model(), rounds=4, out=tmp_path, quiet=False, **DP)
+    shown = capsys.readouterr().out
+    assert "ε " in shown and "privacy spent: epsilon" in shown and "at delta 1e-05" in shown
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
     q = DP["clients_per_round"] / RUN["clients"]
     for row in rows:
