@@ -48,8 +48,9 @@ from ..federated.privacy import clip_, count_noise, next_clip, noise_slice, priv
 from ..federated.sampling import assign_clients, client_seed, poisson_sample, sample_clients
 from .base import RoundWork, WorkerProgram
 from .data_parallel import copy_model_state, floating_state
-from .fedavg import (DEFAULT_CLIP_LR, count_noise_std, dp_delta, dp_noise_of_updates,
-                     param_numel)
+from .fedavg import param_numel
+from .fedavg_settings import (DEFAULT_CLIP_LR, count_noise_std, dp_delta,
+                              dp_noise_of_updates)
 
 
 class FedAvgProgram(WorkerProgram):
