@@ -43,7 +43,8 @@ def test_adaptive_optimizers_follow_the_papers_update(cls):
 
 
 def test_adam_first_step_by_hand():
-    # delta = -1: m = -0.1, v = 0.99 * 1e-6 + 0.01 = 0.01000099, x = 1 + 0.1*(-0.1)/(0.1000049+0.001)
+    # delta = -1: m = -0.1, v = 0.99 * 1e-6 + 0.01 = 0.01000099,
+    # x = 1 + 0.1 * (-0.1) / (0.1000049 + 0.001)
     x, state = run(ServerAdam(0.1, (0.9, 0.99), 1e-3), [1.0], [[0.0]])
     assert state["m"].item() == pytest.approx(0.1)        # m of the pseudo-gradient g = x - avg
     assert state["v"].item() == pytest.approx(0.99e-6 + 0.01, rel=1e-6)
