@@ -31,7 +31,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     shared memory once. Integer targets train a classifier, float targets a regressor.
     ``settings`` are those of :class:`~mptrain.config.TrainConfig` (``strategy``,
     ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
-    ``clients_per_round``, ``partition``, ...); what is not given comes from the checkpoint
+    ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,
+    ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
+    command line's names with underscores); what is not given comes from the checkpoint
     when resuming, else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint).
     """

@@ -1,8 +1,9 @@
 """Checkpoints: written atomically at epoch ends, loaded without unpickling arbitrary objects.
 
 A checkpoint holds what an exact resume needs: the model the strategy produced, every
-rank's own state (optimizer and RNG for the epoch strategies, the server's momentum for
-fedavg), the next round, and the run's settings. Data order, sampled clients and learning
+rank's own state (optimizer and RNG for the epoch strategies; for fedavg the server
+optimizer's state, SCAFFOLD's variates, the DP clip and the accountant's history), the next
+round, and the run's settings. Data order, sampled clients and learning
 rate are functions of (seed, round), so they need no saving. Each worker serialises its own
 part (its program's ``state()``) and the parent writes one file.
 """

@@ -84,6 +84,8 @@ def run(request: RunRequest) -> FitResult:
     config, strategy, launcher, model, task = request.config, request.strategy, \
         request.launcher, request.model, request.task
     presenter = ConsolePresenter(quiet=request.quiet, **launcher.presenter_role())
+    strategy.out_dir = Path(request.out) if request.out is not None \
+        and launcher.writes_outputs else None
     plan = launcher.plan(config, strategy, model, task.data)
     if plan.start_method not in (None, "fork"):
         check_spawn_ready(model)

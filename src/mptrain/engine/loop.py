@@ -80,7 +80,7 @@ def train(setup: WorkerSetup) -> None:
     for index in range(setup.start_epoch, config.units):
         faults_before = minor_faults() if setup.counts_faults else 0
         work = program.train_round(index)
-        evaluating = evaluation.due(index, last=index + 1 == config.units)
+        evaluating = evaluation.due(index, last=index + 1 == config.units or work.last)
         saving = checkpoint_due(setup.checkpoint_every, index, config.units)
         if evaluation.settles_first and (evaluating or saving):
             group.barrier()
@@ -100,6 +100,8 @@ def train(setup: WorkerSetup) -> None:
             minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
             evaluated_at=evaluated_at, checkpoint=checkpoint,
             extras={**work.extras, **score.extras}))
+        if work.last:
+            break  # the program's own stop (fedavg's privacy budget); every rank says the same
         if evaluating and evaluation.reached_target(score):
             break  # every rank computed the same score, so every rank stops here
 

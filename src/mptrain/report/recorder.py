@@ -50,7 +50,8 @@ class RunRecorder:
             write_jsonl(self.out_dir / "metrics.jsonl", [m.as_dict() for m in self.history])
         if diverged is not None:
             raise TrainingDiverged(diverged)
-        if metrics.epoch < self.config.units and not self.reached_target(metrics):
+        if metrics.epoch < self.config.units and not self.reached_target(metrics) \
+                and not metrics.extras.get("stopped"):   # a strategy's own stop (fedavg's ε)
             self.presenter.start_epoch(metrics.epoch + 1, self.config.units,
                                        self.samples_per_round, self.config.unit)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import torch.nn as nn
@@ -38,6 +39,9 @@ class RoundWork:
     started: float               # time.monotonic(): one clock for all processes
     ended: float
     extras: dict = field(default_factory=dict)   # strategy-specific, combined by the parent
+    #: The program's own reason to make this round the run's last (fedavg: the next round
+    #: would spend more privacy than --target-epsilon allows). Every rank says the same.
+    last: bool = False
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,9 @@ class Strategy(ABC):
 
     def __init__(self, config: TrainConfig):
         self.config = config
+        #: The run's --out folder (None without one), set before ``check``: where a
+        #: strategy may keep what does not fit in memory (fedavg's SCAFFOLD variates).
+        self.out_dir: Path | None = None
 
     # -- facts about settings, asked before any instance exists ---------------------------------
     @classmethod
