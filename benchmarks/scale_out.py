@@ -95,7 +95,7 @@ def rank_allreduce(out: str, iterations: int) -> None:
     from mptrain.comm.dist import TorchDistGroup
     from mptrain.comm.hierarchical import HierarchicalGroup
     from mptrain.comm.shm import ShmGroupState
-    from mptrain.launch import launcher
+    from mptrain.launch import torchrun as launcher
     from mptrain.launch.node_memory import NodeMemory
     from mptrain.launch.world import detect_external_world
     from mptrain.models.nets import MnistCNN

@@ -15,7 +15,7 @@ from mptrain import checkpoint as checkpoints
 from mptrain.cli import main
 from mptrain.config import TrainConfig
 from mptrain.errors import Interrupted, UserError
-from mptrain.launch.lifecycle import stop_signals_deferred
+from mptrain.signals import stop_signals_deferred
 
 
 def run_cli(args):

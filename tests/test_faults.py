@@ -325,8 +325,9 @@ def test_a_stopped_run_exits_at_once_and_resumes_from_its_checkpoint(start_run, 
     assert len(saved.ranks) == 2
     assert f"last checkpoint: epoch {saved.epoch} in " in run.stderr, run.stderr
     epochs = saved.epoch + 2
-    resumed = start_run(None, ["--resume", str(out), "--epochs", str(epochs)],
-                        data_and_model=False)
+    # The stop message names the user's code to give again: a checkpoint never chooses it.
+    assert f"mptrain run --resume {out} --data " in run.stderr, run.stderr
+    resumed = start_run(None, ["--resume", str(out), "--epochs", str(epochs)])
     resumed.finish(timeout=90)
     assert resumed.proc.returncode == 0, resumed.stderr
     assert len((out / "metrics.jsonl").read_text().splitlines()) == epochs

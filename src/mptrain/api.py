@@ -18,6 +18,7 @@ from .launch.preflight import GUARD_HELP
 from .result import FitResult
 from .runner import RunRequest, run
 from .strategies import make_strategy
+from .strategies.registry import DEFAULT_STRATEGY
 from .supervised import SupervisedTask
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
@@ -31,7 +32,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     shared memory once. Integer targets train a classifier, float targets a regressor.
     ``settings`` are those of :class:`~mptrain.config.TrainConfig` (``strategy``,
     ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
-    ``clients_per_round``, ``partition``, ...); what is not given comes from the checkpoint
+    ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,
+    ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
+    command line's names with underscores); what is not given comes from the checkpoint
     when resuming, else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint).
 
@@ -71,7 +74,7 @@ def launcher_for(given: dict, checkpoint: Checkpoint | None) -> Launcher:
     if checkpoint is not None:
         user_code_in(checkpoint, {"partition": given.get("partition")})
     said = check_given(resumed_settings(given, checkpoint))
-    launcher = choose_launcher(strategy_class(said.get("strategy", "single")))
+    launcher = choose_launcher(strategy_class(said.get("strategy", DEFAULT_STRATEGY)))
     launcher.refuse_settings(given)
     return launcher
 

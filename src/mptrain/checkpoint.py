@@ -1,8 +1,9 @@
 """Checkpoints: written atomically at epoch ends, loaded without unpickling arbitrary objects.
 
 A checkpoint holds what an exact resume needs: the model the strategy produced, every
-rank's own state (optimizer and RNG for the epoch strategies, the server's momentum for
-fedavg), the next round, and the run's settings. Data order, sampled clients and learning
+rank's own state (optimizer and RNG for the epoch strategies; for fedavg the server
+optimizer's state, SCAFFOLD's variates, the DP clip and the accountant's history), the next
+round, and the run's settings. Data order, sampled clients and learning
 rate are functions of (seed, round), so they need no saving. Each worker serialises its own
 part (its program's ``state()``) and the parent writes one file.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import shlex
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +169,23 @@ def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
                             f"{flag} {given!r} was given; resume with the same {flag}")
 
 
+#: The settings and run entries that may name the user's code (import strings, file paths).
+USER_CODE_NAMES = ("data", "model", "partition", "env", "net")
+
+
+def user_code_flags(recorded: dict) -> list[str]:
+    """The flags that name the user's code in ``recorded`` (a run's settings and run
+    entries), as a resume must give them again (see :func:`user_code_in`)."""
+    from .imports import is_import_string
+
+    flags = []
+    for name in USER_CODE_NAMES:
+        value = recorded.get(name)
+        if isinstance(value, str) and is_import_string(value):
+            flags += ["--" + name, shlex.quote(value)]
+    return flags
+
+
 class CheckpointKeeper:
     """Assembles checkpoints from the ranks' parts; keeps the latest in memory (for
     restarts) and on disk (with --out and --checkpoint-every)."""
@@ -185,6 +204,10 @@ class CheckpointKeeper:
         # names these, so they change only together with the file (see ``offer``).
         self.saved_path: Path | None = None
         self.saved_epoch: int | None = None
+        if resume is not None and out_dir is not None and (out_dir / FILENAME).is_file():
+            # A resumed run continues in the folder it was resumed from: until it saves,
+            # the checkpoint there is the one a stop leaves.
+            self.saved_path, self.saved_epoch = out_dir / FILENAME, resume.epoch
 
     def offer(self, done: int, reports, history) -> Path | None:
         """Keep a checkpoint after round ``done`` if every rank sent its part; return the
@@ -198,6 +221,12 @@ class CheckpointKeeper:
             return None
         return save(self.out_dir, self.latest,
                     on_saved=lambda path: self._record_saved(path, done))
+
+    def resume_command(self, command: str) -> str:
+        """The command line that resumes from the saved checkpoint: ``command --resume OUT``
+        and the flags naming the user's code, which a checkpoint never supplies."""
+        flags = user_code_flags({**self.config.as_dict(), **self.run_info})
+        return " ".join([command, "--resume", shlex.quote(str(self.out_dir)), *flags])
 
     def _record_saved(self, path: Path, epoch: int) -> None:
         self.saved_path, self.saved_epoch = path, epoch

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .errors import UserError
+from .strategies.registry import DEFAULT_STRATEGY
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -30,6 +31,9 @@ DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
+SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
+CLIENT_SAMPLING = ("fixed", "poisson")
+ACCOUNTANTS = ("rdp", "pld")                             # federated.accounting's names
 #: What ``--sync-every`` (or ``sync_every`` in a config file) says for "once per epoch": the
 #: config holds None for it, but None in settings means "not said" -- and a data set may
 #: recommend every step (MNIST's recipe does).
@@ -82,7 +86,7 @@ class TrainingDefaults:
 class TrainConfig:
     """Everything a run needs to know, complete and validated."""
 
-    strategy: str = "single"
+    strategy: str = DEFAULT_STRATEGY
     workers: int = 1
     epochs: int = 10
     batch_size: int = 64
@@ -118,11 +122,29 @@ class TrainConfig:
     local_epochs: int = 1
     partition: str = "iid"
     prox_mu: float = 0.0
-    server_lr: float = 1.0
+    server_optimizer: str = "sgd"
+    server_lr: float | None = None          # None: the server optimizer's default (sgd: 1)
     server_momentum: float = 0.0
+    server_betas: tuple[float, float] | None = None   # adam/yogi/adagrad; None: 0.9, 0.99
+    server_tau: float | None = None         # adaptivity of adam/yogi/adagrad; None: 1e-3
     accept_failures: bool = False
+    scaffold: bool = False
+    sampling: str = "fixed"                 # fixed-size uniform sample, or Poisson (rate q)
+    dropout_rate: float = 0.0               # sampled clients that train but never report
+    straggler_rate: float = 0.0             # sampled clients doing part of their local steps
+    dp_clip: float | None = None            # L2 clip of each client's update
+    dp_noise: float | None = None           # noise multiplier z: std z * clip on the sum
+    dp_delta: float | None = None           # None with DP: 1e-5
+    target_epsilon: float | None = None     # stop before the privacy spent would pass it
+    accountant: str | None = None           # None with DP: rdp
+    dp_clip_quantile: float | None = None   # adaptive clipping (Andrew et al. 2021)
+    dp_clip_lr: float | None = None         # its geometric step; None: 0.2
+    dp_count_noise: float | None = None     # std of the noise on the clipped count
+    client_eval_every: int | None = None    # evaluate on every client's data every N rounds
 
     def __post_init__(self):
+        if self.server_betas is not None:
+            object.__setattr__(self, "server_betas", parse_betas(self.server_betas))
         for name in SETTING_NAMES:
             check_setting(name, getattr(self, name))
         if self.ddp_backend == "nccl" and self.device != "cuda":
@@ -139,7 +161,7 @@ class TrainConfig:
         Settings that the chosen strategy would ignore are refused, naming what to use.
         """
         given = check_given(settings)
-        strategy = strategy_class(given.get("strategy", "single"))
+        strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
         values = strategy.recommended(defaults or TrainingDefaults())
         values = {k: v for k, v in values.items() if k in SETTING_NAMES}
         values["workers"] = strategy.default_workers
@@ -162,6 +184,16 @@ class TrainConfig:
         if self.client_fraction is not None:
             return max(1, math.ceil(self.client_fraction * self.clients))
         return min(10, self.clients)
+
+    @property
+    def private(self) -> bool:
+        """Whether fedavg runs with differential privacy (``--dp-noise``)."""
+        return self.dp_noise is not None
+
+    @property
+    def sample_rate(self) -> float:
+        """fedavg's expected fraction of clients per round (Poisson sampling's q)."""
+        return self.sampled_clients / self.clients
 
     @property
     def units(self) -> int:
@@ -206,8 +238,8 @@ def check_given(settings: Mapping[str, Any]) -> dict:
     if unknown:
         raise UserError(f"unknown setting(s) {', '.join(unknown)}; known: "
                         f"{', '.join(sorted(SETTING_NAMES))}")
-    check_setting("strategy", given.get("strategy", "single"))
-    strategy = strategy_class(given.get("strategy", "single"))
+    check_setting("strategy", given.get("strategy", DEFAULT_STRATEGY))
+    strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
     for name, users in restricted_settings().items():
         if name in given and name not in strategy.settings \
                 and given[name] != getattr(TrainConfig, name, None):
@@ -229,7 +261,7 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
     resumed run takes over without tripping the refusal of settings that do nothing."""
     from .strategies.registry import restricted_settings
 
-    strategy = strategy_class(config.get("strategy", "single"))
+    strategy = strategy_class(config.get("strategy", DEFAULT_STRATEGY))
     restricted = restricted_settings()
     settings = {k: v for k, v in config.items()
                 if k in SETTING_NAMES and k != "quiet" and v is not None
@@ -300,18 +332,28 @@ def check_positive_ints(settings, names) -> None:
 
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
-                  "clients_per_round", "local_epochs")
-_FLAGS = ("share_optimizer_state", "quiet", "accept_failures")
+                  "clients_per_round", "local_epochs", "client_eval_every")
+_FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "start_method": START_METHODS,
-            "sharing_strategy": SHARING_STRATEGIES}
+            "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
+            "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS}
+#: Settings that may be None (left to the run or off).
+_OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
+                       "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
+                       "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
             "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),
             "prox_mu": (0, None, False, False), "server_lr": (0, None, True, False),
             "server_momentum": (0, 1, False, True), "client_fraction": (0, 1, True, False),
-            "target_accuracy": (0, 1, True, False)}
+            "target_accuracy": (0, 1, True, False), "server_tau": (0, None, True, False),
+            "dropout_rate": (0, 1, False, True), "straggler_rate": (0, 1, False, False),
+            "dp_clip": (0, None, True, False), "dp_noise": (0, None, True, False),
+            "dp_delta": (0, 1, True, True), "target_epsilon": (0, None, True, False),
+            "dp_clip_quantile": (0, 1, True, True), "dp_clip_lr": (0, None, True, False),
+            "dp_count_noise": (0, None, True, False)}
 
 
 def check_setting(name: str, value) -> None:
@@ -331,10 +373,10 @@ def check_setting(name: str, value) -> None:
         if not isinstance(value, bool):
             raise UserError(f"--{flag_name(name)} is a switch: true or false, got {value!r}")
     elif name in _CHOICES:
-        if value is not None or name != "start_method":
+        if value is not None or name not in _OPTIONAL:
             _check_choice(value, flag_name(name), _CHOICES[name])
     elif name in _NUMBERS:
-        if value is not None or name not in ("client_fraction", "target_accuracy"):
+        if value is not None or name not in _OPTIONAL:
             low, high, low_open, high_open = _NUMBERS[name]
             _check_number(value, flag_name(name), low, high, low_open, high_open)
     elif name == "max_restarts":
@@ -343,12 +385,29 @@ def check_setting(name: str, value) -> None:
     elif name == "seed":
         if not _is_int(value) or not 0 <= value <= MAX_SEED:
             raise UserError(f"--seed must be an integer from 0 to 2**63-1, got {value!r}")
+    elif name == "server_betas":
+        if value is not None:
+            parse_betas(value)
     elif name == "partition":
         if not isinstance(value, str) or not value:
             raise UserError(f"--partition must be a name such as iid, got {value!r}")
         from .data.partitions import parse_partition   # the data module reads this one
 
         parse_partition(value)
+
+
+def parse_betas(value) -> tuple[float, float]:
+    """``--server-betas B1,B2`` (a string, or a pair in a config file or ``fit()``) as two
+    numbers in [0, 1)."""
+    parts = value.split(",") if isinstance(value, str) else value
+    try:
+        betas = tuple(float(p) if isinstance(p, str) else p for p in parts)
+    except (TypeError, ValueError):
+        betas = ()
+    if len(betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in betas):
+        raise UserError(f"--server-betas must be two numbers in [0, 1) such as 0.9,0.99, "
+                        f"got {value!r}")
+    return betas
 
 
 class _One:

@@ -1,28 +1,19 @@
 """``mptrain doctor``: check the machine for the usual multi-process training traps, and find
-(and with ``--clean`` remove) shared-memory segments left behind by dead runs.
-
-torch's ``file_system`` sharing strategy names its segments ``/dev/shm/torch_<pid>_...``,
-after the process that created them; torch_shm_manager unlinks them when the last user is
-gone, but not when the manager itself was SIGKILLed. A segment whose creator pid is no
-longer alive is a leftover; one whose creator lives is in use and is never touched.
+what dead runs left behind (``leftovers``; ``--clean`` removes the caller's own).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import re
 import resource
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import torch
 
-SHM_DIR = Path("/dev/shm")
-#: Segments named after the process that created them: torch's (file_system sharing) and
-#: the node buffers of torchrun's ranks (``launch.node_memory``).
-_TORCH_SEGMENT = re.compile(r"^(?:torch_|mptrain-node-)(\d+)[_-]")
+from . import leftovers
+
 MIN_SHM_BYTES = 1 << 30
 MIN_OPEN_FILES = 4096
 
@@ -35,52 +26,19 @@ class Check:
     advice: str = ""
 
 
-@dataclass(frozen=True)
-class Leftover:
-    path: Path
-    pid: int
-    size: int
+def find_all(shm_dir: str | Path | None = None, out: str | Path | None = None,
+             temp_dir: str | Path | None = None) -> list[leftovers.Leftover]:
+    """Everything dead runs left: segments (in /dev/shm), rendezvous folders (in the temp
+    folder), and temp files in ``out``."""
+    found = leftovers.find_segments(shm_dir) + leftovers.find_rendezvous(temp_dir)
+    return found + (leftovers.find_temp_files(out) if out is not None else [])
 
 
-def find_leftovers(shm_dir: Path = SHM_DIR, pattern: re.Pattern = _TORCH_SEGMENT
-                   ) -> list[Leftover]:
-    """Segments in ``shm_dir`` (matching ``pattern``, whose group 1 is the creator's pid)
-    whose creating process is gone."""
-    leftovers = []
-    try:
-        entries = list(shm_dir.iterdir())
-    except OSError:
-        return []
-    for entry in entries:
-        match = pattern.match(entry.name)
-        if match is None or psutil.pid_exists(int(match.group(1))):
-            continue
-        try:
-            size = entry.stat().st_size
-        except FileNotFoundError:
-            continue
-        leftovers.append(Leftover(entry, int(match.group(1)), size))
-    return sorted(leftovers, key=lambda item: item.path.name)
-
-
-def clean_leftovers(leftovers: list[Leftover]) -> tuple[int, int]:
-    """Remove the given leftovers; return (files removed, bytes freed)."""
-    removed = freed = 0
-    for leftover in leftovers:
-        if psutil.pid_exists(leftover.pid):  # re-check: a pid may have been reused since
-            continue
-        try:
-            leftover.path.unlink()
-        except FileNotFoundError:
-            continue
-        removed += 1
-        freed += leftover.size
-    return removed, freed
-
-
-def run_checks(shm_dir: Path = SHM_DIR) -> list[Check]:
+def run_checks(shm_dir: str | Path | None = None, out: str | Path | None = None,
+               temp_dir: str | Path | None = None) -> list[Check]:
+    shm_dir = Path(shm_dir or leftovers.SHM_DIR)
     return [_check_shm(shm_dir), _check_open_files(), _check_start_methods(), _check_cuda(),
-            _check_thread_env(), _check_leftovers(shm_dir)]
+            _check_thread_env(), _check_leftovers(find_all(shm_dir, out, temp_dir), shm_dir)]
 
 
 def _check_shm(shm_dir: Path) -> Check:
@@ -136,11 +94,14 @@ def _check_thread_env() -> Check:
     return Check("threads", "ok", detail + "; mptrain budgets cores // workers per worker")
 
 
-def _check_leftovers(shm_dir: Path) -> Check:
-    leftovers = find_leftovers(shm_dir)
-    if not leftovers:
-        return Check("leftover segments", "ok", f"none from dead runs in {shm_dir}")
-    size = sum(item.size for item in leftovers)
-    return Check("leftover segments", "warn",
-                 f"{len(leftovers)} segment(s), {size / 2**20:.1f} MiB, from dead processes",
-                 "remove them with: mptrain doctor --clean")
+def _check_leftovers(found: list[leftovers.Leftover], shm_dir: Path) -> Check:
+    mine = [item for item in found if item.is_mine]
+    others = len(found) - len(mine)
+    theirs = f"; {others} of other users (not touched)" if others else ""
+    if not mine:
+        return Check("leftovers", "ok", f"none of yours from dead runs in {shm_dir}"
+                     f"{theirs}")
+    size = sum(item.size for item in mine)
+    return Check("leftovers", "warn",
+                 f"{len(mine)} file(s) or folder(s), {size / 2**20:.1f} MiB, from dead "
+                 f"runs{theirs}", "remove them with: mptrain doctor --clean")

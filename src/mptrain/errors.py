@@ -26,6 +26,13 @@ class WorkerFailedError(RuntimeError):
         return str(self).splitlines()[0] if str(self) else "a worker failed"
 
 
+class TrainingDiverged(Exception):
+    """The training loss or the model's parameters became non-finite (NaN or infinite): the
+    run stops before a checkpoint of that round is written, so the last good one is kept."""
+
+    exit_code = 1
+
+
 class Interrupted(BaseException):
     """SIGTERM (or another stop signal) arrived; raised like KeyboardInterrupt for SIGINT."""
 

@@ -1,14 +1,20 @@
-"""Writing files so that a crash or Ctrl-C never leaves a half-written one behind: a temp
-file in the same folder, fsync'd, then renamed into place (checkpoints and every output)."""
+"""Writing files so that a crash, a power cut or Ctrl-C never leaves a half-written one
+behind: a temp file in the same folder, fsync'd, renamed into place, and the folder fsync'd
+so that the rename itself is on disk (checkpoints and every output)."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .launch.lifecycle import stop_signals_deferred
+from .signals import stop_signals_deferred
+
+#: Temp files are named ``.<final name>.<random>.tmp`` next to the final name
+#: (``mptrain doctor --clean --out DIR`` removes those a killed run left).
+TEMP_SUFFIX = ".tmp"
 
 
 def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = None) -> None:
@@ -17,15 +23,16 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
     ``on_replaced`` runs right after the rename, with SIGINT/SIGTERM deferred across both: a
     stop cannot fall between the file appearing and the caller recording that it did."""
     path = Path(path)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would hide results from others
+        os.fchmod(fd, 0o666 & ~umask())  # mkstemp's 0600 would hide results from others
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         with stop_signals_deferred():
             os.replace(temp, path)
+            fsync_folder(path.parent)
             if on_replaced is not None:
                 on_replaced()
     except BaseException:
@@ -36,7 +43,31 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
         raise
 
 
-def _umask() -> int:
-    mask = os.umask(0)
+def fsync_folder(folder: Path) -> None:
+    """Put a rename or a new name in ``folder`` on disk (a file's fsync does not)."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        # Some file systems cannot fsync a folder; the rename stands there regardless.
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def umask(status: str | Path = "/proc/self/status") -> int:
+    """This process's umask, read without changing it: ``os.umask`` can only set it, and
+    setting it to read it would, for a moment, give every file another thread creates
+    meanwhile the wrong permissions. Linux has said it in /proc since 4.7; elsewhere the
+    old way is the only way."""
+    try:
+        with open(status, encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)   # briefly the strictest: nothing made meanwhile is too open
     os.umask(mask)
     return mask

@@ -7,9 +7,15 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 from .errors import UserError
+
+#: Folders put on ``sys.path`` for a user's import string that imported (the working
+#: directory): spawn'd workers import the same modules again, from there
+#: (:func:`user_import_path`).
+_USER_FOLDERS: list[str] = []
 
 
 def is_import_string(text: str) -> bool:
@@ -28,11 +34,8 @@ def load_object(spec: str, what: str):
     if module_name.endswith(".py"):
         module = _load_file(Path(module_name), spec, what)
     else:
-        if "" not in sys.path and str(Path.cwd()) not in sys.path:
-            # Like `python -m`, let users name modules in the directory they run from.
-            sys.path.insert(0, str(Path.cwd()))
         try:
-            module = importlib.import_module(module_name)
+            module = _import_from_here(module_name)
         except ModuleNotFoundError as err:
             raise UserError(f"{what} {spec!r}: cannot import module {module_name!r} ({err}); "
                             "check the spelling and that it is on PYTHONPATH") from None
@@ -49,6 +52,42 @@ def load_object(spec: str, what: str):
     if not callable(obj):
         raise UserError(f"{what} {spec!r} is not callable; it must name a factory function")
     return obj
+
+
+def _import_from_here(module_name: str):
+    """Import ``module_name``, letting users name modules in the directory they run from
+    (as ``python -m`` does) -- but behind every other place on ``sys.path``, so a file there
+    never shadows an installed module, and for this import only."""
+    here = str(Path.cwd())
+    if "" in sys.path or here in sys.path:
+        return importlib.import_module(module_name)
+    with _appended_to_path([here]):
+        module = importlib.import_module(module_name)
+    if here not in _USER_FOLDERS:
+        _USER_FOLDERS.append(here)
+    return module
+
+
+@contextmanager
+def user_import_path():
+    """Within the block, ``sys.path`` ends with the folders user import strings were
+    imported from: a spawn'd worker starts with its parent's ``sys.path`` and imports the
+    user's modules again when it unpickles the model."""
+    with _appended_to_path(_USER_FOLDERS):
+        yield
+
+
+@contextmanager
+def _appended_to_path(folders):
+    added = [folder for folder in folders if folder not in sys.path]
+    sys.path.extend(added)
+    try:
+        yield
+    finally:
+        for folder in added:
+            if folder in sys.path:
+                # The last occurrence is the one appended here.
+                del sys.path[len(sys.path) - 1 - sys.path[::-1].index(folder)]
 
 
 def _load_file(path: Path, spec: str, what: str):

@@ -17,7 +17,7 @@ import torch.nn as nn
 from .callbacks import CallbackList
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .launch import warmup
-from .launch.execute import Job
+from .launch.attempt import Job
 from .launch.launchers import Launcher
 from .launch.plan import RunPlan
 from .launch.preflight import check_spawn_ready
@@ -41,8 +41,8 @@ class RunTask(Protocol):
     run_info: dict
     #: What the strategy's workers train on (a shared data set, an environment's sizes).
     data: object
-    #: The driver every worker runs (``engine.loop.train`` and its kin).
-    driver: object
+    #: How a worker scores a round (an ``engine.evaluation.RoundEvaluation`` class).
+    evaluation: type
 
     def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
         """Refuse what cannot run, before any process starts; warnings to show."""
@@ -90,6 +90,8 @@ def run(request: RunRequest) -> FitResult:
     config, strategy, launcher, model, task = request.config, request.strategy, \
         request.launcher, request.model, request.task
     presenter = ConsolePresenter(quiet=request.quiet, **launcher.presenter_role())
+    strategy.out_dir = Path(request.out) if request.out is not None \
+        and launcher.writes_outputs else None
     plan = launcher.plan(config, strategy, model, task.data)
     if plan.start_method not in (None, "fork"):
         check_spawn_ready(model)
@@ -115,20 +117,22 @@ def run(request: RunRequest) -> FitResult:
     result = task.result(model, config)
     if resume is not None:
         result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
+    recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
+                           plan.workers, strategy.samples_per_round(task.data, plan.workers),
+                           started, result.epochs, model=model, callbacks=callbacks)
     try:
         # Trackers open here, before the workers fork: none of them leaves a thread running
         # by then (W&B, which must, opens at the first round's end).
         callbacks.on_run_start(config, run_info, resume.epoch if resume is not None else None)
-        recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
-                               plan.workers,
-                               strategy.samples_per_round(task.data, plan.workers),
-                               started, result.epochs, callbacks=callbacks)
-        result.restarts = train_with_restarts(
-            Job(config=config, bundle=task.data, model=model, strategy=strategy, plan=plan,
-                presenter=presenter, on_report=recorder.on_report,
-                checkpoint_every=keeper.every, driver=task.driver,
-                while_workers_train=task.before_plotting if out_dir is not None else None),
-            keeper, recorder, launcher, who=task.who, command=task.command)
+        try:
+            result.restarts = train_with_restarts(
+                Job(config=config, bundle=task.data, model=model, strategy=strategy,
+                    plan=plan, presenter=presenter, on_report=recorder.on_report,
+                    checkpoint_every=keeper.every, evaluation=task.evaluation,
+                    while_workers_train=task.before_plotting if out_dir is not None else None),
+                keeper, recorder, launcher, who=task.who, command=task.command)
+        finally:
+            strategy.finish(model)
         warmup.wait_for_imports()  # the plotting import, before the plot
 
         wall_s = time.monotonic() - started

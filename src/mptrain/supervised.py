@@ -1,5 +1,5 @@
 """A supervised run as the runner sees it (``runner.RunTask``): a data set in shared
-memory, the training driver of ``engine.loop``, and the banner, summary and files of
+memory, its test set to score a round, and the banner, summary and files of
 ``report.summary``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .data.sources import DataBundle
-from .engine.loop import train
+from .engine.evaluation import TestSetEvaluation
 from .launch import warmup
 from .launch.plan import preflight
 from .report import plots, summary
@@ -24,7 +24,7 @@ class SupervisedTask:
     run_info: dict = field(default_factory=dict)
     who: str = "workers"
     command: str = "mptrain run"
-    driver = staticmethod(train)
+    evaluation = TestSetEvaluation
 
     @property
     def kind(self) -> str:

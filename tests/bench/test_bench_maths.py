@@ -230,3 +230,24 @@ def test_times_come_from_timed_runs_and_memory_from_sampled_ones():
     assert rows["sync x2"]["peak_rss_bytes"]["median"] == 900
     assert rows["single (1 thread)"]["peak_pss_bytes"]["n"] == 0
     assert rows["single (1 thread)"]["failed"] == 1
+
+
+def test_unsteady_figures_say_how_many_repeats_to_try():
+    ref, sync = Cell("single", 1, 1, True), Cell("sync", 2)
+    records = [record(ref, 10_000, repeat=k) for k in range(3)]
+    records += [record(sync, speed, repeat=k) for k, speed in enumerate((14_000, 20_000, 18_000))]
+    notes = footnotes(cell_rows([ref, sync], records), repeats=3)
+    assert any("re-run with --repeats 6 on a quieter machine" in note for note in notes)
+
+
+@pytest.mark.parametrize("steal_s, noted", [(None, False), (0.0, False), (1.0, False),
+                                            (5.0, True)])
+def test_hypervisor_steal_is_noted_with_its_seconds(steal_s, noted):
+    ref = Cell("single", 1, 1, True)
+    rows = cell_rows([ref], [record(ref, 10_000, repeat=k) for k in range(3)])
+    notes = footnotes(rows, repeats=3, steal_s=steal_s, wall_s=100.0, cpus=2)
+    steal = [note for note in notes if "hypervisor steal" in note]
+    assert bool(steal) is noted
+    if noted:
+        assert steal[0].startswith("! hypervisor steal: 5.0 s of CPU") and "(2.5% of it)" \
+            in steal[0]

@@ -1,6 +1,7 @@
 """Tests for mptrain.data.idx: tiny IDX files are written into tmp_path, never downloaded."""
 
 import gzip
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -158,3 +159,47 @@ def test_read_ahead_of_a_missing_folder_leaves_the_error_to_the_loader(tmp_path)
             load_mnist(tmp_path / "absent")
     finally:
         idx.finish_read_ahead()
+
+
+def _gzip_bomb(path, header: bytes, zeros: int):
+    """A gzip file of ``header`` then ``zeros`` zero bytes, written a MiB at a time."""
+    with gzip.open(path, "wb") as stream:
+        stream.write(header)
+        chunk = bytes(1 << 20)
+        for _ in range(zeros >> 20):
+            stream.write(chunk)
+    return path
+
+
+@pytest.mark.parametrize("header, needle", [
+    (bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big"), "trailing bytes"),   # declares 10 bytes
+    (b"\x12\x34\x08\x01", "bad magic number"),                            # not IDX at all
+], ids=["small-shape", "bad-magic"])
+def test_a_gzip_bomb_is_refused_after_inflating_at_most_its_declared_size(tmp_path, header,
+                                                                          needle):
+    path = _gzip_bomb(tmp_path / "bomb-idx1-ubyte.gz", header, zeros=128 << 20)
+    assert path.stat().st_size < 1 << 20          # 128 MiB of zeros in a few hundred KB
+    tracemalloc.start()
+    try:
+        with pytest.raises(UserError, match=needle) as info:
+            read_idx(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"{peak / 2**20:.0f} MiB allocated to read it"
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("ndim, dims, data", [
+    (4, [1 << 16] * 4, b""),          # 2**64 bytes: 0 in int64, so "no data" looked right
+    (3, [0xFFFFFFFF] * 3, b"\x01"),
+    (9, [1] * 9, b"\x01"),
+], ids=["product-wraps-to-zero", "huge", "too-many-dims"])
+@pytest.mark.parametrize("gz", [False, True], ids=["raw", "gz"])
+def test_headers_declaring_impossible_sizes_are_one_line_errors(tmp_path, ndim, dims, data,
+                                                                gz):
+    header = bytes([0, 0, 8, ndim]) + b"".join(d.to_bytes(4, "big") for d in dims)
+    path = write(tmp_path / "huge-idx1-ubyte", header + data, gz)
+    with pytest.raises(UserError, match="beyond the 8 dims") as info:
+        read_idx(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)

@@ -6,7 +6,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from mptrain.engine.channels_last import ChannelsLastEvaluation, ChannelsLastTraining
+from mptrain.engine.channels_last import (ChannelsLastEvaluation, ChannelsLastTraining,
+                                          forward_in_its_layout, hand_back_layout,
+                                          lay_out_shared_model)
 from mptrain.models.nets import MnistCNN
 
 CPU = torch.device("cpu")
@@ -221,3 +223,55 @@ def test_no_channels_last_training_where_conversion_makes_new_parameters():
         torch.__future__.set_overwrite_module_params_on_conversion(False)
     assert not layout.active
     assert [p is q for p, q in zip(params, model.parameters())] == [True] * len(params)
+
+
+# -- a shared model (hogwild) laid out once, before the workers start -------------------------
+
+def _write_in_child(model):
+    import multiprocessing
+    def child():
+        with torch.no_grad():
+            model.conv2.weight.add_(1.0)   # in place, as a Hogwild step writes
+    process = multiprocessing.get_context("fork").Process(target=child)
+    process.start()
+    process.join(30)
+    assert process.exitcode == 0
+
+
+def test_a_shared_conv_net_is_laid_out_channels_last_and_stays_shared():
+    torch.manual_seed(0)
+    model = MnistCNN()
+    model.share_memory()
+    params = list(model.parameters())
+    before = [p.detach().clone() for p in params]
+    output = model(torch.randn(2, 1, 28, 28))
+    assert lay_out_shared_model(model, torch.randn(2, 1, 28, 28)) is True
+    assert _conv2_weight_is_channels_last(model) and model.training
+    assert all(p.is_shared() for p in model.parameters())
+    assert [p is q for p, q in zip(params, model.parameters())] == [True] * len(params)
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    forward = forward_in_its_layout(model)
+    torch.manual_seed(1)
+    inputs = torch.randn(2, 1, 28, 28)
+    assert torch.allclose(model.eval()(inputs), forward(inputs), atol=1e-5)
+    _write_in_child(model)                  # a worker's in-place write reaches the parent
+    assert torch.equal(model.conv2.weight, before[2] + 1.0)
+    hand_back_layout(model)
+    assert all(p.is_contiguous() for p in model.parameters())
+    assert output.shape == (2, 10)
+
+
+def test_a_shared_net_that_needs_nchw_is_left_as_it_is():
+    model = NeedsNCHW()
+    model.share_memory()
+    assert lay_out_shared_model(model, torch.randn(2, 1, 8, 8)) is False
+    assert all(p.is_contiguous() and p.is_shared() for p in model.parameters())
+    assert forward_in_its_layout(model) is model
+    # The probe ran in eval mode under a forked RNG: no buffer moved, no number drawn.
+    batch_norm = nn.Sequential(nn.Conv2d(1, 2, 3), nn.BatchNorm2d(2))
+    batch_norm.share_memory()
+    sample = torch.randn(2, 1, 8, 8)
+    state = torch.get_rng_state()
+    assert lay_out_shared_model(batch_norm, sample) is True
+    assert torch.equal(batch_norm[1].running_mean, torch.zeros(2))
+    assert torch.equal(torch.get_rng_state(), state)

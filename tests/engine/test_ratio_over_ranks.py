@@ -1,7 +1,7 @@
 import pytest
 
 from mptrain.comm.solo import SoloGroup
-from mptrain.engine.loop import ratio_over_ranks
+from mptrain.engine.evaluation import ratio_over_ranks
 
 
 class ThreeRanks(SoloGroup):

@@ -17,7 +17,7 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.api import bundle_from_datasets
 from mptrain.errors import Interrupted
-from mptrain.launch import execute, rehearsal
+from mptrain.launch import attempt, rehearsal
 from mptrain.comm.kind import CommKind
 from mptrain.launch import plan as plan_module
 from mptrain.launch import tuning
@@ -219,7 +219,7 @@ def test_the_free_heap_is_released_with_glibc():
 
 
 def _job(strategy="sync", workers=4, device="cpu", comm="shm", processes=None):
-    if strategy == "a3c":   # RL's actors, on another driver
+    if strategy == "a3c":   # RL actors: nothing of theirs to rehearse
         from mptrain.rl.a3c import A3CStrategy
         from mptrain.rl.config import RLConfig
 
@@ -246,15 +246,15 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", processes=None):
     (_job(workers=2), []),                         # no more workers than cores
     (_job(processes=2), []),                       # ranks take turns in a process a core
     (_job(device="cuda"), []),
-    (_job("a3c"), []),                             # another driver (RL's actors)
+    (_job("a3c"), []),                             # RL actors: nothing to rehearse
 ], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "taking-turns",
         "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
     layouts, trims = [], []
     monkeypatch.setattr(rehearsal, "rehearse_first_steps",
                         lambda *args, channels_last, batch_sizes: layouts.append(channels_last))
-    monkeypatch.setattr(execute, "release_free_heap", lambda: trims.append(1))
-    execute._prepare_to_fork(job)
+    monkeypatch.setattr(attempt, "release_free_heap", lambda: trims.append(1))
+    attempt._prepare_to_fork(job)
     assert layouts == rehearsed
     assert trims == [1]   # whether or not it rehearsed
 

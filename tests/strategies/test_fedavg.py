@@ -16,7 +16,7 @@ from mptrain.data.partitions import partition_clients
 from mptrain.errors import UserError, WorkerFailedError
 from mptrain.launch.supervisor import Supervisor
 from mptrain.engine.seeding import seed_global_generator
-from mptrain.strategies.federated import client_seed, sample_clients
+from mptrain.federated.sampling import client_seed, sample_clients
 
 SAMPLES, FEATURES, CLASSES = 240, 6, 3
 RUN = dict(strategy="fedavg", rounds=3, clients=12, clients_per_round=4, batch_size=8,

@@ -380,8 +380,9 @@ def conv_data():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("strategy, options, channels_last", [
-    ("sync", {"sync_every": 1}, True), ("ddp", {}, True), ("hogwild", {}, False),
-    ("single", {"workers": 1}, True)])
+    ("sync", {"sync_every": 1}, True), ("ddp", {}, True),
+    # hogwild's shared model is laid out channels-last once, before its workers start
+    ("hogwild", {}, True), ("single", {"workers": 1}, True)])
 def test_private_replicas_of_conv_nets_train_in_channels_last(strategy, options,
                                                               channels_last):
     initial = ConvNet()

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..strategies.registry import strategy_class
+from ..strategies.registry import DEFAULT_STRATEGY, strategy_class
 
 #: The one-process strategy every epoch cell is measured against.
-REFERENCE = "single"
+REFERENCE = DEFAULT_STRATEGY
 
 
 def counts_rounds(strategy: str) -> bool:

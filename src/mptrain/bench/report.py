@@ -12,7 +12,8 @@ from rich.table import Table
 from ..report.outputs import atomic_write, write_json
 from ..report.plots import new_figure, save_png
 from .matrix import Cell, reference_of, speedup_baseline
-from .stats import UNSTEADY_SPREAD, efficiency, paired_ratios, speedup, spread
+from .stats import (UNSTEADY_SPREAD, efficiency, paired_ratios, speedup, spread,
+                    worth_noting_steal)
 
 
 def cell_rows(cells: list[Cell], records: list) -> list[dict]:
@@ -84,8 +85,10 @@ def render_table(rows: list[dict], target: float | None) -> Table:
     return table
 
 
-def footnotes(rows: list[dict]) -> list[str]:
-    """What the ratios are over, the start methods used, and a warning for unsteady ones."""
+def footnotes(rows: list[dict], repeats: int | None = None, steal_s: float | None = None,
+              wall_s: float = 0.0, cpus: int = 1) -> list[str]:
+    """What the ratios are over, the start methods used, and warnings with what to do: for
+    unsteady figures, and for CPU the hypervisor took while the bench ran."""
     notes = ["speedup and eff. are medians (min-max) of paired ratios: each run against the "
              "baseline's run of the same repeat; eff. = samples/s / (workers x the 1-thread "
              "reference's samples/s)"]
@@ -100,9 +103,15 @@ def footnotes(rows: list[dict]) -> list[str]:
     unsteady = [row["label"] for row in rows
                 if row["speedup"]["unsteady"] or row["efficiency"]["unsteady"]]
     if unsteady:
+        more = f"--repeats {max(5, 2 * repeats)}" if repeats else "more --repeats"
         notes.append(f"! too wide to trust (paired ratios spread over "
                      f"{UNSTEADY_SPREAD:.0%} of their median): {', '.join(unsteady)}; re-run "
-                     "with more --repeats on a quieter machine")
+                     f"with {more} on a quieter machine")
+    if worth_noting_steal(steal_s, wall_s, cpus):
+        notes.append(f"! hypervisor steal: {steal_s:.1f} s of CPU went to other guests of this "
+                     f"host during the bench ({steal_s / (wall_s * cpus):.1%} of it), unevenly "
+                     "between runs; re-run when the host is quieter, and compare figures only "
+                     "within one sitting")
     return notes
 
 

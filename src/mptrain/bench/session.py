@@ -117,6 +117,12 @@ def run_bench(settings: BenchSettings, console: Console | None = None
     return cell_rows(cells, records), records, cells
 
 
+def cpu_steal_s() -> float | None:
+    """CPU seconds the hypervisor has given other guests since boot, over every CPU (None
+    where the platform does not count them)."""
+    return getattr(psutil.cpu_times(), "steal", None)
+
+
 def machine_info() -> dict:
     """The machine. The start method is not here: each run records the one it used (runs and
     cells of bench.json)."""

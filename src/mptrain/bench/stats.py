@@ -12,6 +12,11 @@ from typing import Callable
 # to tell apart (efficiency 0.9 against 1.0).
 UNSTEADY_SPREAD = 0.2
 
+# CPU time the hypervisor gave other guests (``steal`` in /proc/stat), as a fraction of the
+# bench's wall time over every CPU, above which the bench says so: 2% is already the size of
+# the effects a bench measures between neighbouring runs, and it does not fall evenly on them.
+STEAL_NOTE_FRACTION = 0.02
+
 
 def spread(values) -> dict:
     """Median with min and max; ``None`` entries (failed or absent figures) are ignored."""
@@ -69,3 +74,9 @@ def time_to_accuracy(epochs: list[dict], target: float, run_start_offset_s: floa
         if accuracy is not None and accuracy >= target and row.get("elapsed_s") is not None:
             return run_start_offset_s + row["elapsed_s"]
     return None
+
+
+def worth_noting_steal(steal_s: float | None, wall_s: float, cpus: int) -> bool:
+    """Whether the hypervisor took enough CPU during a bench to say so next to its figures."""
+    return bool(steal_s) and wall_s > 0 and steal_s / (wall_s * max(1, cpus)) \
+        >= STEAL_NOTE_FRACTION

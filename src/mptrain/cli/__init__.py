@@ -11,7 +11,8 @@ import sys
 
 import click
 
-from ..errors import Interrupted, RunInterrupted, UserError, WorkerFailedError
+from ..errors import (Interrupted, RunInterrupted, TrainingDiverged, UserError,
+                      WorkerFailedError)
 from ..launch.lifecycle import exit_after_cleanup, sigterm_raises
 from . import bench, partitions, rl, run, tools  # noqa: F401  (each registers its command)
 from .app import cli
@@ -39,7 +40,7 @@ def _main(argv) -> int:
         _fail("interrupted", 130)
     except UserError as err:
         _fail(str(err), err.exit_code)
-    except WorkerFailedError as err:
+    except (WorkerFailedError, TrainingDiverged) as err:
         _fail(str(err), err.exit_code)
     except RunInterrupted as err:
         click.echo(f"mptrain: {err}", err=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 
@@ -58,7 +59,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     from rich.console import Console
 
     from ..bench.report import footnotes, render_table, write_bench_files
-    from ..bench.session import BenchSettings, machine_info, run_bench
+    from ..bench.session import BenchSettings, cpu_steal_s, machine_info, run_bench
     from ..report.outputs import prepare_out_dir
 
     run_options = []
@@ -77,16 +78,20 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     # A table piped to a file or CI log keeps its columns instead of wrapping at 80.
     console = Console(highlight=False, soft_wrap=True,
                       width=None if sys.stdout.isatty() else 180)
+    steal_before, started = cpu_steal_s(), time.monotonic()
     rows, records, _ = run_bench(settings, console)
+    wall_s = time.monotonic() - started
+    steal_s = cpu_steal_s() - steal_before if steal_before is not None else None
     console.print(render_table(rows, time_to_accuracy))
     machine = machine_info()
     console.print(f"{machine['usable_cores']} usable cores · torch {machine['torch']}"
                   + (" · memory from one more, sampled run per cell" if memory else ""))
-    for note in footnotes(rows):
+    for note in footnotes(rows, repeats=repeats, steal_s=steal_s, wall_s=wall_s,
+                          cpus=machine["logical_cpus"] or 1):
         console.print(note)
     if out_dir is not None:
-        write_bench_files(out_dir, machine, {k: v for k, v in vars(settings).items()}, rows,
-                          records)
+        write_bench_files(out_dir, {**machine, "steal_s": steal_s, "wall_s": wall_s},
+                          {k: v for k, v in vars(settings).items()}, rows, records)
         console.print(f"wrote {out_dir}/bench.json bench.csv bench.png")
     if any(row["failed"] for row in rows):
         raise click.exceptions.Exit(1)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from ..config import (DDP_BACKENDS, DEVICES, LR_SCHEDULES, ONCE_PER_EPOCH, OPTIMIZERS,
-                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
-                      load_config_file)
+from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
+                      ONCE_PER_EPOCH, OPTIMIZERS, SERVER_OPTIMIZERS, SHARING_STRATEGIES,
+                      PARTITION_HELP, START_METHODS, check_setting, load_config_file)
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
@@ -30,7 +30,32 @@ class StepsOrEpoch(click.ParamType):
                       ctx)
 
 
-@cli.command()
+class Betas(click.ParamType):
+    """``B1,B2``: checked by the config, so a config file and a flag say the same."""
+
+    name = "B1,B2"
+
+    def convert(self, value, param, ctx):
+        return value
+
+
+class GroupedHelp(click.Command):
+    """``--help`` with fedavg's many options in a section of their own."""
+
+    def format_options(self, ctx, formatter):
+        general, federated = [], []
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            (federated if (param.help or "").startswith("fedavg") else general).append(record)
+        with formatter.section("Options"):
+            formatter.write_dl(general)
+        with formatter.section("Federated options (--strategy fedavg)"):
+            formatter.write_dl(federated)
+
+
+@cli.command(cls=GroupedHelp)
 @click.option("--data", help="digits (default), linreg, mnist, or module:factory.")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
 @click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
@@ -77,12 +102,49 @@ class StepsOrEpoch(click.ParamType):
 @click.option("--client-fraction", type=float,
               help="fedavg: fraction of the clients sampled each round (instead of a count).")
 @click.option("--local-epochs", type=int, help="fedavg: epochs each client trains per round (1).")
-@click.option("--partition", help=PARTITION_HELP)
+@click.option("--partition", help="fedavg: " + PARTITION_HELP)
 @click.option("--prox-mu", type=float, help="fedavg: FedProx proximal term (0: plain FedAvg).")
-@click.option("--server-lr", type=float, help="fedavg: server learning rate (1).")
+@click.option("--server-optimizer", "--server-opt", "server_optimizer",
+              type=click.Choice(SERVER_OPTIMIZERS),
+              help="fedavg: the server's optimizer of the averaged update (Reddi et al. "
+                   "2021): sgd (FedAvg, FedAvgM), adam, yogi, adagrad.")
+@click.option("--server-lr", type=float,
+              help="fedavg: server learning rate (sgd 1, adam/yogi 0.01, adagrad 0.1).")
 @click.option("--server-momentum", type=float, help="fedavg: server momentum, FedAvgM (0).")
+@click.option("--server-betas", type=Betas(),
+              help="fedavg: adam/yogi/adagrad moments' decay B1,B2 (0.9,0.99).")
+@click.option("--server-tau", type=float,
+              help="fedavg: adam/yogi/adagrad adaptivity tau (1e-3).")
+@click.option("--scaffold/--no-scaffold", default=None,
+              help="fedavg: SCAFFOLD control variates (Karimireddy et al. 2020, option II).")
+@click.option("--sampling", type=click.Choice(CLIENT_SAMPLING),
+              help="fedavg: fixed-size uniform sample per round, or Poisson (each client "
+                   "joins with q = clients-per-round / clients; needed by DP).")
+@click.option("--dropout-rate", type=float,
+              help="fedavg: fraction of sampled clients that train but never report (0).")
+@click.option("--straggler-rate", type=float,
+              help="fedavg: fraction of sampled clients doing a random part of their local "
+                   "steps (0).")
 @click.option("--accept-failures/--no-accept-failures", default=None,
               help="fedavg: drop a client that raises from its round instead of stopping.")
+@click.option("--dp-clip", type=float,
+              help="fedavg: clip each client's update to this L2 norm.")
+@click.option("--dp-noise", type=float,
+              help="fedavg: DP-FedAvg noise multiplier z (Gaussian std z * clip on the sum).")
+@click.option("--dp-delta", type=float, help="fedavg: delta of the epsilon reported (1e-5).")
+@click.option("--target-epsilon", type=float,
+              help="fedavg: stop before the privacy spent would pass this epsilon.")
+@click.option("--accountant", type=click.Choice(ACCOUNTANTS),
+              help="fedavg: dp-accounting's RDP (default) or PLD accountant.")
+@click.option("--dp-clip-quantile", type=float,
+              help="fedavg: adapt the clip to this quantile of update norms (Andrew et al. "
+                   "2021).")
+@click.option("--dp-clip-lr", type=float, help="fedavg: adaptive clip's step (0.2).")
+@click.option("--dp-count-noise", type=float,
+              help="fedavg: noise std on adaptive clipping's count (expected clients / 20).")
+@click.option("--client-eval-every", type=int,
+              help="fedavg: every N rounds evaluate the global model on every client's data "
+                   "(mean, std, 10th percentile, worst).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @supervised_run_options("worker", "epochs/rounds")

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import os
 import shutil
+import socket
 import tempfile
 
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+from ..leftovers import RENDEZVOUS_PREFIX
 from .base import Group
 
 
@@ -60,18 +63,48 @@ class DistSpec:
     The ranks meet through a file store in a fresh private folder, not a TCP port: a port
     found free by the parent can be taken by another process before rank 0 binds it, and a
     file needs nothing listening on the network. ``release`` removes the folder.
+
+    gloo's own connections listen on loopback: by default gloo binds the address the host
+    name resolves to, which on many machines is one the whole network reaches, and these
+    ranks all run here.
     """
 
     def __init__(self, backend: str, world_size: int, timeout_s: float):
         self.backend = backend
         self.world_size = world_size
         self.timeout_s = timeout_s
-        self.folder = tempfile.mkdtemp(prefix="mptrain-rendezvous-")
+        # Named after this process: ``mptrain doctor --clean`` removes the folder of a
+        # parent that was SIGKILLed before it could.
+        self.folder = tempfile.mkdtemp(prefix=f"{RENDEZVOUS_PREFIX}{os.getpid()}-")
 
     def attach(self, rank: int, progress=None) -> TorchDistGroup:
         # torch.distributed waits inside its own calls; there is no board to mark.
+        if self.backend == "gloo":
+            bind_gloo_to_loopback()
         return TorchDistGroup.init(self.backend, rank, self.world_size, self.timeout_s,
                                    init_method=f"file://{self.folder}/store")
 
     def release(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def loopback_interface() -> str | None:
+    """The name of this machine's loopback interface (``lo`` on Linux, ``lo0`` elsewhere)."""
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return None
+    return next((name for name in names if name.startswith("lo")), None)
+
+
+def bind_gloo_to_loopback(environ=os.environ) -> None:
+    """Make the gloo groups this process creates listen on loopback only.
+
+    torch reads GLOO_SOCKET_IFNAME when it creates a gloo group (``init_process_group``
+    passes no device options through): set here, in a worker of mptrain's own, it concerns
+    that worker's groups alone. A user's GLOO_SOCKET_IFNAME is overridden: every rank of such
+    a group is on this machine.
+    """
+    name = loopback_interface()
+    if name is not None:
+        environ["GLOO_SOCKET_IFNAME"] = name

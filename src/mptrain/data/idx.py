@@ -6,6 +6,8 @@ instead of a numpy reshape error deep inside a worker.
 """
 
 import gzip
+import math
+import os
 import threading
 import zlib
 from pathlib import Path
@@ -34,6 +36,11 @@ _MNIST_FILES = {
     "test_labels": ("t10k-labels", 1),
 }
 _SUBDIRS = (".", "MNIST/raw", "mnist")  # plain, torchvision's layout, a common hand-made one
+#: The most an IDX header may declare: beyond any data set held in memory whole, and far
+#: below sizes that overflow int64 in numpy.
+MAX_DIMS = 8
+MAX_DATA_BYTES = 1 << 40
+_CHUNK = 1 << 20
 
 
 class _ReadAhead:
@@ -107,44 +114,79 @@ def read_idx(path):
 
 
 def _read(path):
-    """Return ``(magic, array)``; the magic lets callers say which kind of file they got."""
+    """Return ``(magic, array)``; the magic lets callers say which kind of file they got.
+
+    The header is read first and the data after it only up to the size the header declares
+    plus one byte (enough to see that there is more): a small gzip file that would inflate
+    to gigabytes is refused having inflated at most what a file of its declared shape holds.
+    """
     try:
-        data = path.read_bytes()
+        handle = open(path, "rb")
     except FileNotFoundError:
         raise UserError(f"{path}: file not found; check --data-dir") from None
     except OSError as e:
         raise UserError(f"{path}: cannot read ({e.strerror}); check the file's permissions") from None
-    # Detect gzip by content, not name: mirrors often gunzip files but keep the ".gz" suffix.
-    if data[:2] == b"\x1f\x8b":
+    with handle:
+        # Detect gzip by content, not name: mirrors often gunzip files but keep the ".gz" suffix.
+        compressed = handle.read(2) == b"\x1f\x8b"
+        handle.seek(0)
         try:
-            data = gzip.decompress(data)
+            if compressed:
+                with gzip.GzipFile(fileobj=handle, mode="rb") as stream:
+                    return _parse(path, stream, size_on_disk=None)
+            return _parse(path, handle, size_on_disk=os.fstat(handle.fileno()).st_size)
         except (OSError, EOFError, zlib.error) as e:
-            raise UserError(f"{path}: corrupt gzip data ({e}); delete the file and download it again") from None
-    if len(data) < 4:
-        raise UserError(f"{path}: file too short for an IDX header ({len(data)} bytes, need at least 4); "
+            if compressed:
+                raise UserError(f"{path}: corrupt gzip data ({e}); delete the file and download it again") from None
+            raise UserError(f"{path}: cannot read ({e}); check the file and the disk") from None
+
+
+def _parse(path, stream, size_on_disk):
+    head = _read_up_to(stream, 4)
+    if len(head) < 4:
+        raise UserError(f"{path}: file too short for an IDX header ({len(head)} bytes, need at least 4); "
                         "is this an IDX file?")
-    magic = int.from_bytes(data[:4], "big")
-    if data[:2] != b"\0\0" or data[2] not in _DTYPES:
+    magic = int.from_bytes(head, "big")
+    if head[:2] != b"\0\0" or head[2] not in _DTYPES:
         raise UserError(f"{path}: bad magic number 0x{magic:08X} (expected two zero bytes, a type code "
                         f"08/09/0B/0C/0D/0E and the dim count, e.g. 0x{_IMAGES_MAGIC:08X} for MNIST images); "
                         "is this an IDX file?")
-    dtype, ndim = _DTYPES[data[2]], data[3]
+    dtype, ndim = _DTYPES[head[2]], head[3]
     header_len = 4 + 4 * ndim
-    if len(data) < header_len:
-        raise UserError(f"{path}: truncated IDX header ({len(data)} bytes, expected {header_len} for {ndim} dims); "
+    dims = _read_up_to(stream, 4 * ndim)
+    if len(dims) < 4 * ndim:
+        raise UserError(f"{path}: truncated IDX header ({4 + len(dims)} bytes, expected {header_len} for {ndim} dims); "
                         "delete the file and download it again")
-    shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    found = len(data) - header_len
+    shape = tuple(int.from_bytes(dims[4 * i:4 * i + 4], "big") for i in range(ndim))
+    expected = math.prod(shape) * dtype.itemsize   # Python ints: no overflow
+    if ndim > MAX_DIMS or expected > MAX_DATA_BYTES:
+        raise UserError(f"{path}: the header declares shape {shape} ({expected} bytes of data), beyond the "
+                        f"{MAX_DIMS} dims and {MAX_DATA_BYTES} bytes an IDX file may hold; "
+                        "the file is corrupt or not an IDX file")
+    data = _read_up_to(stream, expected + 1)
+    found = len(data)
     if found < expected:
         raise UserError(f"{path}: truncated data: shape {shape} needs {expected} bytes but found {found}; "
                         "delete the file and download it again")
     if found > expected:
-        raise UserError(f"{path}: {found - expected} trailing bytes after the data (expected {expected} bytes "
-                        f"for shape {shape}, found {found}); the file is corrupt or not an IDX file")
-    array = np.frombuffer(data, dtype=dtype, count=expected // dtype.itemsize, offset=header_len)
+        extra = f"{size_on_disk - header_len - expected} " if size_on_disk is not None else ""
+        raise UserError(f"{path}: {extra}trailing bytes after the data (expected {expected} bytes "
+                        f"for shape {shape}); the file is corrupt or not an IDX file")
+    array = np.frombuffer(data, dtype=dtype, count=expected // dtype.itemsize)
     # astype copies, giving a writable array in native byte order that torch.from_numpy accepts.
     return magic, array.astype(dtype.newbyteorder("="), copy=True).reshape(shape)
+
+
+def _read_up_to(stream, size: int) -> bytearray:
+    """At most ``size`` bytes of ``stream``, fewer at its end; memory grows with what the
+    stream really holds, not with ``size`` (a header may declare anything)."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = stream.read(min(size - len(data), _CHUNK))
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def find_mnist_files(data_dir):

@@ -81,6 +81,54 @@ def _convolutional_without_hooks(model: nn.Module) -> bool:
     return not hooked and any(isinstance(m, nn.Conv2d) for m in model.modules())
 
 
+def already_channels_last(model: nn.Module) -> bool:
+    """Whether ``model``'s parameters are laid out channels-last (see ``hogwild``)."""
+    return _already_channels_last(model)
+
+
+def forward_in_its_layout(model: nn.Module):
+    """``model``'s forward, fed channels-last images when its parameters are channels-last
+    (a shared model laid out so before the workers started), else ``model`` itself."""
+    if _already_channels_last(model):
+        return lambda inputs: model(_channels_last(inputs))
+    return model
+
+
+@torch.no_grad()
+def lay_out_shared_model(model: nn.Module, sample: torch.Tensor) -> bool:
+    """Lay a shared CPU model out in channels-last before workers start, when it is a
+    convolutional network without hooks that runs so on ``sample`` (a batch of inputs);
+    the new tensors are put in shared memory again. True when it was changed.
+
+    Every worker then trains the one shared copy in the fast layout; a worker cannot change
+    the layout of parameters other processes share (a new layout is a new, private copy).
+    The probe runs in eval mode under a forked RNG: it changes no buffer and draws nothing.
+    """
+    if sample.dim() != 4 or _already_channels_last(model) \
+            or not _convolutional_without_hooks(model) \
+            or torch.__future__.get_overwrite_module_params_on_conversion():
+        return False
+    was_training = model.training
+    model.to(memory_format=torch.channels_last)   # same Parameter objects, new tensors
+    model.eval()
+    try:
+        with torch.random.fork_rng(devices=[]):
+            model(_channels_last(sample))
+        laid_out = True
+    except Exception:  # noqa: BLE001 -- a network that needs NCHW trains as it is
+        model.to(memory_format=torch.contiguous_format)
+        laid_out = False
+    finally:
+        model.train(was_training)
+        model.share_memory()
+    return laid_out
+
+
+def hand_back_layout(model: nn.Module) -> None:
+    """The caller's model back in the usual layout after :func:`lay_out_shared_model`."""
+    model.to(memory_format=torch.contiguous_format)
+
+
 class ChannelsLastTraining:
     """Trains a worker's private convolutional model in channels-last on CPU.
 

@@ -15,19 +15,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..data.sharding import eval_shard
-from ..data.sources import CLASSIFICATION
-from .channels_last import ChannelsLastEvaluation
+from .evaluation import Evaluation, TestSetEvaluation
 from .seeding import seed_global_generator
-from .task import evaluate
 
 
 @dataclass(frozen=True)
-class EpochReport:
-    """What one rank did in one round (an epoch, or a fedavg round); the parent combines the
-    reports of all ranks."""
+class RoundReport:
+    """What one rank did in one round (an epoch, a fedavg round, an RL round); the parent
+    combines the reports of all ranks."""
 
-    epoch: int                 # 0-based round index
+    index: int                 # 0-based round index
     rank: int
     steps: int
     train_samples: int
@@ -54,11 +51,13 @@ class WorkerSetup:
     strategy: object        # Strategy
     group: object           # comm.Group
     progress: object        # has advance(samples) and beat()
-    report: object          # callable(EpochReport)
+    report: object          # callable(RoundReport)
     device: torch.device
     start_epoch: int = 0
     resume_state: dict | None = None      # this rank's part of the checkpoint resumed from
     checkpoint_every: int | None = None   # rounds
+    #: How this rank scores its model after a round (``engine.evaluation``).
+    evaluation: type = TestSetEvaluation
     #: Whether this rank reports its process's page faults: ranks that take turns in one
     #: process (``launch.turns``) share them, and only the first of them counts them.
     counts_faults: bool = True
@@ -66,67 +65,45 @@ class WorkerSetup:
 
 def train(setup: WorkerSetup) -> None:
     config, group = setup.config, setup.group
-    test_data, task = setup.data.test, setup.data.task
     seed_global_generator(config.seed + setup.rank, setup.device)
     program = setup.strategy.program(setup)
     if setup.resume_state is not None:
         program.load_state(setup.resume_state)
-    layout = ChannelsLastEvaluation(setup.device)
+    evaluation = setup.evaluation(setup)
     # The start line. Ranks that trained while their peers were still being set up would
     # only wait at their first collective, and with more workers than cores take the CPU
     # those peers need to get there; the first round's clock starts here for every rank,
-    # so set-up is counted as start-up, not as training.
+    # so set-up is counted as start-up, not as training. (It also lets rank 0 restore
+    # shared state -- a replay buffer, an optimizer -- before anyone uses it.)
     group.barrier()
 
     for index in range(setup.start_epoch, config.units):
         faults_before = minor_faults() if setup.counts_faults else 0
         work = program.train_round(index)
-        last = index + 1 == config.units
-        eval_loss, correct, count = 0.0, 0, 0
-        evaluating = test_data is not None and (last or (index + 1) % config.eval_every == 0)
-        if evaluating:
-            indices = eval_shard(len(test_data), group.world_size, group.rank)
-            eval_loss, correct, count = evaluate(program.eval_model(), test_data, indices,
-                                                 task, config.eval_batch_size, setup.device,
-                                                 beat=setup.progress.beat, layout=layout)
+        evaluating = evaluation.due(index, last=index + 1 == config.units or work.last)
+        saving = checkpoint_due(setup.checkpoint_every, index, config.units)
+        if evaluation.settles_first and (evaluating or saving):
+            group.barrier()
+        score = evaluation.run(program) if evaluating else Evaluation()
         evaluated_at = time.monotonic()
-        checkpoint = None
-        if checkpoint_due(setup.checkpoint_every, index, config.units):
-            # Before the barrier: under hogwild nobody writes the shared parameters now.
-            checkpoint = encode_state(group.rank, program.state())
+        # Before the barrier: under hogwild nobody writes the shared parameters now.
+        checkpoint = encode_state(group.rank, program.state()) if saving else None
         # Nobody trains the next round (hogwild: writes shared parameters) while a peer
         # still evaluates this one.
         group.barrier()
         program.publish(setup.model)
         setup.progress.beat()
-        setup.report(EpochReport(
-            epoch=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
+        setup.report(RoundReport(
+            index=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
             train_loss_sum=work.loss_sum, train_started=work.started, train_ended=work.ended,
-            eval_loss_sum=eval_loss, eval_correct=correct, eval_count=count,
+            eval_loss_sum=score.loss_sum, eval_correct=score.correct, eval_count=score.count,
             minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
-            evaluated_at=evaluated_at,
-            checkpoint=checkpoint, extras=work.extras))
-        if evaluating and config.target_accuracy is not None and task == CLASSIFICATION \
-                and ratio_over_ranks(group, correct, count, empty=0.0,
-                                     numerator_is_count=True) >= config.target_accuracy:
-            break  # every rank computed the same accuracy, so every rank stops here
-
-
-def ratio_over_ranks(group, numerator: float, denominator: int, empty: float,
-                     numerator_is_count: bool = False) -> float:
-    """Every rank's ``numerator`` summed over every rank's ``denominator`` (a count) summed,
-    identical on every rank (the test accuracy, the mean evaluation return); ``empty`` when
-    the counts add up to 0."""
-    # float32, the group's type: sums of returns stay exact far beyond CartPole's 50,000.
-    totals = torch.tensor([float(numerator), float(denominator)])
-    group.average_([totals])
-    total, count = (v * group.world_size for v in totals.tolist())
-    # Means of integers: scaled back and rounded, they are the exact sums on every rank, so
-    # every rank (and the parent, from the reports) computes the same quotient.
-    count = round(count)
-    if numerator_is_count:
-        total = round(total)
-    return total / count if count > 0 else empty
+            evaluated_at=evaluated_at, checkpoint=checkpoint,
+            extras={**work.extras, **score.extras}))
+        if work.last:
+            break  # the program's own stop (fedavg's privacy budget); every rank says the same
+        if evaluating and evaluation.reached_target(score):
+            break  # every rank computed the same score, so every rank stops here
 
 
 def encode_state(rank: int, state: dict) -> bytes:

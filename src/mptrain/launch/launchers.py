@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
-from . import execute
+from . import attempt
 from .plan import RunPlan, plan_in_process, plan_under_launcher, plan_workers
-from .world import ExternalWorld, detect_external_world
+from .world import ExternalWorld, detect_external_world, stray_rank_variables
 
 
 @dataclass
@@ -33,6 +33,10 @@ class Joined:
 class Launcher(ABC):
     #: Whether mptrain starts the worker processes itself.
     starts_processes: bool = False
+
+    def __init__(self, notes: tuple[str, ...] = ()):
+        #: What the user should know about how the launcher was chosen (shown once joined).
+        self.notes = tuple(notes)
 
     @abstractmethod
     def plan(self, config, strategy, model, data) -> RunPlan:
@@ -52,7 +56,7 @@ class Launcher(ABC):
 
     def join(self, config, plan: RunPlan, out, resume) -> Joined:
         """Meet the run's other ranks, if any, and find what to resume from."""
-        return Joined(resume=resume)
+        return Joined(resume=resume, notes=list(self.notes))
 
     @abstractmethod
     def train(self, job) -> None:
@@ -73,7 +77,7 @@ class InProcessLauncher(Launcher):
         return plan_in_process(config)
 
     def train(self, job):
-        execute.train_in_process(job)
+        attempt.train_in_process(job)
 
 
 class WorkerLauncher(Launcher):
@@ -85,7 +89,7 @@ class WorkerLauncher(Launcher):
         return plan_workers(config, strategy, model, data)
 
     def train(self, job):
-        execute.train_on_workers(job)
+        attempt.train_on_workers(job)
 
 
 class TorchrunLauncher(Launcher):
@@ -102,6 +106,7 @@ class TorchrunLauncher(Launcher):
                              "last checkpoint in --out by itself"}
 
     def __init__(self, world: ExternalWorld):
+        super().__init__()
         self.world = world
 
     def plan(self, config, strategy, model, data):
@@ -129,7 +134,7 @@ class TorchrunLauncher(Launcher):
         return self.world.rank == 0
 
     def join(self, config, plan, out, resume):
-        from . import launcher as torchrun
+        from . import torchrun
 
         # The group exists before anything else: resuming needs it after a restart.
         attempt = torchrun.join(self.world, plan.comm.torch_backend, config.worker_timeout)
@@ -148,7 +153,7 @@ class TorchrunLauncher(Launcher):
         return joined
 
     def train(self, job):
-        execute.train_under_launcher(job, self.world)
+        attempt.train_under_launcher(job, self.world)
 
     def describe_stop(self, signum):
         return (f"rank {self.world.rank} stopped by {signal.Signals(signum).name} (torchrun "
@@ -176,9 +181,11 @@ def choose_launcher(strategy_class) -> Launcher:
                             "(hogwild needs one machine's shared memory); use --strategy ddp "
                             "or sync")
         return TorchrunLauncher(world)
+    stray = stray_rank_variables()
+    notes = (stray,) if stray else ()
     if strategy_class.in_process:
-        return InProcessLauncher()
-    return WorkerLauncher()
+        return InProcessLauncher(notes)
+    return WorkerLauncher(notes)
 
 
 def out_for(launcher: Launcher, out: str | Path | None) -> str | Path | None:

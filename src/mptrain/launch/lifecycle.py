@@ -9,13 +9,12 @@ import ctypes
 import os
 import signal
 import sys
-import threading
 from contextlib import contextmanager
 
 from ..errors import Interrupted
+from ..signals import STOP_SIGNALS
 
 _PR_SET_PDEATHSIG = 1
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def die_with_parent(parent_pid: int | None) -> None:
@@ -49,66 +48,6 @@ def ignore_interrupts() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-
-
-@contextmanager
-def stop_signals_held():
-    """Hold SIGINT/SIGTERM back in this thread for the block (a no-op where signals cannot be
-    masked): no handler runs inside ``fork()`` while a worker starts, and the child starts
-    with them held (see below). Other threads may still take them: for Python code that a
-    stop must not split, use ``stop_signals_deferred``.
-
-    A forked child inherits the mask: it unblocks in ``ignore_interrupts``, after setting
-    its own dispositions, so a signal meant for it during its start is not lost either.
-    """
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        # Unblocking runs the handlers of pending signals before it returns.
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-@contextmanager
-def stop_signals_noted():
-    """While the block runs, SIGINT/SIGTERM only append to the yielded list; the caller
-    decides what to do with them after it. Python runs signal handlers in the main thread,
-    whichever thread the kernel delivered a signal to (torch's threads among them), so
-    masking the signals in this thread alone would not keep a handler out of the block.
-    Main thread only: elsewhere Python runs no handlers anyway."""
-    noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield noted
-        return
-    previous = {}
-    for sig in STOP_SIGNALS:
-        handler = signal.getsignal(sig)
-        if handler is None or handler == signal.SIG_IGN:
-            continue  # installed outside Python, or ignored: leave it be
-        previous[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
-    try:
-        yield noted
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-@contextmanager
-def stop_signals_deferred():
-    """Run the block whole: a SIGINT/SIGTERM that arrives meanwhile takes effect right
-    after it, whether or not the block raised -- for steps a stop must not split, such as
-    putting a checkpoint in place and recording that it is there. Main thread only (where
-    Python runs handlers); elsewhere the block is not protected."""
-    noted: list[int] = []
-    try:
-        with stop_signals_noted() as noted:
-            yield
-    finally:   # the handlers are back in place: the one meant for the signal takes it
-        if noted:
-            signal.raise_signal(noted[0])
 
 
 def leave(code: int) -> None:

@@ -28,7 +28,7 @@ import torch.nn as nn
 
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
-from ..engine.task import loss_fn
+from ..engine.step import train_step
 from ..models import model_bytes
 
 log = logging.getLogger(__name__)
@@ -82,9 +82,7 @@ def rehearse_first_steps(model: nn.Module, data, config, threads: int, channels_
             for batch_size in batch_sizes or [config.batch_size]:
                 inputs, targets = data.train.batch(torch.arange(min(batch_size,
                                                                     len(data.train))))
-                optimizer.zero_grad(set_to_none=True)
-                loss_fn(data.task, forward(inputs), targets).backward()
-                optimizer.step()
+                train_step(forward, optimizer, inputs, targets, data.task)
     except Exception as err:  # noqa: BLE001 -- a rehearsal only; workers report real errors
         log.debug("first-step rehearsal skipped: %r", err)
         return False

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..errors import Interrupted, RunInterrupted, WorkerFailedError
-from .execute import Job
+from .attempt import Job
 
 
 def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "workers",
@@ -48,7 +48,7 @@ def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "wor
                 f"of {config.units} {config.unit}s; every {who[:-1]} was stopped"
         if keeper.saved_path is not None:
             return (f"{where}; last checkpoint: {config.unit} {keeper.saved_epoch} in "
-                    f"{keeper.saved_path}; resume with: {command} --resume {keeper.out_dir}")
+                    f"{keeper.saved_path}; resume with: {keeper.resume_command(command)}")
         return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 " \
                "to be able to resume)"
 

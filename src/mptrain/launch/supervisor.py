@@ -30,15 +30,16 @@ import signal
 import threading
 import time
 import traceback
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
-from .lifecycle import (die_with_parent, ignore_interrupts, leave, stop_signals_held,
-                        stop_signals_noted)
+from ..imports import user_import_path
+from ..signals import stop_signals_held, stop_signals_noted
+from .lifecycle import die_with_parent, ignore_interrupts, leave
 
 log = logging.getLogger(__name__)
 
@@ -191,7 +192,7 @@ class Supervisor:
                 # signals and keep them blocked for good.
                 from multiprocessing import forkserver
                 forkserver.ensure_running()
-            with stop_signals_noted() as noted:
+            with stop_signals_noted() as noted, self._import_path():
                 for rank, args in enumerate(args_per_rank):
                     receiver, sender = self._context.Pipe(duplex=False)
                     process = self._context.Process(
@@ -222,6 +223,12 @@ class Supervisor:
             for connection in [*connections.values(), gate, gate_opener]:
                 connection.close()
         return result
+
+    def _import_path(self):
+        """spawn'd and forkserver workers start from this process's ``sys.path``, not from
+        its modules: while they start, it holds the folders the user's import strings were
+        imported from (see ``imports``)."""
+        return nullcontext() if self._start_method == "fork" else user_import_path()
 
     def _watch(self, result, connections, finished) -> None:
         tracebacks: dict[int, str] = {}

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import torch
 
+from ..engine.loop import train
 from .tuning import apply_threads, tune_malloc
 
 
@@ -17,7 +18,7 @@ class WorkerPlan:
     """Everything a worker needs; under spawn it is pickled once, at start, with its shared
     tensors sent as handles (never the data itself)."""
 
-    job: object           # launch.execute.Job (its presenter and callback stay behind)
+    job: object           # launch.attempt.Job (its presenter and callback stay behind)
     comm: object          # has attach(rank) -> comm.Group
     board: object         # launch.board.ProgressBoard
 
@@ -51,7 +52,7 @@ def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) ->
             plan.job.setup(rank, group, progress, channel.send,
                            worker_device(rank, plan.job.config.device)),
             counts_faults=rank == ranks[0])
-        turns.add(rank, functools.partial(plan.job.driver, setup), progress)
+        turns.add(rank, functools.partial(train, setup), progress)
     turns.run()
     for group in groups:
         group.close()
@@ -63,7 +64,7 @@ def _train_rank(rank: int, channel, plan: WorkerPlan) -> None:
     # The group marks this rank "waiting" on the board while it sleeps at a collective, so
     # a hang is blamed on the rank that stopped, not on the ranks waiting for it.
     group = plan.comm.attach(rank, progress)
-    plan.job.driver(plan.job.setup(rank, group, progress, channel.send, device))
+    train(plan.job.setup(rank, group, progress, channel.send, device))
     group.close()
 
 

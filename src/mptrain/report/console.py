@@ -67,14 +67,15 @@ class ConsolePresenter:
         self._task = self._progress.add_task(description, total=total, rate="")
         self._pending = None
 
-    def end_epoch(self, metrics: EpochMetrics, epochs: int, unit: str = "epoch") -> None:
+    def end_epoch(self, metrics: EpochMetrics, epochs: int, unit: str = "epoch",
+                  parts: list[str] | None = None) -> None:
         self._pending = None
         if self._progress is not None and self._task is not None:
             self._progress.remove_task(self._task)
             self._task = None
         if self.quiet:
             return
-        self.console.print(format_epoch_line(metrics, epochs, unit))
+        self.console.print(format_epoch_line(metrics, epochs, unit, parts))
 
     def note(self, text: str) -> None:
         """Something the user must know even in --quiet mode (a restart, a fallback)."""
@@ -110,12 +111,17 @@ class ConsolePresenter:
             self.console.print(line)
 
 
-def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch") -> str:
-    parts = [f"{unit} {m.epoch:>{len(str(epochs))}}/{epochs}"]
-    if m.extras.get("env_steps") is not None:   # reinforcement learning (mptrain.rl)
-        return "  ".join(parts + _rl_parts(m))
-    if m.extras.get("clients") is not None:
-        parts.append(f"{m.extras['clients']} clients")
+def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch",
+                      parts: list[str] | None = None) -> str:
+    """``epoch 3/10`` and then ``parts``: what the run's strategy shows of a round
+    (``Strategy.round_line``), by default :func:`metric_parts`."""
+    counter = f"{unit} {m.epoch:>{len(str(epochs))}}/{epochs}"
+    return "  ".join([counter] + (metric_parts(m) if parts is None else parts))
+
+
+def metric_parts(m: EpochMetrics) -> list[str]:
+    """Losses, score, throughput and time of a supervised round."""
+    parts = []
     if m.train_loss is not None:
         parts.append(f"train loss {m.train_loss:.4f}")
     if m.test_loss is not None:
@@ -125,20 +131,6 @@ def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch") -> str:
     if m.test_mse is not None:
         parts.append(f"test mse {m.test_mse:.4f}")
     parts.append(f"{m.samples_per_s:,.0f} samples/s")
-    parts.append(f"{m.epoch_s:.2f} s")
-    return "  ".join(parts)
-
-
-def _rl_parts(m: EpochMetrics) -> list[str]:
-    x = m.extras
-    parts = [f"{x['env_steps']:,} steps", f"{x.get('episodes', 0)} episodes"]
-    if x.get("return_mean") is not None:
-        parts.append(f"return {x['return_mean']:.1f}")
-    if x.get("eval_return") is not None:
-        parts.append(f"greedy {x['eval_return']:.1f}")
-    if x.get("epsilon") is not None:
-        parts.append(f"eps {x['epsilon']:.2f}")
-    parts.append(f"{m.samples_per_s:,.0f} steps/s")
     parts.append(f"{m.epoch_s:.2f} s")
     return parts
 

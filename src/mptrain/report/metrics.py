@@ -43,7 +43,7 @@ class EpochMetrics:
 
 def combine(reports: Sequence, task: str, run_started: float | None = None,
             extras: dict | None = None) -> EpochMetrics:
-    """One epoch's metrics from every rank's ``EpochReport``.
+    """One epoch's metrics from every rank's ``RoundReport``.
 
     The epoch's time runs from the first rank's first step to the last rank's last step, so
     a straggler counts; the train loss is the sample-weighted mean over all ranks.
@@ -60,7 +60,7 @@ def combine(reports: Sequence, task: str, run_started: float | None = None,
     elif eval_count:
         mse = test_loss
     return EpochMetrics(
-        epoch=reports[0].epoch + 1,
+        epoch=reports[0].index + 1,
         train_loss=sum(r.train_loss_sum for r in reports) / samples if samples else None,
         test_loss=test_loss, test_accuracy=accuracy, test_mse=mse,
         samples_per_s=samples / seconds if seconds > 0 else float("inf"),
@@ -88,11 +88,11 @@ class EpochCollector:
         """Return the epoch's metrics and reports once every rank is in, else (None, [])."""
         if self.first_step_at is None or report.train_started < self.first_step_at:
             self.first_step_at = report.train_started
-        ranks = self._pending.setdefault(report.epoch, [])
+        ranks = self._pending.setdefault(report.index, [])
         ranks.append(report)
         if len(ranks) < self._world_size:
             return None, []
-        del self._pending[report.epoch]
+        del self._pending[report.index]
         ranks.sort(key=lambda r: r.rank)
         return combine(ranks, self._task, self._run_started, self._extras(ranks)), ranks
 

@@ -4,6 +4,7 @@ rename), so a crash or Ctrl-C never leaves a half-written file behind."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -28,13 +29,20 @@ def prepare_out_dir(path: str | Path) -> Path:
 
 
 def write_json(path: Path, data) -> None:
-    text = json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n"
+    text = json_text(data, indent=2) + "\n"
     atomic_write(path, lambda handle: handle.write(text.encode()))
 
 
 def write_jsonl(path: Path, rows) -> None:
-    text = "".join(json.dumps(row, default=_jsonable) + "\n" for row in rows)
+    text = "".join(json_text(row) + "\n" for row in rows)
     atomic_write(path, lambda handle: handle.write(text.encode()))
+
+
+def json_text(data, indent: int | None = None) -> str:
+    """Strict JSON, the only kind mptrain writes: a value that is not a finite number (a
+    diverged loss, a ratio over nothing) is null -- Python's NaN and Infinity are not JSON
+    and other parsers refuse them."""
+    return json.dumps(_finite(data), indent=indent, allow_nan=False, default=_jsonable)
 
 
 def save_state_dict(path: Path, model) -> None:
@@ -44,9 +52,19 @@ def save_state_dict(path: Path, model) -> None:
     atomic_write(path, lambda handle: torch.save(state, handle))
 
 
+def _finite(value):
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
+
+
 def _jsonable(value):
-    if hasattr(value, "item"):
-        return value.item()
+    if hasattr(value, "item"):   # numpy and torch scalars
+        return _finite(value.item())
     if isinstance(value, Path):
         return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")

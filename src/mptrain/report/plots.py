@@ -49,7 +49,15 @@ def plot_curves(path: Path, epochs: list[dict], title: str, unit: str = "epoch")
     loss_axis.set(xlabel=unit, ylabel="loss", title="loss")
     loss_axis.legend()
     if any(r.get(score_key) is not None for r in epochs):
-        score_axis.plot(*series(score_key), marker=marker, color="tab:green")
+        score_axis.plot(*series(score_key), marker=marker, color="tab:green", label="test set")
+    # fedavg's --client-eval-every: the global model on each client's own data.
+    clients = [("client_acc_mean", "clients: mean", "-"), ("client_acc_p10", "clients: 10th pct",
+                                                            "--"),
+               ("client_acc_worst", "clients: worst", ":")]
+    if any(r.get("client_acc_mean") is not None for r in epochs):
+        for key, label, style in clients:
+            score_axis.plot(*series(key), linestyle=style, color="tab:purple", label=label)
+        score_axis.legend()
     score_axis.set(xlabel=unit, title=score_key.replace("_", " "))
     for axis in (loss_axis, score_axis):
         axis.grid(alpha=0.3)

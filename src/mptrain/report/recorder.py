@@ -4,8 +4,12 @@ and checkpoints (through the keeper)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import torch
+
+from ..errors import TrainingDiverged
 from .metrics import EpochCollector, EpochMetrics
 from .outputs import write_jsonl
 
@@ -13,11 +17,12 @@ from .outputs import write_jsonl
 class RunRecorder:
     def __init__(self, config, strategy, task: str, presenter, keeper, out_dir: Path | None,
                  workers: int, samples_per_round: int, run_started: float,
-                 history: list[EpochMetrics], callbacks=None):
+                 history: list[EpochMetrics], model=None, callbacks=None):
         self.config, self.presenter, self.keeper, self.out_dir = config, presenter, keeper, \
             out_dir
+        self.model = model   # the parent's: what a checkpoint of the round would hold
+        self.strategy, self.samples_per_round = strategy, samples_per_round
         self.callbacks = callbacks  # callbacks.CallbackList: trackers and the user's
-        self.samples_per_round = samples_per_round
         self.history = history   # shared with the FitResult
         self.collector = EpochCollector(workers, task, run_started=run_started,
                                         extras=strategy.round_extras)
@@ -35,22 +40,51 @@ class RunRecorder:
         if metrics is None:
             return
         self.history.append(metrics)
-        self.presenter.end_epoch(metrics, self.config.units, self.config.unit)
-        failed = metrics.extras.get("failed_clients")
-        if failed:
-            self.presenter.note(f"round {metrics.epoch}: dropped failing client(s) "
-                                f"{', '.join(map(str, failed))} (--accept-failures)")
+        self.presenter.end_epoch(metrics, self.config.units, self.config.unit,
+                                 self.strategy.round_line(metrics))
+        for note in self.strategy.round_notes(metrics):
+            self.presenter.note(note)
+        diverged = self.divergence(metrics, reports)
         # The checkpoint first: a stop while a tracker is slow must not cost this round's.
-        saved = self.keeper.offer(metrics.epoch, reports, self.history)
+        saved = self.keeper.offer(metrics.epoch, reports, self.history) \
+            if diverged is None else None
         if self.out_dir is not None:
             write_jsonl(self.out_dir / "metrics.jsonl", [m.as_dict() for m in self.history])
         if self.callbacks:
             self.callbacks.on_round_end(metrics.as_dict())
             if saved is not None:
                 self.callbacks.on_checkpoint(saved, metrics.epoch)
-        if metrics.epoch < self.config.units and not self.reached_target(metrics):
+        if diverged is not None:
+            raise TrainingDiverged(diverged)
+        if metrics.epoch < self.config.units and not self.reached_target(metrics) \
+                and not metrics.extras.get("stopped"):   # a strategy's own stop (fedavg's ε)
             self.presenter.start_epoch(metrics.epoch + 1, self.config.units,
                                        self.samples_per_round, self.config.unit)
+
+    def divergence(self, metrics: EpochMetrics, reports) -> str | None:
+        """What went non-finite in this round, in one line with what to do, or None.
+
+        Checked before the round's checkpoint is offered: a diverged model never replaces a
+        good checkpoint. The loss is the round's mean over every rank's steps, so a single
+        non-finite step shows in it; parameters are checked too, since the round's last step
+        can break them after its loss was computed.
+        """
+        unit = self.config.unit
+        if metrics.train_loss is not None and not math.isfinite(metrics.train_loss):
+            steps = sorted((r.extras["first_nonfinite_step"], r.rank) for r in reports
+                           if r.extras.get("first_nonfinite_step") is not None)
+            at = f" (first at step {steps[0][0] + 1} on rank {steps[0][1]})" if steps else ""
+            what = f"the training loss was {metrics.train_loss} in {unit} {metrics.epoch}{at}"
+        elif self.model is not None and not parameters_finite(self.model):
+            what = f"the model's parameters became non-finite in {unit} {metrics.epoch}"
+        else:
+            return None
+        if self.keeper.saved_path is not None:
+            kept = (f"the last good checkpoint ({unit} {self.keeper.saved_epoch}) is kept in "
+                    f"{self.keeper.saved_path}")
+        else:
+            kept = "no checkpoint was written"
+        return f"training diverged: {what}; stopped, {kept}; try a lower --lr"
 
     def reached_target(self, metrics: EpochMetrics) -> bool:
         target = self.config.target_accuracy
@@ -60,3 +94,10 @@ class RunRecorder:
     @property
     def first_step_at(self) -> float | None:
         return self.collector.first_step_at
+
+
+@torch.no_grad()
+def parameters_finite(model) -> bool:
+    """Whether every floating-point parameter and buffer of ``model`` is finite."""
+    return all(bool(torch.isfinite(t).all()) for t in model.state_dict().values()
+               if t.is_floating_point())

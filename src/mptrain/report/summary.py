@@ -160,6 +160,13 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
                      else f"target accuracy {target} not reached")
     if "weight" in summary:
         lines.append(f"learned y = {summary['weight']:.3f} x + {summary['bias']:.3f}")
+    if summary.get("epsilon") is not None:   # fedavg with --dp-noise
+        line = (f"privacy spent: epsilon {summary['epsilon']:.3g} at delta "
+                f"{summary['dp_delta']:g} ({summary.get('accountant', 'rdp')} accountant)")
+        if summary.get("stopped_for_privacy_at_round"):
+            line += (f"; stopped after round {summary['stopped_for_privacy_at_round']}, "
+                     f"before --target-epsilon {summary['target_epsilon']:g}")
+        lines.append(line)
     if out_dir is not None:
         lines.append(f"outputs in {out_dir}/: summary.json metrics.jsonl model.pt curves.png")
     return lines

@@ -22,11 +22,13 @@ from ..strategies.hogwild import (attach_shared_state, load_shared_state,
 from .acting import EpisodeTracker, actor_seed, as_batch, share_of
 from .driver import ActorProgram, ActorStrategy
 from .envs import make_env
+from .nets import ActorCritic
 from .returns import gae
 
 
 class A3CStrategy(ActorStrategy):
     name = "a3c"
+    network = ActorCritic   # built-in network, and the outputs a --net must give
 
     def __init__(self, config):
         super().__init__(config)

@@ -10,14 +10,11 @@ from ..checkpoint import Checkpoint, resolve_resume, user_code_in
 from ..errors import UserError
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
-from .a3c import A3CStrategy
-from .config import ALGOS, RLConfig
-from .dqn import DQNStrategy
+from .algorithms import ALGOS, algorithm_class
+from .config import RLConfig
 from .envs import EnvSource, env_shape, require_gymnasium
 from .nets import build_network
 from .task import RLResult, RLTask
-
-ALGORITHMS = {cls.name: cls for cls in (A3CStrategy, DQNStrategy)}
 
 
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,
@@ -51,7 +48,7 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
         given = {**checkpoint.config, **given}
     given["quiet"] = quiet
     config = RLConfig.from_dict(given)
-    strategy_class = ALGORITHMS[config.algo]
+    strategy_class = algorithm_class(config.algo)
     launcher = choose_launcher(strategy_class)
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)

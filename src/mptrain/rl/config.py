@@ -14,14 +14,13 @@ from dataclasses import asdict, dataclass, fields
 
 from ..config import check_positive_ints, flag_name
 from ..errors import UserError
-
-ALGOS = ("a3c", "dqn")
+from .algorithms import ALGOS, algorithm_class
 
 
 @dataclass(frozen=True)
 class RLConfig:
     env: str = "CartPole-v1"
-    algo: str = "a3c"
+    algo: str = ALGOS[0]
     workers: int = 2
     steps: int = 200_000          # environment steps in total, over all actors
     round_steps: int = 10_000     # environment steps per round (a metrics row, a checkpoint)
@@ -78,10 +77,7 @@ class RLConfig:
                 raise UserError(f"--{flag_name(name)} must be in [0, 1]")
         if self.round_steps < self.workers:
             raise UserError("--round-steps must be at least --workers (steps per actor)")
-        if self.algo == "dqn" and self.buffer_size // self.workers <= 256:
-            raise UserError(f"--buffer-size {self.buffer_size} leaves too few rows per "
-                            f"actor for {self.workers} workers; use at least "
-                            f"{257 * self.workers}")
+        algorithm_class(self.algo).check_config(self)   # what only one algorithm needs
 
     @property
     def strategy(self) -> str:

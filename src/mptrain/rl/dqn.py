@@ -27,10 +27,12 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import model_snapshot
+from ..errors import UserError
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
 from .driver import ActorProgram, ActorStrategy
 from .envs import make_env
+from .nets import QNetwork
 from .replay import SharedReplay
 from .schedules import linear_epsilon, update_target
 
@@ -40,6 +42,14 @@ WAIT_S = 0.0002    # an actor's pause while it waits for the learner
 
 class DQNStrategy(ActorStrategy):
     name = "dqn"
+    network = QNetwork   # built-in network, and the outputs a --net must give
+
+    @classmethod
+    def check_config(cls, config) -> None:
+        if config.buffer_size // config.workers <= 256:
+            raise UserError(f"--buffer-size {config.buffer_size} leaves too few rows per "
+                            f"actor for {config.workers} workers; use at least "
+                            f"{257 * config.workers}")
 
     def __init__(self, config):
         super().__init__(config)
@@ -145,12 +155,20 @@ class DQNProgram(ActorProgram):
         c = self.config
         loss_sum = 0.0
         while (self.updates + 1) * c.train_every <= total - c.learning_starts:
-            loss_sum += self.update()
+            loss = self.update()
+            if loss is None:
+                break  # nothing readable yet (see SharedReplay.sample): catch up later
+            loss_sum += loss
         return loss_sum
 
-    def update(self) -> float:
+    def update(self) -> float | None:
+        """One learner step; None when no row is readable yet: every actor has written
+        fewer rows than the margin kept clear of its writes, which happens just past
+        ``learning_starts`` when the actors' counts are close."""
         c = self.config
         batch = self.replay.sample(c.batch_size, self.generator)
+        if batch is None:
+            return None
         q = self.model(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         with torch.no_grad():  # double DQN: the online net picks, the target net values
             best = self.model(batch.next_obs).argmax(1, keepdim=True)

@@ -1,25 +1,17 @@
-"""The driver every actor process runs: round after round of the algorithm's own work
-(acting and learning), then what every algorithm shares -- greedy evaluation, this rank's
-checkpoint part, a barrier, the report to the parent, the stop at a target return.
-
-It is ``engine.loop.train`` for environments instead of a test set, and uses the same
-services: the group's barrier, the progress board, the parent's report channel and the
-checkpoint encoding.
-"""
+"""What every RL algorithm is to the shared driver (``engine.loop.train``): a strategy whose
+rounds are environment steps, a worker program with a greedy policy, and an evaluation by
+greedy episodes that stops the run at a target return."""
 
 from __future__ import annotations
 
-import time
 from abc import abstractmethod
 
 import torch
 
-from ..engine.loop import (EpochReport, checkpoint_due, encode_state, minor_faults,
-                           ratio_over_ranks)
-from ..engine.seeding import seed_global_generator
+from ..engine.evaluation import Evaluation, RoundEvaluation, ratio_over_ranks
 from ..strategies.base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from .acting import evaluate_greedy
-from .metrics import rl_round_extras
+from .metrics import rl_round_extras, rl_round_parts
 
 
 class ActorStrategy(Strategy):
@@ -38,6 +30,9 @@ class ActorStrategy(Strategy):
     def round_extras(self, reports) -> dict:
         return rl_round_extras(reports)
 
+    def round_line(self, metrics) -> list[str]:
+        return rl_round_parts(metrics)
+
 
 class ActorProgram(WorkerProgram):
     """An RL worker program: a round of acting and learning, and a greedy policy."""
@@ -47,39 +42,28 @@ class ActorProgram(WorkerProgram):
         """The action the trained policy takes for a batch of one observation."""
 
 
-def train_rl(setup) -> None:
-    config, group = setup.config, setup.group
-    seed_global_generator(config.seed + setup.rank, setup.device)
-    program = setup.strategy.program(setup)
-    if setup.resume_state is not None:
-        program.load_state(setup.resume_state)
-    group.barrier()  # rank 0 restores shared state (replay, optimizer) before anyone acts
+class GreedyEvaluation(RoundEvaluation):
+    """RL runs: the ranks share ``eval_episodes`` greedy episodes of the trained policy (at
+    the end, and every ``eval_every`` rounds); the run stops at ``target_return``."""
 
-    for index in range(setup.start_epoch, config.units):
-        faults_before = minor_faults()
-        work = program.train_round(index)
-        last = index + 1 == config.units
-        evaluating = last or (config.eval_every is not None
-                              and (index + 1) % config.eval_every == 0)
-        saving = checkpoint_due(setup.checkpoint_every, index, config.units)
-        if evaluating or saving:
-            group.barrier()  # nobody writes the shared parameters while they are read
-        returns = []
-        if evaluating:
-            mine = range(group.rank, config.eval_episodes, group.world_size)
-            returns = evaluate_greedy(program.greedy, config.env, mine,
-                                      beat=setup.progress.beat)
-        evaluated_at = time.monotonic()
-        checkpoint = encode_state(group.rank, program.state()) if saving else None
-        group.barrier()
-        setup.progress.beat()
-        setup.report(EpochReport(
-            epoch=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
-            train_loss_sum=work.loss_sum, train_started=work.started, train_ended=work.ended,
-            eval_loss_sum=0.0, eval_correct=0, eval_count=0,
-            minor_faults=minor_faults() - faults_before, evaluated_at=evaluated_at,
-            checkpoint=checkpoint, extras={**work.extras, "eval_returns": returns}))
-        if evaluating and config.target_return is not None \
-                and ratio_over_ranks(group, sum(returns), len(returns),
-                                     empty=float("-inf")) >= config.target_return:
-            break  # every rank computed the same mean, so every rank stops here
+    # Actors write the shared network lock-free until their round ends.
+    settles_first = True
+
+    def due(self, index: int, last: bool) -> bool:
+        every = self.setup.config.eval_every
+        return last or (every is not None and (index + 1) % every == 0)
+
+    def run(self, program) -> Evaluation:
+        config, group = self.setup.config, self.setup.group
+        mine = range(group.rank, config.eval_episodes, group.world_size)
+        returns = evaluate_greedy(program.greedy, config.env, mine,
+                                  beat=self.setup.progress.beat)
+        return Evaluation(extras={"eval_returns": returns})
+
+    def reached_target(self, evaluation: Evaluation) -> bool:
+        target = self.setup.config.target_return
+        if target is None:
+            return False
+        returns = evaluation.extras["eval_returns"]
+        return ratio_over_ranks(self.setup.group, sum(returns), len(returns),
+                                empty=float("-inf")) >= target

@@ -20,3 +20,18 @@ def rl_round_extras(reports) -> dict:
         "epsilon": next((report.extras["epsilon"] for report in reports
                          if "epsilon" in report.extras), None),
     }
+
+
+def rl_round_parts(m) -> list[str]:
+    """What an RL round's console line shows: steps, episodes, returns, epsilon, speed."""
+    x = m.extras
+    parts = [f"{x['env_steps']:,} steps", f"{x.get('episodes', 0)} episodes"]
+    if x.get("return_mean") is not None:
+        parts.append(f"return {x['return_mean']:.1f}")
+    if x.get("eval_return") is not None:
+        parts.append(f"greedy {x['eval_return']:.1f}")
+    if x.get("epsilon") is not None:
+        parts.append(f"eps {x['epsilon']:.2f}")
+    parts.append(f"{m.samples_per_s:,.0f} steps/s")
+    parts.append(f"{m.epoch_s:.2f} s")
+    return parts

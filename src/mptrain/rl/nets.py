@@ -7,6 +7,7 @@ import torch.nn as nn
 
 from ..errors import UserError
 from ..imports import load_object
+from .algorithms import algorithm_class
 from .envs import EnvShape
 
 
@@ -24,6 +25,15 @@ class ActorCritic(nn.Module):
         features = self.trunk(obs)
         return self.policy(features), self.value(features).squeeze(-1)
 
+    @staticmethod
+    def outputs_fit(out, batch: int, n_actions: int) -> bool:
+        return isinstance(out, tuple) and len(out) == 2 and \
+            tuple(out[0].shape) == (batch, n_actions) and out[1].numel() == batch
+
+    @staticmethod
+    def outputs_wanted(n_actions: int) -> str:
+        return f"(logits [batch, {n_actions}], value [batch])"
+
 
 class QNetwork(nn.Module):
     """The seed's DQN network: two hidden layers, one Q-value per action."""
@@ -37,33 +47,30 @@ class QNetwork(nn.Module):
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.layers(obs)
 
+    @staticmethod
+    def outputs_fit(out, batch: int, n_actions: int) -> bool:
+        return isinstance(out, torch.Tensor) and tuple(out.shape) == (batch, n_actions)
+
+    @staticmethod
+    def outputs_wanted(n_actions: int) -> str:
+        return f"Q-values [batch, {n_actions}]"
+
 
 def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = None):
-    """The network for ``algo``; ``spec`` (``module:make``) is called as
-    ``make(obs_dim, n_actions)`` and must return what the algorithm expects: for a3c a module
-    returning ``(logits, value)``, for dqn one returning Q-values."""
+    """The network for ``algo``: its built-in one (``network`` of its strategy class), or
+    the user's: ``spec`` (``module:make``) is called as ``make(obs_dim, n_actions)`` and must
+    return what the algorithm expects (what its built-in network returns)."""
+    expected = algorithm_class(algo).network
     if spec is not None:
         model = load_object(spec, "--net")(shape.obs_dim, shape.n_actions)
         if not isinstance(model, nn.Module):
             raise UserError(f"--net {spec!r} returned {type(model).__name__}, not an "
                             "nn.Module")
-    elif algo == "a3c":
-        model = ActorCritic(shape.obs_dim, shape.n_actions, hidden)
     else:
-        model = QNetwork(shape.obs_dim, shape.n_actions, hidden)
-    _check_outputs(model, algo, shape, spec or "the built-in network")
-    return model
-
-
-def _check_outputs(model, algo, shape, name) -> None:
+        model = expected(shape.obs_dim, shape.n_actions, hidden)
     with torch.no_grad():
         out = model(torch.zeros(2, shape.obs_dim))
-    if algo == "a3c":
-        ok = isinstance(out, tuple) and len(out) == 2 and \
-            tuple(out[0].shape) == (2, shape.n_actions) and out[1].numel() == 2
-        need = f"(logits [batch, {shape.n_actions}], value [batch])"
-    else:
-        ok = isinstance(out, torch.Tensor) and tuple(out.shape) == (2, shape.n_actions)
-        need = f"Q-values [batch, {shape.n_actions}]"
-    if not ok:
-        raise UserError(f"--net: {name} must return {need} for --algo {algo}")
+    if not expected.outputs_fit(out, batch=2, n_actions=shape.n_actions):
+        raise UserError(f"--net: {spec or 'the built-in network'} must return "
+                        f"{expected.outputs_wanted(shape.n_actions)} for --algo {algo}")
+    return model

@@ -1,5 +1,5 @@
 """An RL run as the runner sees it (``runner.RunTask``): actors on environments instead of a
-data set, the actors' driver, and RL's banner, summary and files (``rl.report``). Everything
+data set, greedy episodes to score a round, and RL's banner, summary and files (``rl.report``). Everything
 else -- plan, launcher, supervision, restarts, recorder, checkpoints, console -- is the one
 the supervised runs use."""
 
@@ -13,7 +13,7 @@ import torch.nn as nn
 from ..launch.plan import check_shared_memory
 from ..result import FitResult
 from . import report
-from .driver import train_rl
+from .driver import GreedyEvaluation
 from .envs import EnvSource
 
 
@@ -34,7 +34,7 @@ class RLTask:
     kind: str = "rl"
     who: str = "actors"
     command: str = "mptrain rl"
-    driver = staticmethod(train_rl)
+    evaluation = GreedyEvaluation
 
     def preflight(self, config, model, strategy, plan) -> list[str]:
         check_shared_memory(self.data, model, strategy, plan)

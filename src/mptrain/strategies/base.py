@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import torch.nn as nn
 
 from ..comm.kind import CommKind
+from ..report.console import metric_parts
 
 if TYPE_CHECKING:   # the config module asks the strategies about settings
     from ..config import TrainConfig, TrainingDefaults
@@ -37,6 +39,9 @@ class RoundWork:
     started: float               # time.monotonic(): one clock for all processes
     ended: float
     extras: dict = field(default_factory=dict)   # strategy-specific, combined by the parent
+    #: The program's own reason to make this round the run's last (fedavg: the next round
+    #: would spend more privacy than --target-epsilon allows). Every rank says the same.
+    last: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,9 @@ class Strategy(ABC):
 
     def __init__(self, config: TrainConfig):
         self.config = config
+        #: The run's --out folder (None without one), set before ``check``: where a
+        #: strategy may keep what does not fit in memory (fedavg's SCAFFOLD variates).
+        self.out_dir: Path | None = None
 
     # -- facts about settings, asked before any instance exists ---------------------------------
     @classmethod
@@ -148,6 +156,10 @@ class Strategy(ABC):
         """Called before any worker starts (in the parent; under torchrun in every rank):
         put what the workers share next to ``model`` and ``data`` (already shared)."""
 
+    def finish(self, model: nn.Module) -> None:
+        """After training, in the parent, whatever happened: give the caller's ``model``
+        back as it came (hogwild laid it out for its workers)."""
+
     def needs(self, model: nn.Module, data, plan) -> ResourceNeeds:
         """What to size and prepare for this strategy's workers (see :class:`ResourceNeeds`)."""
         return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),
@@ -167,8 +179,12 @@ class Strategy(ABC):
         """Strategy-specific columns of one round's metrics, from every rank's report."""
         return {}
 
-    def round_line(self, extras: dict) -> list[str]:
-        """Strategy-specific parts of a round's console line, before the losses."""
+    def round_line(self, metrics) -> list[str]:
+        """What a round's console line shows after ``epoch 3/10``."""
+        return metric_parts(metrics)
+
+    def round_notes(self, metrics) -> list[str]:
+        """Lines the user must see after a round, even with --quiet."""
         return []
 
     def summary_fields(self) -> dict:

@@ -8,6 +8,8 @@ after backward, after a step and at the end of an epoch).
 from __future__ import annotations
 
 import copy
+import functools
+import math
 import time
 
 import torch
@@ -16,10 +18,10 @@ import torch.nn as nn
 from ..checkpoint import model_snapshot
 from ..comm.base import Group
 from ..data.sharding import batches, shard_indices
-from ..engine.channels_last import ChannelsLastTraining
+from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
 from ..engine.optim import build_optimizer
 from ..engine.schedule import learning_rate
-from ..engine.task import loss_fn
+from ..engine.step import first_nonfinite, train_step
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 
 
@@ -110,8 +112,11 @@ class EpochProgram(WorkerProgram):
         # usual order.
         self.layout = (ChannelsLastTraining(self.model, setup.device)
                        if strategy.may_change_layout(self.model) else None)
-        self.forward = self.layout.forward if self.layout is not None else self.model
+        self.forward = self.layout.forward if self.layout is not None \
+            else forward_in_its_layout(self.model)
         self.optimizer = strategy.optimizer(self.model)
+        self.after_backward = functools.partial(strategy.after_backward, self.model,
+                                                self.group)
 
     def train_round(self, epoch: int) -> RoundWork:
         config, strategy, group, setup = self.strategy.config, self.strategy, self.group, \
@@ -125,6 +130,7 @@ class EpochProgram(WorkerProgram):
         started = time.monotonic()
         steps_in_epoch = -(-len(shard) // config.batch_size)
         loss_sum = torch.zeros((), dtype=torch.float64)
+        losses = []   # each step's, kept (no copy) to name the first non-finite one
         model.train()
         steps = 0
         try:
@@ -135,21 +141,23 @@ class EpochProgram(WorkerProgram):
                     param_group["lr"] = lr
                 inputs, targets = train_data.batch(indices)
                 inputs, targets = inputs.to(setup.device), targets.to(setup.device)
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(setup.data.task, self.forward(inputs), targets)
-                loss.backward()
-                strategy.after_backward(model, group)
-                optimizer.step()
+                loss = train_step(self.forward, optimizer, inputs, targets,
+                                  setup.data.task, self.after_backward)
                 strategy.after_step(model, group, step)
-                loss_sum += loss.detach() * len(indices)  # no .item(): no per-step GPU sync
+                loss_sum += loss * len(indices)
+                losses.append(loss)
                 setup.progress.advance(len(indices))
                 steps += 1
             strategy.end_epoch(model, group, steps)
         except BaseException:   # Ctrl-C or an error: the caller keeps its model's layout
             self._hand_back_callers_model()
             raise
-        return RoundWork(steps=steps, samples=len(shard), loss_sum=float(loss_sum),
-                         started=started, ended=time.monotonic())
+        loss_sum = float(loss_sum)
+        extras = {}
+        if not math.isfinite(loss_sum):
+            extras["first_nonfinite_step"] = first_nonfinite(losses)
+        return RoundWork(steps=steps, samples=len(shard), loss_sum=loss_sum,
+                         started=started, ended=time.monotonic(), extras=extras)
 
     def eval_model(self) -> nn.Module:
         return self.strategy.unwrap(self.model)

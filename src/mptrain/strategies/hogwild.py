@@ -20,6 +20,7 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
+from ..engine.channels_last import hand_back_layout, lay_out_shared_model
 from .data_parallel import DataParallelStrategy
 
 
@@ -30,8 +31,15 @@ class HogwildStrategy(DataParallelStrategy):
     def __init__(self, config):
         super().__init__(config)
         self.shared_optimizer_state: list[dict] | None = None
+        self.laid_out = False   # whether prepare() laid the caller's model out channels-last
 
     def prepare(self, model: nn.Module, data=None, plan=None) -> None:
+        # The shared parameters are the caller's model: they can take the fast layout only
+        # here, before any worker maps them (a worker's new layout would be a private copy,
+        # and Hogwild would train N models). Measured: benchmarks/README, "hogwild".
+        if self.config.device == "cpu" and data is not None and len(data.train):
+            sample, _ = data.train.batch(torch.arange(min(2, len(data.train))))
+            self.laid_out = lay_out_shared_model(model, sample) or self.laid_out
         if self.config.share_optimizer_state:
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
@@ -56,6 +64,11 @@ class HogwildStrategy(DataParallelStrategy):
         if self.shared_optimizer_state is None:
             return super().restore_optimizer(optimizer, state)
         load_shared_state(self.shared_optimizer_state, state["state"].values())
+
+    def finish(self, model):
+        if self.laid_out:
+            hand_back_layout(model)
+            self.laid_out = False
 
     def end_epoch(self, replica, group, steps):
         # Everyone has finished writing before anyone evaluates the shared parameters.

@@ -20,6 +20,10 @@ _HOMES = {
 
 STRATEGIES = tuple(_HOMES)
 
+#: The strategy of a run that names none, and the one-process reference ``mptrain bench``
+#: measures the others against.
+DEFAULT_STRATEGY = "single"
+
 
 def strategy_class(name: str):
     """The class of strategy ``name`` (a ``KeyError`` for an unknown name)."""

@@ -5,9 +5,16 @@ import pytest
 import torch
 
 from mptrain.comm.solo import SoloGroup
-from mptrain.strategies.federated import (add_proximal_gradient_, aggregate_rows,
-                                          assign_clients, client_seed, column_slice, mix_seed,
-                                          sample_clients, server_update_)
+from mptrain.federated.aggregate import aggregate_rows, column_slice
+from mptrain.federated.client import add_proximal_gradient_
+from mptrain.federated.sampling import assign_clients, client_seed, mix_seed, sample_clients
+from mptrain.federated.server_opt import ServerSGD
+
+
+def server_update_(global_params, average, velocity, server_lr, server_momentum):
+    """Today's FedAvg/FedAvgM server step through ``ServerSGD`` (its state: the velocity)."""
+    state = {"velocity": velocity} if velocity is not None else {}
+    ServerSGD(server_lr, server_momentum).step_(global_params, average, state)
 
 
 def test_sampling_is_seeded_sorted_and_without_replacement():

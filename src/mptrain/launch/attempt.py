@@ -16,6 +16,8 @@ import torch
 from ..comm.base import CollectiveTimeout
 from ..comm.kind import CommKind
 from ..comm.solo import SoloGroup
+from ..engine.channels_last import already_channels_last
+from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
 from ..errors import WorkerFailedError
 from . import rehearsal, warmup
@@ -43,16 +45,16 @@ class Job:
     #: Work for the parent while its own workers train (it only watches them then); it
     #: must not leave a thread running at the next fork (``warmup`` joins its own).
     while_workers_train: Callable | None = None
-    #: What every worker runs (a module-level function of a ``WorkerSetup``): the supervised
-    #: driver, or another driver over the same services (``mptrain.rl``'s actors).
-    driver: Callable = train
+    #: How each rank scores a round: a test set, or greedy episodes (``mptrain.rl``).
+    evaluation: type = TestSetEvaluation
 
     def setup(self, rank, group, progress, report, device) -> WorkerSetup:
         return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
                            strategy=self.strategy, group=group, progress=progress,
                            report=report, device=device, start_epoch=self.start_epoch,
                            resume_state=_rank_state(self.rank_states, rank),
-                           checkpoint_every=self.checkpoint_every)
+                           checkpoint_every=self.checkpoint_every,
+                           evaluation=self.evaluation)
 
 
 def _rank_state(states: list | None, rank: int) -> dict | None:
@@ -68,7 +70,7 @@ def train_in_process(job: Job) -> None:
     previous_threads = torch.get_num_threads()
     apply_threads(job.plan.threads)
     try:
-        job.driver(job.setup(0, SoloGroup(), InProcessProgress(job.presenter),
+        train(job.setup(0, SoloGroup(), InProcessProgress(job.presenter),
                              job.on_report, torch.device(job.config.device)))
     finally:
         torch.set_num_threads(previous_threads)
@@ -76,9 +78,9 @@ def train_in_process(job: Job) -> None:
 
 def train_under_launcher(job: Job, world) -> None:
     """This process is one rank of a torchrun job (its process group already joined, see
-    ``launch.launcher``): the data set once per node, every rank from rank 0's model,
+    ``launch.torchrun``): the data set once per node, every rank from rank 0's model,
     reports and checkpoint parts gathered to rank 0 only."""
-    from . import launcher
+    from . import torchrun
 
     tune_malloc()
     apply_threads(job.plan.threads)
@@ -89,24 +91,24 @@ def train_under_launcher(job: Job, world) -> None:
         device = torch.device("cpu")
     node = None
     try:
-        node = launcher.discover(world)
-        group = launcher.node_group(job, world, node,
+        node = torchrun.discover(world)
+        group = torchrun.node_group(job, world, node,
                                     hierarchical=job.plan.comm is CommKind.SHM_GLOO)
         job.strategy.prepare(job.model, job.bundle, job.plan)
-        launcher.start_from_rank0(job.model, group)
+        torchrun.start_from_rank0(job.model, group)
 
         def report(epoch_report):
-            for item in launcher.gather_to_rank0(epoch_report, world) or ():
+            for item in torchrun.gather_to_rank0(epoch_report, world) or ():
                 job.on_report(item)
 
         progress = InProcessProgress(job.presenter, scale=world.world_size)
         train(job.setup(world.rank, group, progress, report, device))
     except (RuntimeError, CollectiveTimeout) as err:
-        if not launcher.is_collective_failure(err):
+        if not torchrun.is_collective_failure(err):
             raise
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise WorkerFailedError(f"rank {world.rank} lost contact with the job: "
-                                f"{launcher.lost_peers(world, node)} ({reason})") from None
+                                f"{torchrun.lost_peers(world, node)} ({reason})") from None
 
 
 def train_on_workers(job: Job) -> None:
@@ -163,7 +165,8 @@ def _prepare_to_fork(job: Job) -> None:
     needs = job.strategy.needs(job.model, job.bundle, run_plan)
     if needs.rehearse and rehearsal.worth_rehearsing(processes, run_plan.cores, config.device):
         rehearsal.rehearse_first_steps(job.model, job.bundle, config, run_plan.threads,
-                                       channels_last=needs.private_replicas,
+                                       channels_last=needs.private_replicas
+                                       or already_channels_last(job.model),
                                        batch_sizes=list(needs.batch_sizes))
     release_free_heap()
 

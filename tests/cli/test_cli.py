@@ -190,6 +190,18 @@ def test_config_precedence(tmp_path, captured_run, file_text, flags, expected):
         assert actual == value, key
 
 
+@pytest.mark.parametrize("file_text, words", [
+    ("data = 5\n", "data must be a string"),
+    ("out = 5\n", "out must be a string"),
+    ('quiet = "no"\n', "--quiet is a switch: true or false, got 'no'"),
+    ('model = ["x"]\n', "model must be a string"),
+], ids=["data-int", "out-int", "quiet-string", "model-list"])
+def test_config_file_values_of_the_wrong_type_are_one_line_errors(tmp_path, capsys, file_text,
+                                                                  words):
+    err = fail(["run", "--config", write_config(tmp_path, file_text)], capsys)
+    assert words in err
+
+
 def test_sync_every_epoch_overrides_the_data_sets_every_step(tmp_path, captured_run):
     # digits-60k recommends averaging every step; "epoch" (flag or file) says once per epoch.
     assert main(["run", "--data", "digits-60k", "--strategy", "sync"]) == 0

@@ -23,12 +23,12 @@ import torch.distributed as dist
 
 from ..checkpoint import Checkpoint, load
 from ..comm.base import CollectiveTimeout
-from ..comm.dist import TorchDistGroup
+from ..comm.dist import TorchDistGroup, loopback_interface
 from ..comm.hierarchical import HierarchicalGroup, Topology
 from ..errors import UserError
 from .lifecycle import die_with_parent
 from .plan import shm_group_state
-from .node_memory import NodeMemory
+from .node_memory import NodeMemory, new_token
 
 #: run_info key of the torchrun job a checkpoint belongs to (resumed only by that job).
 RUN_ID_KEY = "torchrun_run_id"
@@ -120,7 +120,7 @@ def choose_gloo_interface(environ=os.environ) -> None:
     if not host:
         return
     if host == "localhost" or _is_loopback(host):
-        name = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+        name = loopback_interface()
     else:
         name = _interface_towards(host)
         if name is not None and name.startswith("lo") and _spans_machines(environ):
@@ -175,15 +175,21 @@ def _is_loopback(host: str) -> bool:
 
 @dataclass
 class Node:
-    """Where this rank sits: the job's nodes and every rank's process id."""
+    """Where this rank sits: the job's nodes, every rank's process id, and every rank's
+    random token (its node leader's names the node's buffers in /dev/shm)."""
 
     topology: Topology
     pids: list[int]
     rank: int
+    tokens: list[str]
 
     @property
     def leader_pid(self) -> int:
-        return self.pids[self.topology.nodes[self.topology.node_index(self.rank)][0]]
+        return self.pids[self.neighbours[0]]
+
+    @property
+    def leader_token(self) -> str:
+        return self.tokens[self.neighbours[0]]
 
     @property
     def neighbours(self) -> tuple[int, ...]:
@@ -196,12 +202,13 @@ class Node:
 
 
 def discover(world) -> Node:
-    """Every rank says which node it is on (torchrun's GROUP_RANK) and its pid."""
-    mine = (int(os.environ.get("GROUP_RANK", "0")), os.getpid())
+    """Every rank says which node it is on (torchrun's GROUP_RANK), its pid and a random
+    token, through the job's own process group: other users of the machine never see it."""
+    mine = (int(os.environ.get("GROUP_RANK", "0")), os.getpid(), new_token())
     said: list = [None] * world.world_size
     dist.all_gather_object(said, mine)
-    return Node(Topology.from_ranks([node for node, _ in said]), [pid for _, pid in said],
-                world.rank)
+    return Node(Topology.from_ranks([node for node, _, _ in said]),
+                [pid for _, pid, _ in said], world.rank, [token for _, _, token in said])
 
 
 def node_group(job, world, node: Node, hierarchical: bool):
@@ -209,7 +216,7 @@ def node_group(job, world, node: Node, hierarchical: bool):
     through: shared memory within the node then gloo between node leaders
     (``hierarchical``), else torch.distributed over every rank."""
     topology = node.topology
-    memory = NodeMemory(node.leader_pid, node.is_leader)
+    memory = NodeMemory(node.leader_pid, node.is_leader, node.leader_token)
 
     def place(write: bool):
         job.bundle.place_in_(memory.allocate, write)

@@ -14,9 +14,9 @@ import torch
 
 from mptrain.comm.hierarchical import Topology
 from mptrain.errors import Interrupted, UserError
-from mptrain.launch import launcher
-from mptrain.launch.launcher import choose_gloo_interface
-from mptrain.launch.node_memory import NodeMemory, remove_orphans
+from mptrain.launch import torchrun as launcher
+from mptrain.launch.torchrun import choose_gloo_interface
+from mptrain.launch.node_memory import NodeMemory, new_token, remove_orphans
 
 
 def test_topology_groups_ranks_by_node_in_node_order():
@@ -49,10 +49,11 @@ def test_gloo_listens_on_loopback_for_a_local_job_else_where_the_other_nodes_are
 
 
 def test_node_memory_is_shared_by_name_then_unlinked(tmp_path):
-    leader = NodeMemory(os.getpid(), True, folder=tmp_path)
+    token = new_token()
+    leader = NodeMemory(os.getpid(), True, token, folder=tmp_path)
     written = leader.allocate(2, 3)
     written.copy_(torch.arange(6, dtype=torch.uint8).view(2, 3))
-    follower = NodeMemory(os.getpid(), False, folder=tmp_path)
+    follower = NodeMemory(os.getpid(), False, token, folder=tmp_path)
     seen = follower.allocate(2, 3)
     assert torch.equal(seen, written)
     leader.unlink_all()
@@ -63,12 +64,15 @@ def test_node_memory_is_shared_by_name_then_unlinked(tmp_path):
 
 def test_buffers_of_a_dead_leader_are_removed(tmp_path):
     dead = 2 ** 22 + 12345               # above the default pid_max: no such process
-    (tmp_path / f"mptrain-node-{dead}-0").write_bytes(b"x")
-    (tmp_path / f"mptrain-node-{os.getpid()}-0").write_bytes(b"x")
-    (tmp_path / "unrelated").write_bytes(b"x")
+    token = new_token()
+    names = [f"mptrain-node-{dead}-0", f"mptrain-node-{dead}-{token}-0",   # then and now
+             f"mptrain-node-{os.getpid()}-0", "unrelated"]
+    for name in names:
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (1, 1))   # old: left long ago
     remove_orphans(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == \
-        sorted([f"mptrain-node-{os.getpid()}-0", "unrelated"])
+    names = names[2:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)
 
 
 def test_a_store_address_no_rank_can_reach_is_one_line_with_the_fix(monkeypatch):

@@ -1,0 +1,102 @@
+"""The privacy spent, as Google's ``dp-accounting`` computes it (an optional extra:
+``pip install "mptrain[privacy]"``); no accounting maths of our own.
+
+Every round of DP-FedAvg is a Poisson-sampled Gaussian mechanism: clients join with
+probability ``q`` and the sum of their clipped updates gets noise of ``z`` times the clip.
+The accountant keeps the history of rounds as ``(q, z, rounds)`` runs -- plain numbers, the
+state a checkpoint holds -- and composes them with the RDP accountant (Mironov 2017; the
+default, fast) or the PLD accountant (privacy loss distributions, tighter, slower).
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from functools import lru_cache
+
+from ..errors import UserError
+
+ACCOUNTANTS = ("rdp", "pld")
+INSTALL_HINT = 'pip install "mptrain[privacy]" (dp-accounting>=0.4)'
+
+
+def require_dp_accounting():
+    """The ``dp_accounting`` package, or a one-line refusal saying how to install it."""
+    try:
+        import dp_accounting
+    except ImportError:
+        raise UserError(f"differential privacy needs Google's dp-accounting: "
+                        f"{INSTALL_HINT}") from None
+    return dp_accounting
+
+
+@contextmanager
+def _quiet_absl():
+    # dp-accounting's RDP maths warns through absl for every fractional order it cannot
+    # evaluate (and then leaves it out, as it should): hundreds of lines per call.
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@lru_cache(maxsize=256)
+def _epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
+    dp = require_dp_accounting()
+    if not history:
+        return 0.0
+    events = [dp.SelfComposedDpEvent(dp.PoissonSampledDpEvent(q, dp.GaussianDpEvent(z)), n)
+              for q, z, n in history]
+    event = events[0] if len(events) == 1 else dp.ComposedDpEvent(events)
+    with _quiet_absl():
+        if kind == "rdp":
+            accountant = dp.rdp.RdpAccountant()
+        else:
+            accountant = dp.pld.PLDAccountant()
+        accountant.compose(event)
+        return float(accountant.get_epsilon(delta))
+
+
+class PrivacyAccountant:
+    """The rounds spent so far and the epsilon they cost at a given delta."""
+
+    def __init__(self, kind: str = "rdp"):
+        if kind not in ACCOUNTANTS:
+            raise UserError(f"unknown --accountant {kind!r}; choose one of: "
+                            f"{', '.join(ACCOUNTANTS)}")
+        self.kind = kind
+        self.history: list[tuple[float, float, int]] = []
+
+    def spend(self, rate: float, noise_multiplier: float, rounds: int = 1) -> None:
+        """Record ``rounds`` rounds of sampling rate ``rate`` and noise ``noise_multiplier``."""
+        if self.history and self.history[-1][:2] == (rate, noise_multiplier):
+            q, z, n = self.history[-1]
+            self.history[-1] = (q, z, n + rounds)
+        else:
+            self.history.append((rate, noise_multiplier, rounds))
+
+    @property
+    def rounds(self) -> int:
+        return sum(n for _, _, n in self.history)
+
+    def epsilon(self, delta: float) -> float:
+        """The epsilon spent so far at ``delta``."""
+        return _epsilon(self.kind, tuple(self.history), delta)
+
+    def epsilon_after(self, rate: float, noise_multiplier: float, delta: float,
+                      rounds: int = 1) -> float:
+        """The epsilon that ``rounds`` more rounds would bring the total to."""
+        ahead = PrivacyAccountant(self.kind)
+        ahead.history = list(self.history)
+        ahead.spend(rate, noise_multiplier, rounds)
+        return ahead.epsilon(delta)
+
+    def state_dict(self) -> dict:
+        return {"kind": self.kind, "history": [list(run) for run in self.history]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.kind = state["kind"]
+        self.history = [(float(q), float(z), int(n)) for q, z, n in state["history"]]

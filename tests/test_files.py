@@ -1,0 +1,74 @@
+"""Atomic writes: the umask read without changing it, the folder fsync'd after the rename,
+and the files layer below the launcher (it imports nothing from ``mptrain.launch``)."""
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mptrain import files
+from mptrain.files import atomic_write, umask
+
+
+@pytest.fixture
+def mask():
+    old = os.umask(0o027)
+    yield 0o027
+    os.umask(old)
+
+
+def test_the_umask_is_read_without_setting_it(tmp_path, mask, monkeypatch):
+    def forbidden(value):
+        raise AssertionError(f"os.umask({value:o}) called: other threads would see it")
+
+    monkeypatch.setattr(os, "umask", forbidden)
+    assert umask() == mask
+    atomic_write(tmp_path / "out.txt", lambda handle: handle.write(b"x"))
+    assert stat.S_IMODE((tmp_path / "out.txt").stat().st_mode) == 0o640
+
+
+def test_without_the_proc_line_the_umask_is_still_right(tmp_path, mask):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nPid:\t1\n")   # a kernel older than 4.7
+    assert umask(status) == mask
+    assert umask(tmp_path / "absent") == mask
+    assert os.umask(mask) == mask                    # left as it was
+
+
+def test_the_folder_is_fsynced_after_the_rename(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        kind = "folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file"
+        synced.append((kind, (tmp_path / "out.txt").exists()))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write(tmp_path / "out.txt", lambda handle: handle.write(b"x"))
+    # The file's data before the rename, then the folder holding the new name after it.
+    assert synced == [("file", False), ("folder", True)]
+
+
+def test_a_folder_that_cannot_be_fsynced_is_not_an_error(tmp_path, monkeypatch):
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write(tmp_path / "out.txt", lambda handle: handle.write(b"x"))
+    assert (tmp_path / "out.txt").read_bytes() == b"x"
+
+
+def test_the_files_layer_imports_nothing_from_the_launcher():
+    src = Path(files.__file__).parents[1]
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys, mptrain.files; "
+         "print(sorted(m for m in sys.modules if m.startswith('mptrain.launch')))"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(src)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
