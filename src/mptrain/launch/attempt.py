@@ -5,9 +5,7 @@ processes, or as one rank of a job started by torchrun."""
 from __future__ import annotations
 
 import gc
-import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable
 
@@ -19,6 +17,7 @@ from ..comm.solo import SoloGroup
 from ..engine.channels_last import already_channels_last
 from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
+from ..environ import environment
 from ..errors import WorkerFailedError
 from . import rehearsal, warmup
 from .board import ProgressBoard
@@ -148,7 +147,7 @@ def train_on_workers(job: Job) -> None:
             # Frozen objects are never visited, so they stay shared.
             gc.freeze()
         board.beat_all()   # what the parent did before the start is not a worker's silence
-        with _environment(child_environment(run_plan.threads)):
+        with environment(child_environment(run_plan.threads)):
             outcome = supervisor.run(worker_entry,
                                      [(worker_plan, ranks) for ranks in processes])
     finally:
@@ -178,20 +177,6 @@ def describe_failures(failures) -> str:
             lines.append(f"--- traceback of {failure.who()} ---")
             lines.append(failure.traceback.rstrip())
     return "\n".join(lines)
-
-
-@contextmanager
-def _environment(values: dict):
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 class InProcessProgress:

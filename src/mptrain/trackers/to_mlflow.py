@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
+from ..environ import environment
 from ..errors import UserError
 from .common import (Tracker, ended_by_stop, hyperparameters, record_run, recorded_run,
                      scalars, simple)
@@ -160,17 +160,8 @@ def open_client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-@contextmanager
 def quick_requests():
     """QUICK_HTTP in the environment (where MLflow reads it, per request) while our own
-    requests run, as the user had it after."""
-    saved = {name: os.environ.get(name) for name in QUICK_HTTP}
-    for name, value in QUICK_HTTP.items():
-        os.environ.setdefault(name, value)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
+    requests run, as the user had it after; the user's own settings win."""
+    return environment(QUICK_HTTP, keep_set=True)
 
