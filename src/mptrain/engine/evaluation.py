@@ -8,6 +8,7 @@ names (``SupervisedTask.evaluation``, ``RLTask.evaluation``); the driver builds 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -29,7 +30,7 @@ class Evaluation:
     extras: dict = field(default_factory=dict)
 
 
-class RoundEvaluation:
+class RoundEvaluation(ABC):
     """The interface the driver calls; one instance per rank, built in the worker."""
 
     #: Whether every rank must have finished its round before any rank evaluates or writes
@@ -40,12 +41,13 @@ class RoundEvaluation:
     def __init__(self, setup):
         self.setup = setup
 
+    @abstractmethod
     def due(self, index: int, last: bool) -> bool:
         """Whether round ``index`` (0-based) ends with an evaluation."""
-        raise NotImplementedError
 
+    @abstractmethod
     def run(self, program) -> Evaluation:
-        raise NotImplementedError
+        """This rank's share of the evaluation of ``program``'s model."""
 
     def reached_target(self, evaluation: Evaluation) -> bool:
         """The same answer on every rank (a collective): stop after this round?"""

@@ -19,6 +19,7 @@ flat tensors, which is also what a checkpoint holds.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import torch
@@ -34,7 +35,7 @@ DEFAULT_TAU = 1e-3
 DEFAULT_LR = {"sgd": 1.0, "adam": 0.01, "yogi": 0.01, "adagrad": 0.1}
 
 
-class ServerOptimizer:
+class ServerOptimizer(ABC):
     """An elementwise server step over flat tensors; state in ``init_state``'s tensors."""
 
     name: ClassVar[str] = "base"
@@ -47,14 +48,15 @@ class ServerOptimizer:
         FedAvg)."""
         return {}
 
+    @abstractmethod
     def step_(self, params: torch.Tensor, average: torch.Tensor,
               state: dict[str, torch.Tensor]) -> None:
         """Move ``params`` given the clients' ``average``; ``state`` holds views of the
         same slice of each state tensor."""
-        raise NotImplementedError
 
+    @abstractmethod
     def describe(self) -> str:
-        raise NotImplementedError
+        """The optimizer and its settings, for the banner."""
 
 
 class ServerSGD(ServerOptimizer):
@@ -95,8 +97,10 @@ class _AdaptiveServerOptimizer(ServerOptimizer):
     def init_state(self, numel):
         return {"m": torch.zeros(numel), "v": torch.full((numel,), self.tau ** 2)}
 
+    @abstractmethod
     def _second_moment_(self, v: torch.Tensor, squared: torch.Tensor) -> None:
-        raise NotImplementedError
+        """Update the second moment ``v`` in place from the squared average (the one line
+        in which Adam, Yogi and Adagrad differ)."""
 
     @torch.no_grad()
     def step_(self, params, average, state):
