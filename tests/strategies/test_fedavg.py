@@ -18,30 +18,8 @@ from mptrain.launch.supervisor import Supervisor
 from mptrain.engine.seeding import seed_global_generator
 from mptrain.federated.sampling import client_seed, sample_clients
 
-SAMPLES, FEATURES, CLASSES = 240, 6, 3
-RUN = dict(strategy="fedavg", rounds=3, clients=12, clients_per_round=4, batch_size=8,
-           lr=0.2, momentum=0.0, optimizer="sgd", seed=0, threads_per_worker=1, quiet=True)
-POISON = 1e6
-
-
-def make_data(poisoned_index=None):
-    generator = torch.Generator().manual_seed(1234)
-    inputs = torch.randn(SAMPLES, FEATURES, generator=generator)
-    teacher = torch.randn(FEATURES, CLASSES, generator=generator)
-    targets = (inputs @ teacher).argmax(dim=1)
-    if poisoned_index is not None:
-        inputs[poisoned_index] = POISON
-    return TensorDataset(inputs, targets)
-
-
-def make_test_data():
-    full = make_data()
-    return TensorDataset(full.tensors[0][:60], full.tensors[1][:60])
-
-
-def make_model(seed=7):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, CLASSES))
+from fedavg_workload import (CLASSES, POISON, RUN, SAMPLES, make_data, make_model,
+                             make_test_data)
 
 
 class PoisonSensitive(nn.Module):

@@ -8,8 +8,6 @@ import math
 
 import pytest
 import torch
-import torch.nn as nn
-from torch.utils.data import TensorDataset
 
 import mptrain
 from mptrain.config import TrainConfig
@@ -17,29 +15,9 @@ from mptrain.data.partitions import partition_clients
 from mptrain.errors import UserError
 from mptrain.strategies import fedavg as fedavg_module
 
-SAMPLES, FEATURES, CLASSES = 240, 6, 3
-RUN = dict(strategy="fedavg", rounds=3, clients=12, clients_per_round=4, batch_size=8,
-           lr=0.2, momentum=0.0, optimizer="sgd", seed=0, threads_per_worker=1, quiet=True)
+from fedavg_workload import RUN, make_data, make_model, make_test_data
+
 DP = dict(sampling="poisson", dp_clip=0.5, dp_noise=0.8, clients_per_round=6)
-
-
-def make_data(poisoned_index=None):
-    generator = torch.Generator().manual_seed(1234)
-    inputs = torch.randn(SAMPLES, FEATURES, generator=generator)
-    targets = (inputs @ torch.randn(FEATURES, CLASSES, generator=generator)).argmax(dim=1)
-    if poisoned_index is not None:
-        inputs[poisoned_index] = math.inf
-    return TensorDataset(inputs, targets)
-
-
-def make_test_data():
-    full = make_data()
-    return TensorDataset(full.tensors[0][:60], full.tensors[1][:60])
-
-
-def make_model(seed=7):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(FEATURES, 16), nn.Tanh(), nn.Linear(16, CLASSES))
 
 
 def fit(model, workers=2, data=None, **options):
@@ -115,7 +93,8 @@ def test_a_round_where_every_client_drops_changes_nothing_and_is_reported(capsys
 def test_a_client_with_a_non_finite_update_is_dropped_and_counted():
     parts = partition_clients("iid", make_data().tensors[1], RUN["clients"], RUN["seed"])
     poisoned = int(parts[5][0])
-    result = fit(make_model(), data=make_data(poisoned), clients_per_round=12)
+    result = fit(make_model(), data=make_data(poisoned, poison=math.inf),
+                 clients_per_round=12)
     rows = [m.as_dict() for m in result.rounds]
     assert all(r["nonfinite_clients"] == [5] and r["failed_clients"] == [5] for r in rows)
     assert all(r["reported"] == 11 for r in rows)
