@@ -15,6 +15,7 @@ import torch
 
 import mptrain.api
 from mptrain.cli import main
+from user_errors import fail
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,19 +23,6 @@ SUMMARY_KEYS = {"strategy", "workers", "epochs", "data", "model", "test_mse", "f
                 "train_samples_per_s", "wall_s", "torch", "cores", "seed", "weight", "bias"}
 TIME_FIELDS = {"samples_per_s", "epoch_s", "minor_faults", "elapsed_s"}
 OUTPUTS = {"summary.json", "metrics.jsonl", "model.pt", "curves.png"}
-
-
-def fail(argv, capsys):
-    """Run ``main(argv)``, expecting a user error; return its one stderr line."""
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert info.value.code == 2, err
-    assert "Traceback" not in err
-    assert err.startswith("mptrain: error: ")
-    assert len(err.splitlines()) == 1, err
-    assert out == ""
-    return err
 
 
 def metric_rows(folder):

@@ -5,20 +5,12 @@ import json
 import pytest
 
 from mptrain.cli import main
+from user_errors import fail
 
 pytestmark = pytest.mark.timeout(90)
 
 FAST = ["run", "--strategy", "fedavg", "--workers", "2", "--threads-per-worker", "1",
         "--rounds", "2", "--clients", "10", "--clients-per-round", "4", "--quiet"]
-
-
-def fail(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert info.value.code == 2 and err.startswith("mptrain: error: "), err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
-    return err
 
 
 def test_help_groups_the_federated_flags(capsys):

@@ -3,19 +3,9 @@
 import pytest
 
 from mptrain.cli import main
+from user_errors import fail
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def fail(argv, capsys):
-    """Run ``main(argv)``, expecting a user error; return its one stderr line."""
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert info.value.code == 2, err
-    assert err.startswith("mptrain: error: ") and len(err.splitlines()) == 1, err
-    assert "Traceback" not in err and out == ""
-    return err
 
 
 def test_default_is_iid_over_100_clients_of_digits(capsys):

@@ -14,17 +14,9 @@ from mptrain.config import load_config_file
 from mptrain.errors import UserError
 from mptrain.trackers import make_trackers, parse_loggers, tracker_names
 from tracker_runs import RECIPE, make_data, make_model
+from user_errors import fail
 
 pytestmark = pytest.mark.timeout(90)
-
-
-def fail(argv, capsys):
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    out, err = capsys.readouterr()
-    assert info.value.code == 2, err
-    assert err.startswith("mptrain: error: ") and len(err.splitlines()) == 1, err
-    return err
 
 
 @pytest.mark.parametrize("value, expected", [
