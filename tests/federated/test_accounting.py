@@ -50,3 +50,21 @@ def test_more_noise_costs_less_and_history_round_trips():
 def test_unknown_accountant_is_refused():
     with pytest.raises(UserError, match="--accountant"):
         PrivacyAccountant("moments")
+
+
+@pytest.mark.parametrize("kind", ["rdp", "pld"])
+def test_each_rounds_figures_asked_once_give_dp_accountings_own_answer(kind):
+    # The accountant asks dp-accounting for one round's figures once per (q, z) and
+    # composes them as dp-accounting does: the answer must be its own, to the last bit,
+    # also for a history of several (q, z) runs.
+    history = [(0.05, 1.0, 10), (0.05, 2.0, 5), (0.1, 0.7, 3)]
+    events = [dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
+        for q, z, n in history]
+    reference_accountant = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
+                            else dp_accounting.pld.PLDAccountant())
+    reference_accountant.compose(dp_accounting.ComposedDpEvent(events))
+    accountant = PrivacyAccountant(kind)
+    for q, z, n in history:
+        accountant.spend(q, z, n)
+    assert accountant.epsilon(1e-5) == reference_accountant.get_epsilon(1e-5)
