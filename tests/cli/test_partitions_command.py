@@ -61,3 +61,26 @@ def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
 def test_bad_spec_is_refused_before_out_is_created(tmp_path, capsys):
     fail(["partitions", "--partition", "shards", "--out", str(tmp_path / "never")], capsys)
     assert not (tmp_path / "never").exists()
+
+
+def test_help_lists_the_workbench_with_flags_that_run_takes(capsys):
+    import re
+
+    from mptrain.cli.run import run
+
+    assert main(["partitions", "--help"]) == 0
+    out = capsys.readouterr().out
+    named = set(re.findall(r"(--[a-z][a-z-]+)", out.split("Train on them:")[1]
+                           .split("Options:")[0]))
+    run_flags = {opt for param in run.params for opt in param.opts}
+    assert {"--scaffold", "--server-optimizer", "--dp-clip", "--dp-noise", "--target-epsilon",
+            "--dropout-rate", "--straggler-rate", "--client-eval-every"} <= named
+    assert named <= run_flags, named - run_flags
+
+
+def test_output_ends_with_the_run_command_for_this_partition(capsys):
+    assert main(["partitions", "--clients", "12", "--partition", "dirichlet:0.5",
+                 "--seed", "4"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last == ("train on it: mptrain run --strategy fedavg --data digits --clients 12 "
+                    "--partition dirichlet:0.5 --seed 4")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 
 import click
@@ -37,6 +38,21 @@ def partitions(data, data_dir, clients, partition, seed, out):
                              client: about K labels each (McMahan et al. 2017)
       pkg.mod:function       your function(targets, clients, seed), returning
       path/file.py:function  one list of sample indices per client
+
+    \b
+    Train on them: mptrain run --strategy fedavg --clients N --partition P, with
+    the federated workbench one flag away (README "Federated workbench"):
+      --clients-per-round K, --local-epochs E    FedAvg (McMahan et al. 2017)
+      --prox-mu MU                               FedProx
+      --server-optimizer adam|yogi|adagrad       FedAdam, FedYogi, FedAdagrad
+        --server-lr, --server-tau, --server-betas B1,B2
+      --server-momentum M                        FedAvgM (server sgd)
+      --scaffold                                 SCAFFOLD, option II variates
+      --dropout-rate P, --straggler-rate P       unreliable clients
+      --dp-clip C --dp-noise Z --sampling poisson  DP-FedAvg; epsilon at
+        --dp-delta D by --accountant rdp|pld, --target-epsilon E stops first
+      --client-eval-every N                      per-client accuracy: mean,
+                                                 std, 10th pct, worst
     """
     from rich.console import Console
     from rich.table import Table
@@ -66,6 +82,10 @@ def partitions(data, data_dir, clients, partition, seed, out):
     covered = sum(len(part) for part in parts)
     console.print(f"data {bundle.name} ({len(targets):,} training samples, {covered:,} "
                   f"assigned) · {clients} clients · partition {spec} · seed {seed}")
+    command = ["mptrain", "run", "--strategy", "fedavg", "--data", data,
+               *(["--data-dir", data_dir] if data_dir else []), "--clients", str(clients),
+               "--partition", partition, "--seed", str(seed)]
+    console.print(f"train on it: {shlex.join(command)}", markup=False)
     if out_dir is not None:
         path = out_dir / "partitions.png"
         plot_label_mix(path, parts, targets, classes)
