@@ -329,20 +329,23 @@ def test_console_exits_with_main_code_after_the_exit_handlers(tmp_path, args, co
 
 
 def test_command_leaves_no_fork_server_behind(tmp_path):
-    # Two threads for one worker: its worker comes from a fork server, which must not
-    # outlive the command (its own teardown would take CPU from whatever runs next).
+    # A worker from a fork server (asked for: `mptrain run` forks even 2-thread workers),
+    # which must not outlive the command (its teardown would take CPU from what runs next).
     # Output to a file, not a pipe: reading a pipe to its end would wait for the server too.
     log = tmp_path / "log"
     with log.open("w") as handle:
         done = subprocess.run([sys.executable, "-m", "mptrain", "run", "--strategy", "sync",
                                "--workers", "1", "--threads-per-worker", "2", "--epochs",
-                               "1", "--steps-per-epoch", "2"], stdout=handle,
+                               "1", "--steps-per-epoch", "2", "--start-method",
+                               "forkserver"], stdout=handle,
                               stderr=subprocess.STDOUT, cwd=tmp_path, timeout=100)
     assert done.returncode == 0, log.read_text()
     assert "start method forkserver" in log.read_text()
+    # Fork servers carry their parent's sys.path on their command line, so this command's
+    # (cwd tmp_path) is told apart from those of other runs on the machine.
     left = [p.info for p in psutil.process_iter(["pid", "ppid", "cmdline"])
             if "multiprocessing.forkserver" in " ".join(p.info["cmdline"] or [])
-            and p.info["ppid"] != os.getpid()]
+            and str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert left == []
 
 

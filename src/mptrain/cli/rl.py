@@ -50,7 +50,9 @@ def rl(out, resume, quiet, logger, tb_dir, **flags):
     learner (double DQN, target network, epsilon schedule). Both end with a greedy
     evaluation over --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
     """
+    from ..launch import openmp
     from ..rl import fit
 
+    openmp.keep_this_process_on_one_thread()   # so actors with several threads can fork
     fit(out=out, resume=resume, quiet=bool(quiet), loggers=joined_loggers(logger),
         tb_dir=tb_dir, **flags)

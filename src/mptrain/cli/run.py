@@ -156,6 +156,7 @@ def run(config_file, resume, **flags):
     server averages them weighted by their sample counts.
     """
     from ..data import idx
+    from ..launch import openmp
     from ..trackers import parse_loggers
 
     flags["logger"] = joined_loggers(flags["logger"])
@@ -166,6 +167,9 @@ def run(config_file, resume, **flags):
     loggers, tb_dir = parse_loggers(given.pop("logger", None)), given.pop("tb_dir", None)
     if given.get("data") == "mnist" and given.get("data_dir"):
         idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
+    # This process only loads the data and builds the model: on one thread, it can fork
+    # workers that run several (launch.openmp).
+    openmp.keep_this_process_on_one_thread()
     try:
         model, bundle, locations, settings, checkpoint, launcher = _prepare(given, resume)
     finally:

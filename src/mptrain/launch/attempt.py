@@ -19,7 +19,7 @@ from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
 from ..environ import environment
 from ..errors import WorkerFailedError
-from . import rehearsal, warmup
+from . import openmp, rehearsal, warmup
 from .board import ProgressBoard
 from .plan import make_comm
 from .supervisor import Supervisor
@@ -121,6 +121,9 @@ def train_on_workers(job: Job) -> None:
     worker_plan = WorkerPlan(job=job, comm=comm, board=board)
     if run_plan.start_method == "fork":
         warmup.finish()  # workers inherit the imports; no thread may be importing at fork
+        if run_plan.threads > 1 and not openmp.can_fork_multithreaded_children():
+            raise RuntimeError("mptrain: this process ran torch with several threads since "
+                               "it planned to fork workers that do; they would hang")
     per_epoch = job.strategy.samples_per_round(job.bundle, run_plan.workers)
     reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 
@@ -162,7 +165,10 @@ def _prepare_to_fork(job: Job) -> None:
     run_plan, config = job.plan, job.config
     processes = run_plan.processes or run_plan.workers
     needs = job.strategy.needs(job.model, job.bundle, run_plan)
-    if needs.rehearse and rehearsal.worth_rehearsing(processes, run_plan.cores, config.device):
+    # A rehearsal at the workers' thread count would start OpenMP threads in this process,
+    # after which workers with several threads could not be forked safely (``openmp``).
+    if needs.rehearse and run_plan.threads == 1 and \
+            rehearsal.worth_rehearsing(processes, run_plan.cores, config.device):
         rehearsal.rehearse_first_steps(job.model, job.bundle, config, run_plan.threads,
                                        channels_last=needs.private_replicas
                                        or already_channels_last(job.model),

@@ -8,6 +8,7 @@ import sys
 import torch
 
 from ..errors import UserError
+from . import openmp
 
 
 def choose_start_method(requested: str | None, device: str,
@@ -15,9 +16,10 @@ def choose_start_method(requested: str | None, device: str,
     """Return ``(method, reason)``.
 
     A forked child that runs torch with more than one thread hangs in its first parallel
-    operation once the parent has used OpenMP (GNU OpenMP is not fork-safe; measured here:
-    a conv2d never returns). So fork is used only with one thread per worker; with more,
-    workers come from a fork server that never ran a parallel region.
+    operation once the parent has used OpenMP threads (GNU OpenMP is not fork-safe;
+    measured here: a conv2d never returns). So workers with more than one thread are forked
+    only from a process kept on one thread since its start (``openmp``: ``mptrain run``'s);
+    otherwise they come from a fork server that never ran a parallel region.
     """
     available = multiprocessing.get_all_start_methods()
     if requested is not None:
@@ -30,7 +32,7 @@ def choose_start_method(requested: str | None, device: str,
                                 "forked child cannot initialise CUDA; use spawn (the default "
                                 "for CUDA)")
             check_fork_safe()
-            if threads > 1:
+            if threads > 1 and not openmp.can_fork_multithreaded_children():
                 raise UserError(f"--start-method fork with {threads} threads per worker would "
                                 "hang (OpenMP is not fork-safe); use --threads-per-worker 1 "
                                 "or --start-method forkserver")
@@ -41,6 +43,9 @@ def choose_start_method(requested: str | None, device: str,
         return "spawn", "fork is unsafe or unavailable on this platform"
     if torch.cuda.is_initialized():
         return "spawn", "CUDA is initialised in this process, so forking is unsafe"
+    if threads > 1 and openmp.can_fork_multithreaded_children():
+        return "fork", f"{threads} threads per worker, forked from a parent that never " \
+                       "ran OpenMP threads: fastest start, data inherited without copies"
     if threads > 1:
         if "forkserver" in available:
             return "forkserver", f"{threads} threads per worker: OpenMP is not fork-safe"

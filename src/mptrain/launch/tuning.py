@@ -16,6 +16,8 @@ import sys
 
 import torch
 
+from . import openmp
+
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 MALLOC_SETTINGS = {  # mallopt parameter -> (environment variable, value)
     _M_MMAP_THRESHOLD: ("MALLOC_MMAP_THRESHOLD_", 32 * 1024 * 1024),
@@ -86,4 +88,6 @@ def release_free_heap() -> bool:
 def apply_threads(threads: int) -> None:
     """torch's intra-op threads for this process (children get the environment variables
     from ``child_environment`` before they start)."""
+    if threads > 1:
+        openmp.may_have_started_threads()
     torch.set_num_threads(threads)
