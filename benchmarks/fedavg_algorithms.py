@@ -2,7 +2,7 @@
 
     python benchmarks/fedavg_algorithms.py [--data-dir DIR] [--groups noniid,iid,unreliable,
         dp,speed,memory] [--seeds 0,1,2] [--max-rounds 1000] [--workers 2]
-        [--json benchmarks/results/fedavg_algorithms.json] [--smoke]
+        [--json auto|PATH] [--smoke]
 
 Every run is a fresh ``python -m mptrain run`` (``common.run_measured``); figures come from
 its summary.json and metrics.jsonl. Medians over the seeds. Nothing here asserts: the
@@ -50,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import DEFAULT_MNIST, machine_info, run_measured, write_json
+from common import DEFAULT_MNIST, machine_info, result_path, run_measured, write_json
 
 PYTHON = sys.executable
 GROUPS = ("noniid", "iid", "unreliable", "dp", "speed", "memory")
@@ -281,7 +281,8 @@ def main():
     parser.add_argument("--extra", default="", help="flags appended to every run")
     parser.add_argument("--smoke", action="store_true",
                         help="one seed, a few rounds of each group: checks the script only")
-    parser.add_argument("--json", default="benchmarks/results/fedavg_algorithms.json")
+    parser.add_argument("--json", default="auto",
+                        help="auto: benchmarks/results/fedavg-algorithms[-GROUPS]-DATE.json")
     args = parser.parse_args()
     import shlex
 
@@ -296,6 +297,9 @@ def main():
     if not data_dir.is_dir():
         print(f"skipped: no MNIST files in {data_dir} (give --data-dir)")
         return
+    if args.json == "auto":
+        named = "" if groups == list(GROUPS) else "-" + "-".join(groups)
+        args.json = str(result_path(f"fedavg-algorithms{named}"))
     if args.smoke:
         args.seeds, args.max_rounds, args.dp_rounds = args.seeds[:1], 2, 2
         args.speed_rounds, args.memory_rounds, args.target = 2, 1, 0.5
