@@ -92,7 +92,8 @@ def worker(rank, args, data, results):
 
     dist.all_reduce(loss_sum)
     if rank == 0:
-        results.put({"train_s": train_s, "train_loss": float(loss_sum) / (args.steps * args.workers),
+        results.put({"train_s": train_s,
+                     "train_loss": float(loss_sum) / (args.steps * args.workers),
                      **evaluate(model.module, test)})
     dist.barrier()   # the other ranks wait while rank 0 evaluates
     dist.destroy_process_group()
