@@ -33,7 +33,7 @@ milliseconds per step of mptrain's shared-memory average (``average_`` of the gr
 ``broadcast_`` of the buffers; for the CNN with contiguous and with channels-last
 gradients, the layout mptrain's replicas train in), of DDP's bucketed gloo all-reduce
 (without the overlap with backward), and of one batch's forward and backward; and the
-floor: the bytes one rank copies per step in the shared-memory average (2.75 x the
+floor: the bytes one rank copies per step in the shared-memory average (3.25 x the
 gradient bytes, plus the buffers: counted in ``comm_collectives.shm_bytes_copied``)
 divided by the memcpy bandwidth of one process while 2 copy at once. "x floor" is a
 collective's milliseconds over the floor's.

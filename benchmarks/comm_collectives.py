@@ -203,15 +203,16 @@ def shm_bytes_copied(model_name: str, world: int = 2) -> dict:
     ``broadcast_``:
 
     - gradients into this rank's slot: P bytes;
-    - its 1/world chunk of every slot summed into the result (``mean_of_rows``): reads P,
-      writes P/world, counted as (P + P/world) / 2 bytes copied;
+    - its 1/world chunk of every slot summed into the result (``mean_of_rows``'s
+      ``torch.sum``): reads P, writes P/world, counted as (P + P/world) / 2 bytes copied;
+    - that chunk divided by the world size in place (its ``div_``): P/world bytes;
     - the result back into the gradients: P bytes;
     - buffers (BatchNorm statistics), rank 0 into the result, the others out of it: B bytes.
     """
     model, grads = _model_and_grads(model_name, False)
     p = sum(g.numel() * g.element_size() for g in grads)
     b = sum(t.numel() * t.element_size() for t in model.buffers())
-    parts = {"gradients_in": p, "reduce": (p + p / world) / 2, "gradients_out": p,
-             "buffers": b}
+    parts = {"gradients_in": p, "reduce": (p + p / world) / 2, "divide": p / world,
+             "gradients_out": p, "buffers": b}
     return {"parameter_bytes": p, "buffer_bytes": b, "parts": parts,
             "total": sum(parts.values())}
