@@ -228,3 +228,17 @@ def test_config_file_takes_betas_as_a_list_or_a_string(tmp_path):
     assert config.server_betas == (0.8, 0.95) and config.server_tau == 0.01
     assert TrainConfig.from_settings({"strategy": "fedavg", "server_optimizer": "adam",
                                       "server_betas": "0.5,0.6"}).server_betas == (0.5, 0.6)
+
+
+@pytest.mark.timeout(120)
+def test_a_round_where_every_client_sends_a_non_finite_update_stops_the_run():
+    # Finite but huge weights: every client's first step overflows. Dropping them all and
+    # going on would change nothing in any later round; the run stops as diverged instead.
+    from mptrain.errors import TrainingDiverged
+
+    model = make_model()
+    with torch.no_grad():
+        model[2].weight.fill_(1e38)
+    with pytest.raises(TrainingDiverged, match=r"every client's update was non-finite in "
+                                               r"round 1 \(4 client\(s\)\); stopped"):
+        fit(model, rounds=3)

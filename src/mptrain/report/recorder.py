@@ -78,7 +78,9 @@ class RunRecorder:
         elif self.model is not None and not parameters_finite(self.model):
             what = f"the model's parameters became non-finite in {unit} {metrics.epoch}"
         else:
-            return None
+            what = self.strategy.divergence(metrics)
+            if what is None:
+                return None
         if self.keeper.saved_path is not None:
             kept = (f"the last good checkpoint ({unit} {self.keeper.saved_epoch}) is kept in "
                     f"{self.keeper.saved_path}")
