@@ -95,10 +95,17 @@ def test_spawn_without_guard_is_refused_with_an_explanation(tmp_path):
     assert "spawn" in output
 
 
+@pytest.fixture(scope="module")
+def spawned_unguarded_run(tmp_path_factory):
+    """One spawn run of the unguarded script that mentions ``__name__``, read by the two
+    tests below: each checks another part of what it printed."""
+    return run_script(tmp_path_factory.mktemp("unguarded"), "spawn", UNGUARDED_MENTIONING_NAME)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_spawn_without_guard_fails_in_the_workers_with_an_explanation(tmp_path):
-    done, output = run_script(tmp_path, "spawn", UNGUARDED_MENTIONING_NAME)
+def test_spawn_without_guard_fails_in_the_workers_with_an_explanation(spawned_unguarded_run):
+    done, output = spawned_unguarded_run
     assert done.returncode != 0
     assert "ACCURACY" not in output
     assert "running as __mp_main__" in output  # the workers re-imported the script
@@ -107,7 +114,7 @@ def test_spawn_without_guard_fails_in_the_workers_with_an_explanation(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(150)
-def test_spawn_without_guard_is_explained_by_mptrain_in_the_workers(tmp_path):
-    done, output = run_script(tmp_path, "spawn", UNGUARDED_MENTIONING_NAME)
+def test_spawn_without_guard_is_explained_by_mptrain_in_the_workers(spawned_unguarded_run):
+    done, output = spawned_unguarded_run
     assert done.returncode != 0
     assert "re-imports your main script in every worker" in output

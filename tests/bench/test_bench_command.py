@@ -62,23 +62,27 @@ def test_bench_writes_table_json_csv_and_plot(tmp_path, capsys):
 
 def test_fedavg_cells_run_rounds_against_their_own_reference(tmp_path, capsys):
     out = tmp_path / "bench"
+    # One thread per worker: `single x1` would then be the 1-thread reference again and is
+    # not run (test_bench_maths covers the matrix with it), so three runs give a table of
+    # an epoch cell beside round cells.
     code = bench(["--data", "digits", "--strategies", "single,fedavg", "--workers", "2",
-                  "--epochs", "2", "--repeats", "1", "--clients", "20",
-                  "--clients-per-round", "4", "--local-epochs", "1", "--no-memory",
-                  "--out", str(out)])
+                  "--threads-per-worker", "1", "--epochs", "2", "--repeats", "1",
+                  "--clients", "20", "--clients-per-round", "4", "--local-epochs", "1",
+                  "--no-memory", "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
     assert "s/unit" in printed and "/round" in printed and "/epoch" in printed
 
     report = json.loads((out / "bench.json").read_text())
     cells = {cell["label"]: cell for cell in report["cells"]}
-    assert list(cells) == ["single (1 thread)", "single x1", "fedavg (1 thread)", "fedavg x2"]
-    fedavg = cells["fedavg x2"]
+    assert list(cells) == ["single (1 thread)", "fedavg (1 thread)", "fedavg x2, 1 thr"]
+    assert cells["single (1 thread)"]["unit"] == "epoch"
+    fedavg = cells["fedavg x2, 1 thr"]
     assert fedavg["unit"] == "round" and fedavg["failed"] == 0
     assert fedavg["efficiency_over"] == "fedavg (1 thread)"
     assert fedavg["efficiency"]["n"] == 1 and fedavg["efficiency"]["median"] > 0
     assert fedavg["test_accuracy"]["median"] is not None
-    runs = [run for run in report["runs"] if run["cell"] == "fedavg x2"]
+    runs = [run for run in report["runs"] if run["cell"] == "fedavg x2, 1 thr"]
     assert [row["round"] for row in runs[0]["epochs"]] == [1, 2]
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from run_watch import live_children, poll, shm_entries
-from test_torchrun import NETWORK_TROUBLE, clean_environment, mptrain_run
+from test_torchrun import NETWORK_TROUBLE, clean_environment, own_workers_run
 
 pytestmark = pytest.mark.slow
 WORKLOAD = Path(__file__).resolve().parents[1] / "launcher_workload.py"
@@ -113,7 +113,8 @@ def model_at(out: Path) -> dict:
 
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("strategy", ["sync", "ddp", "fedavg"])
-def test_two_nodes_train_like_four_own_workers(tmp_path, strategy, uninterrupted_two_node_run):
+def test_two_nodes_train_like_four_own_workers(tmp_path, strategy, uninterrupted_two_node_run,
+                                               monkeypatch):
     before = {e for e in shm_entries() if e.startswith("mptrain-node-")}
     if strategy == "fedavg":
         args = FACTORY + ["--strategy", strategy, "--rounds", "3", "--clients", "8",
@@ -124,8 +125,8 @@ def test_two_nodes_train_like_four_own_workers(tmp_path, strategy, uninterrupted
         args = FACTORY + ["--strategy", strategy, "--epochs", str(REFERENCE_EPOCHS)]
         torchrun = uninterrupted_two_node_run(strategy)
         shutil.copy(WORKLOAD, tmp_path / WORKLOAD.name)
-    own = mptrain_run(tmp_path, ["run", *args, "--workers", "4", "--out", "own"])
-    assert own.returncode == 0, own.stderr
+    assert own_workers_run(tmp_path, ["run", *args, "--workers", "4", "--out", "own"],
+                           monkeypatch) == 0
 
     summary = json.loads((torchrun / "summary.json").read_text())
     assert (summary["workers"], summary["strategy"]) == (4, strategy)

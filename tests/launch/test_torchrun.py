@@ -50,12 +50,27 @@ def mptrain_run(folder: Path, args: list[str], env: dict[str, str] | None = None
                           text=True, timeout=timeout)
 
 
+def own_workers_run(folder: Path, args: list[str], monkeypatch) -> int:
+    """``mptrain ARGS`` with mptrain's own workers, run in this process (``main`` as the
+    script calls it) in ``folder``: the reference that torchrun's ranks are compared with
+    needs no interpreter of its own, and its workers are forked and reaped by the run."""
+    from mptrain.cli import main
+
+    for name in set(os.environ) - set(clean_environment()):
+        monkeypatch.delenv(name)
+    monkeypatch.chdir(folder)
+    try:
+        return main(args)
+    except SystemExit as exit_:
+        return exit_.code
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 # One strategy: what differs between strategies under torchrun is covered across nodes by
 # test_multinode (sync, ddp and fedavg); this is the one-node path.
 @pytest.mark.parametrize("strategy", ["ddp"])
-def test_two_ranks_from_torchrun_train_like_two_own_workers(tmp_path, strategy):
+def test_two_ranks_from_torchrun_train_like_two_own_workers(tmp_path, strategy, monkeypatch):
     out, own = tmp_path / "torchrun", tmp_path / "own"
     done = torchrun(tmp_path, RUN + ["--strategy", strategy, "--out", str(out)])
     assert done.returncode == 0, done.stderr
@@ -70,9 +85,8 @@ def test_two_ranks_from_torchrun_train_like_two_own_workers(tmp_path, strategy):
 
     # The same run on mptrain's own 2 workers: the same shards, steps and averages; gloo
     # may sum in another order than the shared-memory group, so close, not bitwise.
-    own_done = mptrain_run(tmp_path, RUN + ["--strategy", strategy, "--workers", "2",
-                                            "--out", str(own)])
-    assert own_done.returncode == 0, own_done.stderr
+    assert own_workers_run(tmp_path, RUN + ["--strategy", strategy, "--workers", "2",
+                                            "--out", str(own)], monkeypatch) == 0
     theirs, ours = torch.load(out / "model.pt"), torch.load(own / "model.pt")
     assert theirs.keys() == ours.keys()
     for key in ours:
