@@ -15,12 +15,27 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def kept(monkeypatch):
+    """This test process as if it were the `mptrain` command's own."""
     import torch
 
     monkeypatch.setattr(openmp, "_kept_on_one_thread", False)
+    monkeypatch.setattr(openmp, "_the_command", True)
     previous = torch.get_num_threads()
     yield
     torch.set_num_threads(previous)
+
+
+def test_a_command_run_inside_another_program_leaves_its_threads_alone(monkeypatch):
+    # cli.main() from Python (or these tests): that process may have run OpenMP threads.
+    import torch
+
+    monkeypatch.setattr(openmp, "_kept_on_one_thread", False)
+    monkeypatch.setattr(openmp, "_the_command", False)
+    threads = torch.get_num_threads()
+    openmp.keep_this_process_on_one_thread()
+    assert torch.get_num_threads() == threads
+    assert not openmp.can_fork_multithreaded_children()
+    assert choose_start_method(None, "cpu", threads=2)[0] == "forkserver"
 
 
 def test_only_a_process_kept_on_one_thread_forks_multithreaded_workers(kept):

@@ -13,6 +13,7 @@ import click
 
 from ..errors import (Interrupted, RunInterrupted, TrainingDiverged, UserError,
                       WorkerFailedError)
+from ..launch import openmp
 from ..launch.lifecycle import exit_after_cleanup, sigterm_raises
 from . import bench, partitions, rl, run, tools  # noqa: F401  (each registers its command)
 from .app import cli
@@ -57,6 +58,7 @@ def _main(argv) -> int:
 def console() -> None:
     """The ``mptrain`` command: ``main`` then a quick exit (``main`` itself returns, so tests
     and embedding code can call it)."""
+    openmp.this_process_is_the_command()
     try:
         code = main()
     except SystemExit as done:

@@ -6,13 +6,15 @@ that waits forever for them at its own first parallel region (measured here: a c
 returns). A process that has run every torch operation on one thread has no such pool, and
 its forked children start their own.
 
-``mptrain run`` and ``mptrain rl`` own their process from its start and only load the data
-and build the model before their workers train: they keep it on one thread, so that workers
+The ``mptrain`` command owns its process from its start (``cli.console``), and ``run`` and
+``rl`` only load the data and build the model before their workers train: they keep it on
+one thread, so that workers
 with several threads are forked -- in milliseconds, inheriting the parent's imports and
 data -- rather than started by a fork server that must first import torch (a 1-worker,
 2-thread run started 3.5-4.5 s later than a 2-worker one by fork; issue 24). A process
-mptrain does not own from its start (``fit()`` in the user's interpreter) cannot vouch that
-no parallel region ever ran, and uses the fork server for such workers.
+mptrain does not own from its start (``fit()`` or ``cli.main()`` in the user's interpreter,
+the tests) cannot vouch that no parallel region ever ran, and uses the fork server for such
+workers; its thread count is left alone.
 
 ``threadpoolctl``-style thread counting cannot tell: numpy's OpenBLAS starts a pool of its
 own at import (fork-safe, it handles fork itself), so a count of native threads is not 1 in a
@@ -21,14 +23,26 @@ process that never touched OpenMP.
 
 from __future__ import annotations
 
-import torch
-
+_the_command = False          # this process is the `mptrain` command's (``cli.console``)
 _kept_on_one_thread = False
 
 
+def this_process_is_the_command() -> None:
+    """Called by the ``mptrain`` command's entry point, before anything runs (no torch
+    import: ``mptrain --help`` stays fast)."""
+    global _the_command
+    _the_command = True
+
+
 def keep_this_process_on_one_thread() -> None:
-    """Called by a command that owns its process, before it runs any torch operation."""
+    """Called by a command before it runs any torch operation. Nothing happens where the
+    command runs inside another program (``cli.main`` called from Python, the tests): that
+    process may have run OpenMP threads already, and its thread count is its own."""
     global _kept_on_one_thread
+    if not _the_command:
+        return
+    import torch
+
     torch.set_num_threads(1)
     _kept_on_one_thread = True
 
@@ -41,4 +55,8 @@ def may_have_started_threads() -> None:
 
 
 def can_fork_multithreaded_children() -> bool:
-    return _kept_on_one_thread and torch.get_num_threads() == 1
+    if not _kept_on_one_thread:
+        return False
+    import torch
+
+    return torch.get_num_threads() == 1
