@@ -68,3 +68,19 @@ def test_each_rounds_figures_asked_once_give_dp_accountings_own_answer(kind):
     for q, z, n in history:
         accountant.spend(q, z, n)
     assert accountant.epsilon(1e-5) == reference_accountant.get_epsilon(1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rdp", "pld"])
+@pytest.mark.parametrize("history", [[(0.0, 1.0, 5)], [(0.1, 0.0, 3)],
+                                     [(0.0, 1.0, 5), (0.1, 1.0, 4)]],
+                         ids=["nobody-sampled", "no-noise", "nobody-then-some"])
+def test_rounds_without_sampling_or_without_noise_answer_as_dp_accounting(kind, history):
+    events = [dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
+        for q, z, n in history]
+    reference_accountant = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
+                            else dp_accounting.pld.PLDAccountant())
+    reference_accountant.compose(dp_accounting.ComposedDpEvent(events))
+    accountant = PrivacyAccountant(kind)
+    accountant.history = list(history)
+    assert accountant.epsilon(1e-5) == reference_accountant.get_epsilon(1e-5)

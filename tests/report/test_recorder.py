@@ -47,10 +47,11 @@ class Keeper:
         self.offered.append(done)
 
 
-def recorder(tmp_path, keeper, model=None):
+def recorder(tmp_path, keeper, model=None, extras=None):
     config = TrainConfig(epochs=3)
-    strategy = SimpleNamespace(round_extras=lambda reports: {}, round_line=lambda m: [],
-                               round_notes=lambda m: [], divergence=lambda m: None)
+    strategy = SimpleNamespace(round_extras=lambda reports: dict(extras or {}),
+                               round_line=lambda m: [],
+                               round_notes=lambda m: [])
     return RunRecorder(config, strategy, "classification", Presenter(), keeper, tmp_path,
                        workers=2, samples_per_round=8, run_started=0.0, history=[],
                        model=model)
@@ -126,13 +127,12 @@ def test_the_keeper_of_a_resumed_run_names_the_checkpoint_it_resumed(tmp_path):
 
 
 def test_a_strategy_can_say_the_run_diverged(tmp_path):
-    # fedavg: a round whose every client sent a non-finite update (its loss and the model
-    # stay finite, since those clients are left out of both).
-    rec = recorder(tmp_path, Keeper())
-    rec.strategy.divergence = lambda m: f"every client's update was non-finite in round " \
-                                        f"{m.epoch} (4 client(s))"
+    # fedavg: every client's update non-finite (its loss and the model stay finite, since
+    # those clients are left out of both), said in the round's row.
+    rec = recorder(tmp_path, Keeper(), extras={
+        "diverged": "every client's update was non-finite in round 1 (4 clients)"})
     rec.on_report(report(0, 0, 1.0))
     with pytest.raises(TrainingDiverged, match=r"diverged: every client's update was "
-                                               r"non-finite in round 1 \(4 client\(s\)\); "
+                                               r"non-finite in round 1 \(4 clients\); "
                                                r"stopped, no checkpoint was written"):
         rec.on_report(report(0, 1, 1.0))

@@ -240,5 +240,33 @@ def test_a_round_where_every_client_sends_a_non_finite_update_stops_the_run():
     with torch.no_grad():
         model[2].weight.fill_(1e38)
     with pytest.raises(TrainingDiverged, match=r"every client's update was non-finite in "
-                                               r"round 1 \(4 client\(s\)\); stopped"):
+                                               r"round 1 \(4 clients\); stopped"):
         fit(model, rounds=3)
+
+
+@pytest.mark.parametrize("rounds, expected", [
+    # (clients, failed_clients incl. non-finite, nonfinite_clients) per round
+    ([(4, [1, 2, 3, 4], [1, 2, 3, 4])], "non-finite in round 1 (4 clients)"),
+    ([(4, [1, 2, 3], [1, 2, 3])], None),                  # one client's update was finite
+    ([(4, [1, 2, 3, 4], [1, 2])], "round 1 (2 clients)"),  # 2 raised, both that trained bad
+    ([(4, [1, 2, 3], [1, 2])], None),                    # 1 raised, 1 of 3 trained finite
+    ([(0, [], [])], None),                               # Poisson drew nobody
+    ([(1, [7], [7])] * 2, None),                         # a lone client: its data, maybe
+    ([(1, [7], [7]), (1, [3], [3]), (1, [5], [5])], "non-finite in rounds 1-3"),
+    ([(1, [7], [7]), (1, [], []), (1, [5], [5])], None),  # not in a row
+])
+def test_a_round_has_diverged_only_when_the_global_model_is_what_broke(rounds, expected):
+    from types import SimpleNamespace
+
+    strategy = fedavg_module.FedAvgStrategy(TrainConfig(strategy="fedavg", clients=12))
+    rows = []
+    for index, (clients, failed, nonfinite) in enumerate(rounds):
+        extras = {"clients": clients, "failed_clients": failed,
+                  "nonfinite_clients": nonfinite}
+        rows.append(strategy.round_extras([SimpleNamespace(
+            index=index, extras=extras, evaluated_at=1.0, train_started=0.0)]))
+    found = rows[-1].get("diverged")
+    if expected is None:
+        assert found is None
+    else:
+        assert expected in found

@@ -85,8 +85,8 @@ def partitions(data, data_dir, clients, partition, seed, out):
     command = ["mptrain", "run", "--strategy", "fedavg", "--data", data,
                *(["--data-dir", data_dir] if data_dir else []), "--clients", str(clients),
                "--partition", partition, "--seed", str(seed)]
-    console.print(f"train on it: {shlex.join(command)}", markup=False)
     if out_dir is not None:
         path = out_dir / "partitions.png"
         plot_label_mix(path, parts, targets, classes)
         console.print(f"wrote {path}")
+    console.print(f"train on it: {shlex.join(command)}", markup=False)

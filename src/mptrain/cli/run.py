@@ -167,8 +167,9 @@ def run(config_file, resume, **flags):
     loggers, tb_dir = parse_loggers(given.pop("logger", None)), given.pop("tb_dir", None)
     if given.get("data") == "mnist" and given.get("data_dir"):
         idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
-    # This process only loads the data and builds the model: on one thread, it can fork
-    # workers that run several (launch.openmp).
+    # Until its workers start this process only loads the data and builds the model: kept
+    # on one thread, it can fork workers that run several (launch.openmp); `single` and
+    # torchrun ranks set their own count before they train.
     openmp.keep_this_process_on_one_thread()
     try:
         model, bundle, locations, settings, checkpoint, launcher = _prepare(given, resume)

@@ -11,6 +11,7 @@ default, fast) or the PLD accountant (privacy loss distributions, tighter, slowe
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import contextmanager
 from functools import lru_cache
 
@@ -43,37 +44,41 @@ def _quiet_absl():
         logger.setLevel(level)
 
 
+PLD_INTERVAL = 1e-4      # dp-accounting's PLDAccountant default
+
+
 # What one round costs is the expensive part of every answer (the RDP of a subsampled Gaussian
 # at 156 orders: ~0.13 s; its PLD: ~1.1 s), and it depends on (q, z) alone. Asked once per
 # (q, z) here, it keeps rank 0's per-round accounting -- which every other rank waits for at
 # the round's barrier -- in milliseconds instead of adding a tenth of a second to each round.
 @lru_cache(maxsize=32)
 def _rdp_of_one_round(q: float, z: float):
+    """dp-accounting's RDP of one round at its default orders (read-only: it is shared)."""
     dp = require_dp_accounting()
     accountant = dp.rdp.RdpAccountant(dp.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
     with _quiet_absl():
         accountant.compose(dp.PoissonSampledDpEvent(q, dp.GaussianDpEvent(z)))
-    return accountant.rdp
+    rdp = accountant.rdp
+    rdp.setflags(write=False)
+    return rdp
 
 
 @lru_cache(maxsize=32)
 def _pld_of_one_round(q: float, z: float):
+    """dp-accounting's PLD of one round, built with the arguments its PLDAccountant passes."""
     dp = require_dp_accounting()
-    # The arguments dp-accounting's own PLDAccountant passes for this event.
     return dp.pld.privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=z, value_discretization_interval=PLD_INTERVAL, sampling_prob=q,
         neighboring_relation=dp.NeighboringRelation.ADD_OR_REMOVE_ONE)
-
-
-PLD_INTERVAL = 1e-4      # dp-accounting's PLDAccountant default
 
 
 @lru_cache(maxsize=256)
 def _epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: float) -> float:
     """What dp-accounting's accountant answers for ``history``, composed the way it composes
     (RDP: the sum of each run's count times its per-order RDP, then its ``compute_epsilon``;
-    PLD: each run's distribution self-composed, then composed in order), with each
-    round's own figures asked of it once."""
+    PLD: each run's distribution self-composed, then composed in order; a run that samples
+    nobody adds nothing, one without noise makes epsilon infinite), with each round's own
+    figures asked of it once."""
     dp = require_dp_accounting()
     if not history:
         return 0.0
@@ -84,10 +89,13 @@ def _epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: fl
                 rdp = rdp + rounds * _rdp_of_one_round(q, z)
             orders = dp.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS
             return float(dp.rdp.rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)[0])
+        if any(q > 0 and z == 0 for q, z, _ in history):
+            return math.inf
         pld = dp.pld.privacy_loss_distribution.identity(
             value_discretization_interval=PLD_INTERVAL)
         for q, z, rounds in history:
-            pld = pld.compose(_pld_of_one_round(q, z).self_compose(rounds))
+            if q > 0:
+                pld = pld.compose(_pld_of_one_round(q, z).self_compose(rounds))
         return float(pld.get_epsilon_for_delta(delta))
 
 

@@ -18,7 +18,7 @@ from ..engine.channels_last import already_channels_last
 from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
 from ..environ import environment
-from ..errors import WorkerFailedError
+from ..errors import UserError, WorkerFailedError
 from . import openmp, rehearsal, warmup
 from .board import ProgressBoard
 from .plan import make_comm
@@ -122,8 +122,9 @@ def train_on_workers(job: Job) -> None:
     if run_plan.start_method == "fork":
         warmup.finish()  # workers inherit the imports; no thread may be importing at fork
         if run_plan.threads > 1 and not openmp.can_fork_multithreaded_children():
-            raise RuntimeError("mptrain: this process ran torch with several threads since "
-                               "it planned to fork workers that do; they would hang")
+            raise UserError("this process ran torch on several threads before its workers "
+                            f"with {run_plan.threads} threads each could be forked (they would "
+                            "hang: OpenMP is not fork-safe); use --start-method forkserver")
     per_epoch = job.strategy.samples_per_round(job.bundle, run_plan.workers)
     reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 

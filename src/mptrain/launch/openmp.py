@@ -8,17 +8,19 @@ its forked children start their own.
 
 The ``mptrain`` command owns its process from its start (``cli.console``), and ``run`` and
 ``rl`` only load the data and build the model before their workers train: they keep it on
-one thread, so that workers
-with several threads are forked -- in milliseconds, inheriting the parent's imports and
-data -- rather than started by a fork server that must first import torch (a 1-worker,
-2-thread run started 3.5-4.5 s later than a 2-worker one by fork; issue 24). A process
-mptrain does not own from its start (``fit()`` or ``cli.main()`` in the user's interpreter,
-the tests) cannot vouch that no parallel region ever ran, and uses the fork server for such
-workers; its thread count is left alone.
+one thread, so that workers with several threads are forked -- in milliseconds, inheriting
+the parent's imports and data -- rather than started by a fork server that must first
+import torch (a 1-worker, 2-thread run started 3.5-4.5 s later than a 2-worker one by fork;
+issue 24). A process mptrain does not own from its start (``fit()`` or ``cli.main()`` in the
+user's interpreter, the tests) cannot vouch that no parallel region ever ran, and uses the
+fork server for such workers; its thread count is left alone.
 
-``threadpoolctl``-style thread counting cannot tell: numpy's OpenBLAS starts a pool of its
-own at import (fork-safe, it handles fork itself), so a count of native threads is not 1 in a
-process that never touched OpenMP.
+What this cannot see: a user's ``--data``/``--model`` factory that raises the thread count,
+runs torch and lowers it again (``mptrain`` then forks workers that hang; give
+``--start-method forkserver``), or a build where numpy's OpenBLAS and torch share one GNU
+OpenMP. Counting the process's threads cannot tell either: numpy's OpenBLAS starts a pool of
+its own at import (fork-safe, it handles fork itself), so a process that never touched
+OpenMP has more than one thread.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def may_have_started_threads() -> None:
 
 
 def can_fork_multithreaded_children() -> bool:
+    """Whether workers with several threads may be forked from this process now."""
     if not _kept_on_one_thread:
         return False
     import torch

@@ -30,6 +30,7 @@ from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.step import train_step
 from ..models import model_bytes
+from . import openmp
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ def rehearse_first_steps(model: nn.Module, data, config, threads: int, channels_
     if model_bytes(model) > MAX_MODEL_BYTES or len(data.train) == 0 or _has_hooks(model):
         return False
     previous_threads = torch.get_num_threads()
+    if threads > 1:
+        openmp.may_have_started_threads()
     torch.set_num_threads(threads)
     try:
         with _random_state_kept():

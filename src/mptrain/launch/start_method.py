@@ -18,7 +18,8 @@ def choose_start_method(requested: str | None, device: str,
     A forked child that runs torch with more than one thread hangs in its first parallel
     operation once the parent has used OpenMP threads (GNU OpenMP is not fork-safe;
     measured here: a conv2d never returns). So workers with more than one thread are forked
-    only from a process kept on one thread since its start (``openmp``: ``mptrain run``'s);
+    only from a process kept on one thread since its start (``openmp``: the ``mptrain``
+    command's, for ``run`` and ``rl``);
     otherwise they come from a fork server that never ran a parallel region.
     """
     available = multiprocessing.get_all_start_methods()

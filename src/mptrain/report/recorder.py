@@ -77,10 +77,10 @@ class RunRecorder:
             what = f"the training loss was {metrics.train_loss} in {unit} {metrics.epoch}{at}"
         elif self.model is not None and not parameters_finite(self.model):
             what = f"the model's parameters became non-finite in {unit} {metrics.epoch}"
+        elif metrics.extras.get("diverged"):   # a strategy's own finding (fedavg's clients)
+            what = metrics.extras["diverged"]
         else:
-            what = self.strategy.divergence(metrics)
-            if what is None:
-                return None
+            return None
         if self.keeper.saved_path is not None:
             kept = (f"the last good checkpoint ({unit} {self.keeper.saved_epoch}) is kept in "
                     f"{self.keeper.saved_path}")

@@ -187,11 +187,6 @@ class Strategy(ABC):
         """Lines the user must see after a round, even with --quiet."""
         return []
 
-    def divergence(self, metrics) -> str | None:
-        """What in this round, beyond a non-finite loss or model (which the recorder checks
-        for every strategy), says the run has diverged; None when nothing does."""
-        return None
-
     def summary_fields(self) -> dict:
         """Strategy-specific entries of summary.json."""
         return {}

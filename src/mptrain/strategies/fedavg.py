@@ -47,6 +47,8 @@ CONTROLS_FILE = "scaffold-client-controls.f32"
 #: Of /dev/shm's free space, what the client variates may take (the rest: data, model,
 #: collectives, other runs).
 SHM_SHARE = 0.5
+#: Rounds in a row of a lone trained client's non-finite update that mean the run diverged.
+LONE_CLIENT_ROUNDS = 3
 
 
 class FedAvgStrategy(Strategy):
@@ -86,6 +88,7 @@ class FedAvgStrategy(Strategy):
         #: The parent's view of the last round's privacy spent (for summary.json).
         self.last_epsilon: float | None = None
         self.stopped_for_privacy_at: int | None = None
+        self._rounds_all_nonfinite = 0   # in a row (``_diverged``)
 
     # -- facts ---------------------------------------------------------------------------------
     @classmethod
@@ -299,6 +302,11 @@ class FedAvgStrategy(Strategy):
                - min(r.train_started for r in reports)}
         if nonfinite:
             row["nonfinite_clients"] = nonfinite
+        # failed_clients holds the non-finite ones too; those trained.
+        diverged = self._diverged(row["round"], nonfinite,
+                                  clients - len(failed) + len(nonfinite))
+        if diverged:
+            row["diverged"] = diverged
         server = extras[0]   # rank 0 speaks for the server
         for key in ("epsilon", "dp_clip", "client_acc_mean", "client_acc_std",
                     "client_acc_p10", "client_acc_worst", "clients_evaluated"):
@@ -310,6 +318,24 @@ class FedAvgStrategy(Strategy):
             self.stopped_for_privacy_at = row["round"]
             row["stopped"] = "privacy budget"
         return row
+
+    def _diverged(self, round_number: int, nonfinite: list[int], trained: int) -> str | None:
+        """Whether the global model itself is broken: every client that trained this round
+        sent a non-finite update -- at least two of them, or a lone client three rounds in a
+        row (one client's bad data leaves the others finite, and is dropped and counted).
+        Dropping them all and going on would change nothing in any later round (seen:
+        SCAFFOLD at lr 0.1 on shards:2 spun through 930 such rounds)."""
+        if nonfinite and len(nonfinite) == trained:
+            self._rounds_all_nonfinite += 1
+        else:
+            self._rounds_all_nonfinite = 0
+        if trained >= 2 and self._rounds_all_nonfinite:
+            return (f"every client's update was non-finite in round {round_number} "
+                    f"({trained} clients)")
+        if self._rounds_all_nonfinite >= LONE_CLIENT_ROUNDS:
+            return (f"every client's update was non-finite in rounds "
+                    f"{round_number - LONE_CLIENT_ROUNDS + 1}-{round_number}")
+        return None
 
     def round_line(self, metrics):
         extras, parts = metrics.extras, []
@@ -323,21 +349,6 @@ class FedAvgStrategy(Strategy):
             parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
                          f"(worst {100 * extras['client_acc_worst']:.1f}%)")
         return parts + metric_parts(metrics)
-
-    def divergence(self, metrics):
-        """Every client that trained this round sent a non-finite update: the global model
-        they all started from is what is broken (one client's bad data would leave the
-        others' updates finite), and the rounds after would drop every client, change
-        nothing and never end the run (seen: SCAFFOLD at lr 0.1 on shards:2, 930 such
-        rounds)."""
-        extras = metrics.extras
-        nonfinite = extras.get("nonfinite_clients") or []
-        failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
-        trained = (extras.get("clients") or 0) - len(failed)
-        if not nonfinite or len(nonfinite) < trained:
-            return None
-        return (f"every client's update was non-finite in round {metrics.epoch} "
-                f"({len(nonfinite)} client(s))")
 
     def round_notes(self, metrics):
         """What a round's clients did that the user must know."""
