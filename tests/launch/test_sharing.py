@@ -37,3 +37,24 @@ def test_shm_preflight_refuses_with_the_docker_hint(tmp_path):
     with pytest.raises(UserError, match="--shm-size"):
         check_shm_space(1 << 60, str(tmp_path))
     check_shm_space(1, str(tmp_path))
+
+
+def test_shared_zeros_are_zeros_in_shared_memory_that_a_forked_child_writes_to():
+    import multiprocessing
+
+    import torch
+
+    from mptrain.launch.sharing import shared_zeros
+
+    table = shared_zeros((3, 5), torch.float64)
+    assert table.is_shared() and table.dtype == torch.float64 and table.shape == (3, 5)
+    assert torch.equal(table, torch.zeros(3, 5, dtype=torch.float64))
+
+    def write_row():
+        table[1] = 7.0
+
+    child = multiprocessing.get_context("fork").Process(target=write_row)
+    child.start()
+    child.join(timeout=30)
+    assert child.exitcode == 0
+    assert table[1].tolist() == [7.0] * 5 and table[0].sum() == 0 and table[2].sum() == 0

@@ -33,6 +33,7 @@ from ..errors import UserError
 from ..federated.accounting import PrivacyAccountant, require_dp_accounting
 from ..federated.sampling import poisson_capacity
 from ..federated.server_opt import build_server_optimizer
+from ..launch.sharing import shared_zeros
 from ..report.console import metric_parts
 from .base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from .data_parallel import floating_state
@@ -187,10 +188,10 @@ class FedAvgStrategy(Strategy):
         self.server_state = self.server_optimizer().init_state(flat.numel())
         rows = self.table_rows()
         shared = []
-        if self.shared_table:
-            self.table = torch.zeros(rows, flat.numel())
+        if self.shared_table:   # only when workers share memory (``uses_shared_table``)
+            self.table = shared_zeros((rows, flat.numel()))
             self.weights = torch.zeros(rows, dtype=torch.float64)
-            shared += [self.table, self.weights]
+            shared.append(self.weights)
         if c.dp_clip is not None:
             self.within = torch.zeros(rows, dtype=torch.float64)
             self.clip = torch.tensor([float(c.dp_clip)], dtype=torch.float64)
@@ -218,9 +219,8 @@ class FedAvgStrategy(Strategy):
         place, need = self.controls_placement(model, plan)
         rows = (self.config.clients, param_numel(model))
         if place == "shm":
-            self._client_controls = torch.zeros(rows)
-            if plan.comm.shares_memory:
-                self._client_controls.share_memory_()
+            self._client_controls = shared_zeros(rows) if plan.comm.shares_memory \
+                else torch.zeros(rows)
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.controls_path = Path(self.out_dir) / CONTROLS_FILE
