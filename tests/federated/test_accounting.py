@@ -8,13 +8,20 @@ from mptrain.federated.accounting import PrivacyAccountant
 dp_accounting = pytest.importorskip("dp_accounting")
 
 
-def reference(kind, q, z, rounds, delta):
-    event = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), rounds)
+def reference_of_history(kind, history, delta):
+    """dp-accounting's own answer for runs of ``(q, z, rounds)``."""
+    events = [dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
+        for q, z, n in history]
     accountant = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
                   else dp_accounting.pld.PLDAccountant())
-    accountant.compose(event)
+    accountant.compose(events[0] if len(events) == 1
+                       else dp_accounting.ComposedDpEvent(events))
     return accountant.get_epsilon(delta)
+
+
+def reference(kind, q, z, rounds, delta):
+    return reference_of_history(kind, [(q, z, rounds)], delta)
 
 
 @pytest.mark.parametrize("kind", ["rdp", "pld"])
@@ -53,34 +60,15 @@ def test_unknown_accountant_is_refused():
 
 
 @pytest.mark.parametrize("kind", ["rdp", "pld"])
-def test_each_rounds_figures_asked_once_give_dp_accountings_own_answer(kind):
+@pytest.mark.parametrize("history", [
+    [(0.05, 1.0, 10), (0.05, 2.0, 5), (0.1, 0.7, 3)],
+    [(0.0, 1.0, 5)], [(0.1, 0.0, 3)], [(0.0, 1.0, 5), (0.1, 1.0, 4)],
+], ids=["mixed", "nobody-sampled", "no-noise", "nobody-then-some"])
+def test_each_rounds_figures_asked_once_give_dp_accountings_own_answer(kind, history):
     # The accountant asks dp-accounting for one round's figures once per (q, z) and
     # composes them as dp-accounting does: the answer must be its own, to the last bit,
-    # also for a history of several (q, z) runs.
-    history = [(0.05, 1.0, 10), (0.05, 2.0, 5), (0.1, 0.7, 3)]
-    events = [dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
-        for q, z, n in history]
-    reference_accountant = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
-                            else dp_accounting.pld.PLDAccountant())
-    reference_accountant.compose(dp_accounting.ComposedDpEvent(events))
+    # for a history of several (q, z) runs, and where nobody is sampled or there is no noise.
     accountant = PrivacyAccountant(kind)
     for q, z, n in history:
         accountant.spend(q, z, n)
-    assert accountant.epsilon(1e-5) == reference_accountant.get_epsilon(1e-5)
-
-
-@pytest.mark.parametrize("kind", ["rdp", "pld"])
-@pytest.mark.parametrize("history", [[(0.0, 1.0, 5)], [(0.1, 0.0, 3)],
-                                     [(0.0, 1.0, 5), (0.1, 1.0, 4)]],
-                         ids=["nobody-sampled", "no-noise", "nobody-then-some"])
-def test_rounds_without_sampling_or_without_noise_answer_as_dp_accounting(kind, history):
-    events = [dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z)), n)
-        for q, z, n in history]
-    reference_accountant = (dp_accounting.rdp.RdpAccountant() if kind == "rdp"
-                            else dp_accounting.pld.PLDAccountant())
-    reference_accountant.compose(dp_accounting.ComposedDpEvent(events))
-    accountant = PrivacyAccountant(kind)
-    accountant.history = list(history)
-    assert accountant.epsilon(1e-5) == reference_accountant.get_epsilon(1e-5)
+    assert accountant.epsilon(1e-5) == reference_of_history(kind, history, 1e-5)
