@@ -105,6 +105,14 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def median_rounds(rounds):
+    """The median of rounds to the target, a run that never reached it (None: diverged or
+    out of rounds) counting as more than any that did; None when the median run did not."""
+    ordered = sorted(rounds, key=lambda r: (r is None, r or 0))
+    middle = ordered[(len(ordered) - 1) // 2: len(ordered) // 2 + 1]
+    return None if not middle or None in middle else statistics.median(middle)
+
+
 def fmt(value, spec=".0f"):
     return "-" if value is None else format(value, spec)
 
@@ -126,7 +134,7 @@ def rounds_group(name, partition, args, data_dir, extra_cases=None):
                   flush=True)
         results[algorithm] = {"flags": flags, "runs": runs,
                               "rounds": [rounds_to_target(r, args.target) for r in runs]}
-        results[algorithm]["median_rounds"] = median(results[algorithm]["rounds"])
+        results[algorithm]["median_rounds"] = median_rounds(results[algorithm]["rounds"])
     return results
 
 
