@@ -45,11 +45,14 @@ class RunRecorder:
         for note in self.strategy.round_notes(metrics):
             self.presenter.note(note)
         diverged = self.divergence(metrics, reports)
-        # The checkpoint first: a stop while a tracker is slow must not cost this round's.
-        saved = self.keeper.offer(metrics.epoch, reports, self.history) \
-            if diverged is None else None
+        # metrics.jsonl, then the checkpoint, then the trackers: a stop at any point leaves
+        # every round a checkpoint holds in metrics.jsonl (a stop right after a checkpoint
+        # appeared once found no metrics.jsonl), and a slow tracker never costs the
+        # round's checkpoint.
         if self.out_dir is not None:
             write_jsonl(self.out_dir / "metrics.jsonl", [m.as_dict() for m in self.history])
+        saved = self.keeper.offer(metrics.epoch, reports, self.history) \
+            if diverged is None else None
         if self.callbacks:
             self.callbacks.on_round_end(metrics.as_dict())
             if saved is not None:
