@@ -2,16 +2,42 @@
 benchmarks/faults.py: what is in /dev/shm, and bounded waits for a condition."""
 
 import os
+import re
 import time
 
 SHM_DIR = "/dev/shm"
 
+# torch names its segments torch_<pid>_..., mptrain's node memory mptrain-node-<pid>-...:
+# the pid of the process that created them.
+_CREATOR = re.compile(r"^(?:torch_|mptrain-node-)(\d+)[_-]")
+
 
 def shm_entries() -> set[str]:
+    """What is in /dev/shm, less what provably belongs to a run beside this process's.
+
+    The suite runs two tests at a time (pytest-xdist): a segment whose creator is alive in
+    the other test's process tree -- it descends from this process's parent, not from this
+    process -- is that test's, not a leak of this one. A segment whose creator is gone, or
+    is an orphan of this process's runs, stays counted.
+    """
     try:
-        return set(os.listdir(SHM_DIR))
+        names = set(os.listdir(SHM_DIR))
     except FileNotFoundError:
         return set()
+    return {name for name in names if not _a_neighbours(name)}
+
+
+def _a_neighbours(name: str) -> bool:
+    import psutil
+
+    match = _CREATOR.match(name)
+    if match is None or int(match[1]) == os.getpid():
+        return False
+    try:
+        ancestors = {p.pid for p in psutil.Process(int(match[1])).parents()}
+    except psutil.Error:
+        return False   # gone: whatever it left is a leftover
+    return os.getpid() not in ancestors and os.getppid() in ancestors
 
 
 def poll(condition, timeout: float, interval: float = 0.02):

@@ -17,7 +17,8 @@ import torch
 from run_watch import live_children, poll, shm_entries
 from test_torchrun import NETWORK_TROUBLE, clean_environment, own_workers_run
 
-pytestmark = pytest.mark.slow
+# Jobs of several torchrun nodes run one after the other (pyproject.toml: two tests at a time).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nodes")]
 WORKLOAD = Path(__file__).resolve().parents[1] / "launcher_workload.py"
 FACTORY = ["--data", "launcher_workload:make_data", "--model", "launcher_workload:make_model",
            "--batch-size", "32", "--quiet"]

@@ -20,7 +20,8 @@ import torch
 from run_watch import live_children, poll
 from test_multinode import FACTORY, REFERENCE_EPOCHS, TwoNodes, model_at
 
-pytestmark = pytest.mark.slow
+# Jobs of several torchrun nodes run one after the other (pyproject.toml: two tests at a time).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nodes")]
 _OURS = re.compile(r"mpt(\d+)[ab]$")
 
 
