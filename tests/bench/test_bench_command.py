@@ -51,12 +51,18 @@ def test_bench_writes_table_json_csv_and_plot(tmp_path, capsys):
     assert sync["efficiency_over"] == sync["speedup_over"] == "single (1 thread)"
     assert sync["speedup"]["median"] == pytest.approx(2 * sync["efficiency"]["median"])
     assert sync["peak_pss_bytes"]["median"] > 0
+    # Where the time went: compute, data and collectives make up each run's steps.
+    assert "where the ranks' step time went" in printed and "sync x2: compute" in printed
+    shares = {phase: stats["median"] for phase, stats in sync["time_shares"].items()}
+    assert shares["compute"] + shares["data"] + shares["collective"] == pytest.approx(1, abs=0.02)
+    assert 0 <= shares["waiting"] <= shares["collective"]
 
     rows = list(csv.DictReader((out / "bench.csv").open()))
     assert [row["strategy"] for row in rows] == ["single", "sync"]
     assert {"samples_per_s", "speedup", "efficiency", "efficiency_min", "efficiency_max",
             "efficiency_unsteady", "start_method", "unit", "peak_pss_bytes"} <= set(rows[0])
     assert rows[1]["start_method"] == "fork" and rows[1]["unit"] == "epoch"
+    assert float(rows[1]["waiting_share"]) == pytest.approx(shares["waiting"])
     assert (out / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

@@ -49,6 +49,7 @@ class RunRecord:
     peak_rss_bytes: int | None = None
     peak_pss_bytes: int | None = None
     start_method: str | None = None   # what the run used (summary.json); None: no workers
+    time_shares: dict | None = None   # where the ranks' step time went (engine.profile)
     memory_sampled: bool = False   # a memory run: its times are not reported
     epochs: list = field(default_factory=list)
 
@@ -125,5 +126,5 @@ def record_from(cell, repeat, summary, epochs, wall_s, sampler, workload) -> Run
                             if workload.target_accuracy is not None else None),
         peak_rss_bytes=(sampler.peak_rss or None) if sampler else None,
         peak_pss_bytes=(sampler.peak_pss or None) if sampler else None,
-        start_method=summary.get("start_method"),
+        start_method=summary.get("start_method"), time_shares=summary.get("time_shares"),
         memory_sampled=sampler is not None, epochs=epochs)

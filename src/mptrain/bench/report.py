@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from ..engine.profile import PHASES, describe
 from ..report.outputs import atomic_write, write_json
 from ..report.plots import new_figure, save_png
 from .matrix import Cell, reference_of, speedup_baseline
@@ -49,8 +50,22 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
             "time_to_accuracy_s": spread([r.time_to_accuracy_s for r in ok]),
             "peak_rss_bytes": spread([r.peak_rss_bytes for r in memory_by_cell[cell]]),
             "peak_pss_bytes": spread([r.peak_pss_bytes for r in memory_by_cell[cell]]),
+            "time_shares": {phase: spread([(r.time_shares or {}).get(phase) for r in ok])
+                            for phase in PHASES},
         })
     return rows
+
+
+def time_lines(rows: list[dict]) -> list[str]:
+    """Where each cell's step time went (median shares over its runs): what separates a
+    cell that scales from one that waits."""
+    lines = []
+    for row in rows:
+        shares = {phase: row["time_shares"][phase]["median"] for phase in PHASES}
+        if any(value is None for value in shares.values()):
+            continue
+        lines.append(f"  {row['label']}: {describe(shares)}")
+    return ["where the ranks' step time went (median shares):"] + lines if lines else []
 
 
 def time_header(rows: list[dict]) -> str:
@@ -126,7 +141,7 @@ def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict]
               "samples_per_s_max", "speedup", "speedup_min", "speedup_max", "speedup_unsteady",
               "efficiency", "efficiency_min", "efficiency_max", "efficiency_unsteady",
               "test_accuracy", "test_loss", "time_to_accuracy_s", "peak_rss_bytes",
-              "peak_pss_bytes"]
+              "peak_pss_bytes", *(f"{phase}_share" for phase in PHASES)]
     writer = csv.DictWriter(text, fieldnames=fields)
     writer.writeheader()
     for row in rows:
@@ -140,6 +155,8 @@ def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict]
             flat[f"{key}_min"], flat[f"{key}_max"] = row[key]["min"], row[key]["max"]
         for key in ("speedup", "efficiency"):
             flat[f"{key}_unsteady"] = row[key]["unsteady"]
+        for phase in PHASES:
+            flat[f"{phase}_share"] = row["time_shares"][phase]["median"]
         writer.writerow(flat)
     atomic_write(out / "bench.csv", lambda handle: handle.write(text.getvalue().encode()))
     plot_bench(out / "bench.png", rows)

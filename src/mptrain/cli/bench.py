@@ -58,7 +58,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     thread)"; --steps is refused with fedavg."""
     from rich.console import Console
 
-    from ..bench.report import footnotes, render_table, write_bench_files
+    from ..bench.report import footnotes, render_table, time_lines, write_bench_files
     from ..bench.session import BenchSettings, cpu_steal_s, machine_info, run_bench
     from ..report.outputs import prepare_out_dir
 
@@ -86,6 +86,8 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     machine = machine_info()
     console.print(f"{machine['usable_cores']} usable cores · torch {machine['torch']}"
                   + (" · memory from one more, sampled run per cell" if memory else ""))
+    for line in time_lines(rows):
+        console.print(line)
     for note in footnotes(rows, repeats=repeats, steal_s=steal_s, wall_s=wall_s,
                           cpus=machine["logical_cpus"] or 1):
         console.print(note)

@@ -248,16 +248,21 @@ class ShmGroup(Group):
         self._parity = 0
         self._packings: dict = {}
         self.waits = WaitCounts()
+        #: Seconds this rank spent in barriers: waiting for the slowest rank (the step
+        #: profile's "waiting", ``engine.profile``).
+        self.seconds_waiting = 0.0
 
     # -- collectives -------------------------------------------------------------------------
 
     def barrier(self) -> None:
+        arrived = time.perf_counter()
         self._generation += 1
         self._arrivals[self.rank] = self._generation  # diagnostics only (see module doc)
         if self._turns is not None:
             self._turns.arrive(self._disseminate)
         else:
             self._disseminate()
+        self.seconds_waiting += time.perf_counter() - arrived
 
     def _disseminate(self) -> None:
         """The dissemination barrier between this group's members (see the module doc)."""

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
 from ..data.sources import CLASSIFICATION
+from ..engine.profile import mean_over_ranks
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,10 @@ def combine(reports: Sequence, task: str, run_started: float | None = None,
         accuracy = sum(r.eval_correct for r in reports) / eval_count
     elif eval_count:
         mse = test_loss
+    # The ranks' mean seconds in each phase of their steps (engine.profile), as time_*
+    # columns beside the strategy's own.
+    profile = mean_over_ranks([r.extras.get("profile") for r in reports])
+    columns = {f"time_{phase}": seconds for phase, seconds in (profile or {}).items()}
     return EpochMetrics(
         epoch=reports[0].index + 1,
         train_loss=sum(r.train_loss_sum for r in reports) / samples if samples else None,
@@ -68,7 +73,7 @@ def combine(reports: Sequence, task: str, run_started: float | None = None,
         minor_faults=sum(r.minor_faults for r in reports),
         elapsed_s=(max(r.evaluated_at for r in reports) - run_started
                    if run_started is not None else None),
-        extras=dict(extras or {}),
+        extras={**columns, **(extras or {})},
     )
 
 

@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 from ..data.sources import CLASSIFICATION
+from ..engine.profile import PHASES, describe, shares
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
 
@@ -88,6 +89,9 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
         "logical_cpus": os.cpu_count(),
         "memory_bytes": psutil.virtual_memory().total,
     })
+    profile = run_profile(epochs)
+    if profile is not None:
+        summary["time_shares"] = shares(profile)
     if config.target_accuracy is not None:
         reached = next((m.epoch for m in epochs if m.test_accuracy is not None
                         and m.test_accuracy >= config.target_accuracy), None)
@@ -97,6 +101,15 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
     if linear is not None and bundle.task != CLASSIFICATION:
         summary["weight"], summary["bias"] = linear
     return summary
+
+
+def run_profile(epochs) -> dict | None:
+    """Seconds per phase of the ranks' steps over the run (the mean rank's), from the rounds'
+    time_* columns; None when a round has none (RL, fedavg, a resumed run's older rows)."""
+    columns = [m.extras.get(f"time_{phase}") for m in epochs for phase in PHASES]
+    if not epochs or any(value is None for value in columns):
+        return None
+    return {phase: sum(m.extras[f"time_{phase}"] for m in epochs) for phase in PHASES}
 
 
 def _since_process_start(startup_s, wall_s):
@@ -158,6 +171,8 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
         target = f"{100 * summary['target_accuracy']:.2f}%"
         lines.append(f"target accuracy {target} reached at {unit} {reached}" if reached
                      else f"target accuracy {target} not reached")
+    if summary.get("time_shares") and (summary.get("workers") or 1) > 1:
+        lines.append(f"step time per rank: {describe(summary['time_shares'])}")
     if "weight" in summary:
         lines.append(f"learned y = {summary['weight']:.3f} x + {summary['bias']:.3f}")
     if summary.get("epsilon") is not None:   # fedavg with --dp-noise

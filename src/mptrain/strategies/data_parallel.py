@@ -20,6 +20,7 @@ from ..comm.base import Group
 from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
 from ..engine.optim import build_optimizer
+from ..engine.profile import RoundClock
 from ..engine.schedule import learning_rate
 from ..engine.step import first_nonfinite, train_step
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
@@ -133,6 +134,9 @@ class EpochProgram(WorkerProgram):
         losses = []   # each step's, kept (no copy) to name the first non-finite one
         model.train()
         steps = 0
+        clock = RoundClock(group)
+        after_backward = clock.timed(self.after_backward, "collective")
+        after_step = clock.timed(strategy.after_step, "collective")
         try:
             for step, indices in enumerate(batches(shard, config.batch_size)):
                 lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
@@ -141,19 +145,21 @@ class EpochProgram(WorkerProgram):
                     param_group["lr"] = lr
                 inputs, targets = train_data.batch(indices)
                 inputs, targets = inputs.to(setup.device), targets.to(setup.device)
+                clock.add("data", clock.lap())
                 loss = train_step(self.forward, optimizer, inputs, targets,
-                                  setup.data.task, self.after_backward)
-                strategy.after_step(model, group, step)
+                                  setup.data.task, after_backward)
+                after_step(model, group, step)
                 loss_sum += loss * len(indices)
                 losses.append(loss)
                 setup.progress.advance(len(indices))
                 steps += 1
-            strategy.end_epoch(model, group, steps)
+                clock.add("compute", clock.lap())
+            clock.timed(strategy.end_epoch, "collective")(model, group, steps)
         except BaseException:   # Ctrl-C or an error: the caller keeps its model's layout
             self._hand_back_callers_model()
             raise
         loss_sum = float(loss_sum)
-        extras = {}
+        extras = {"profile": clock.finish().as_dict()}
         if not math.isfinite(loss_sum):
             extras["first_nonfinite_step"] = first_nonfinite(losses)
         return RoundWork(steps=steps, samples=len(shard), loss_sum=loss_sum,
