@@ -1,8 +1,10 @@
 """In-process measurements for ``comm_bound.py``: what one step's gradient average costs a
 rank, through mptrain's shared-memory group and through gloo, against the physical floor.
 
-mptrain records no collective time, so each figure here comes from 2 forked processes (one
-thread each, as in the runs) that do only that step's communication, ``rounds`` times:
+A run's own step profile (``engine.profile``) gives the collectives' share of its steps, but
+not per collective against the copy floor, so each figure here comes from 2 forked
+processes (one thread each, as in the runs) that do only that step's communication,
+``rounds`` times:
 
 - ``shm``: ``ShmGroup.average_`` of gradients shaped like the model's parameters, then
   ``broadcast_`` of its buffers from rank 0 -- exactly what ``SharedMemoryDDP`` does after

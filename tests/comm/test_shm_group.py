@@ -283,3 +283,15 @@ def test_a_timed_out_barrier_fails_the_run_and_the_hung_rank_is_stopped():
     assert "CollectiveTimeout" in result.failures[0].traceback
     assert "rank(s) [1]" in result.failures[0].traceback
     assert result.exitcodes[1] == -signal.SIGTERM
+
+
+def test_a_group_of_one_rank_leaves_tensors_as_they_are_and_copies_nothing():
+    state = ShmGroupState.create(1, NUMEL, torch.float32, 5.0, oversubscribed=False)
+    group = state.attach(0)
+    tensors = [torch.arange(6, dtype=torch.float32), torch.full((2, 3), 0.1)]
+    before = [t.clone() for t in tensors]
+    group.average_(tensors)
+    group.broadcast_(tensors)
+    group.barrier()
+    assert all(torch.equal(a, b) for a, b in zip(tensors, before))
+    assert not state.slots.any() and not state.results.any()   # nothing went through them

@@ -282,6 +282,8 @@ class ShmGroup(Group):
             self._mark_waiting(False)
 
     def average_(self, tensors) -> None:
+        if self.world_size == 1:
+            return   # the mean of one rank is itself: no copies (sync x1 spent 4% of a step)
         packing = self._packing(tensors)
         parity = self._next_parity()
         for tensor, place in zip(tensors, packing.slot_views):
@@ -295,6 +297,8 @@ class ShmGroup(Group):
             tensor.copy_(place)
 
     def broadcast_(self, tensors, src: int = 0) -> None:
+        if self.world_size == 1:
+            return
         packing = self._packing(tensors)
         parity = self._next_parity()
         places = packing.result_views[parity]
