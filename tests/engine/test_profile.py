@@ -7,6 +7,7 @@ import torch.nn as nn
 from torch.utils.data import TensorDataset
 
 import mptrain
+from mptrain.comm.shm import WaitCounts
 from mptrain.engine import profile
 from mptrain.engine.profile import RoundClock, describe, mean_over_ranks, shares
 from mptrain.report.metrics import EpochMetrics, combine
@@ -22,7 +23,8 @@ class FakeClock:
 
 
 class CountingGroup:
-    seconds_waiting = 2.0
+    def __init__(self):
+        self.waits = WaitCounts(seconds=2.0)
 
 
 @pytest.fixture
@@ -38,7 +40,7 @@ def test_a_timed_call_counts_in_its_phase_and_not_in_the_lap_around_it(clock):
 
     def collective():
         clock.now += 3.0        # 3 s inside the collective ...
-        group.seconds_waiting += 2.5   # ... 2.5 of them at a barrier
+        group.waits.seconds += 2.5   # ... 2.5 of them at a barrier
 
     average = round_clock.timed(collective, "collective")
     clock.now += 1.0

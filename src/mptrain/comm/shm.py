@@ -204,10 +204,13 @@ class ShmGroupState:
 
 @dataclass
 class WaitCounts:
-    """How this rank's barrier waits ended: without sleeping, or after sleeping."""
+    """How this rank's barrier waits ended (without sleeping, or after sleeping), and the
+    seconds they took: waiting for the slowest rank (the step profile's "waiting",
+    ``engine.profile``)."""
 
     spun: int = 0
     slept: int = 0
+    seconds: float = 0.0
 
 
 @dataclass
@@ -248,9 +251,6 @@ class ShmGroup(Group):
         self._parity = 0
         self._packings: dict = {}
         self.waits = WaitCounts()
-        #: Seconds this rank spent in barriers: waiting for the slowest rank (the step
-        #: profile's "waiting", ``engine.profile``).
-        self.seconds_waiting = 0.0
 
     # -- collectives -------------------------------------------------------------------------
 
@@ -262,7 +262,7 @@ class ShmGroup(Group):
             self._turns.arrive(self._disseminate)
         else:
             self._disseminate()
-        self.seconds_waiting += time.perf_counter() - arrived
+        self.waits.seconds += time.perf_counter() - arrived
 
     def _disseminate(self) -> None:
         """The dissemination barrier between this group's members (see the module doc)."""

@@ -43,7 +43,7 @@ class RoundProfile:
 
 class RoundClock:
     """Times the phases of one round's steps on one rank; ``group`` may count its barrier
-    waits (``seconds_waiting``, as the shared-memory group does)."""
+    waits (``waits.seconds``, as the shared-memory group does)."""
 
     def __init__(self, group):
         self._group = group
@@ -66,7 +66,7 @@ class RoundClock:
                 return function(*args, **kwargs)
             finally:
                 spent = time.perf_counter() - started
-                setattr(self.profile, phase, getattr(self.profile, phase) + spent)
+                self.add(phase, spent)
                 self._mark += spent   # the lap around this call excludes it
         return call
 
@@ -81,7 +81,8 @@ class RoundClock:
 
 
 def _seconds_waiting(group) -> float | None:
-    return getattr(group, "seconds_waiting", None)
+    waits = getattr(group, "waits", None)
+    return waits.seconds if waits is not None else None
 
 
 def mean_over_ranks(profiles: list[dict]) -> dict | None:
