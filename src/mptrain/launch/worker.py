@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -39,6 +40,7 @@ def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) ->
     processes = plan.job.plan.processes
     if processes is None:
         _train_rank(ranks[0], channel, plan)
+        _let_go_of_received_cuda_tensors(plan)
         return
     from .turns import Turns   # greenlet: only where ranks take turns
 
@@ -50,16 +52,31 @@ def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) ->
         groups.append(group)
         setup = dataclasses.replace(
             plan.job.setup(rank, group, progress, channel.send,
-                           worker_device(rank, plan.job.config.device)),
+                           worker_device(rank, plan)),
             counts_faults=rank == ranks[0])
         turns.add(rank, functools.partial(train, setup), progress)
     turns.run()
     for group in groups:
         group.close()
+    _let_go_of_received_cuda_tensors(plan)
+
+
+def _let_go_of_received_cuda_tensors(plan: WorkerPlan) -> None:
+    """Drop this worker's last references to the tensors it received before it exits.
+
+    CUDA tensors that came through IPC (hogwild's shared parameters) tell their producer,
+    the parent, that they are released only when their last reference dies; a worker that
+    exits holding them leaves the parent warning at its own exit that they never were.
+    The plan is also referenced by this process's ``Process`` object, so it is emptied, not
+    just forgotten."""
+    if plan.job.config.device != "cuda":
+        return
+    plan.job = None
+    gc.collect()
 
 
 def _train_rank(rank: int, channel, plan: WorkerPlan) -> None:
-    device = worker_device(rank, plan.job.config.device)
+    device = worker_device(rank, plan)
     progress = plan.board.writer(rank)
     # The group marks this rank "waiting" on the board while it sleeps at a collective, so
     # a hang is blamed on the rank that stopped, not on the ranks waiting for it.
@@ -68,9 +85,12 @@ def _train_rank(rank: int, channel, plan: WorkerPlan) -> None:
     group.close()
 
 
-def worker_device(rank: int, device_type: str) -> torch.device:
-    if device_type == "cuda":
-        index = rank % torch.cuda.device_count()
+def worker_device(rank: int, plan: WorkerPlan) -> torch.device:
+    """Rank ``rank``'s GPU, round robin over the visible ones -- or, for a strategy whose
+    ranks train one shared set of tensors, the GPU those live on (the parent's current one)."""
+    if plan.job.config.device == "cuda":
+        index = 0 if plan.job.strategy.ranks_share_one_device \
+            else rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     return torch.device("cpu")

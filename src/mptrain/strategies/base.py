@@ -112,6 +112,10 @@ class Strategy(ABC):
     #: collective, and no rank needs another to run at the same time (hogwild's ranks run
     #: side by side by design).
     ranks_take_turns: ClassVar[bool] = False
+    #: True for strategies whose ranks all train tensors of one process (hogwild's shared
+    #: parameters, reaching workers through CUDA IPC): every rank computes on the device
+    #: those tensors live on, not on a GPU of its own.
+    ranks_share_one_device: ClassVar[bool] = False
 
     def __init__(self, config: TrainConfig):
         self.config = config

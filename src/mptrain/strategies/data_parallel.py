@@ -130,7 +130,9 @@ class EpochProgram(WorkerProgram):
             shard = shard[:config.steps_per_epoch * config.batch_size]
         started = time.monotonic()
         steps_in_epoch = -(-len(shard) // config.batch_size)
-        loss_sum = torch.zeros((), dtype=torch.float64)
+        # On the step's device: adding a GPU loss to a CPU sum would fail (or, moved,
+        # wait for the GPU every step); one read at the end of the epoch.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
         losses = []   # each step's, kept (no copy) to name the first non-finite one
         model.train()
         steps = 0

@@ -21,6 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 from ..comm.base import Group
 from ..comm.dist import TorchDistGroup
 from ..comm.kind import CommKind
+from ..errors import UserError
 from .data_parallel import DataParallelStrategy
 
 
@@ -91,9 +92,19 @@ class DDPStrategy(DataParallelStrategy):
             if config.device != "cuda" and config.ddp_backend == "gloo":
                 return CommKind.GLOO   # a flat gloo group (torch's own DDP), asked for
             return super().comm_kind(config, torchrun_local_ranks)
+        gpus = visible_gpus() if config.device == "cuda" else 0
+        if config.ddp_backend == "nccl" and config.workers > gpus:
+            raise UserError(f"--ddp-backend nccl needs a GPU per worker, but --workers is "
+                            f"{config.workers} and {gpus} GPU(s) are visible; use "
+                            f"--workers {max(gpus, 1)} or --ddp-backend auto (shared memory "
+                            "when ranks share a GPU)")
         if config.ddp_backend != "auto":
             return CommKind(config.ddp_backend)
-        return CommKind.NCCL if config.device == "cuda" else CommKind.SHM
+        if config.device == "cuda" and config.workers <= gpus:
+            return CommKind.NCCL
+        # Ranks sharing a GPU: NCCL refuses two ranks on one device ("Duplicate GPU
+        # detected"), so their gradients meet in shared host memory, as on CPUs.
+        return CommKind.SHM
 
     def comm_numel(self, model):
         # The start-up broadcast carries parameters and buffers; gradients are fewer.
@@ -120,3 +131,9 @@ class DDPStrategy(DataParallelStrategy):
 
     def describe(self, plan, model):
         return [f"gradients averaged every step via {plan.comm.value}"]
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use (CUDA_VISIBLE_DEVICES respected); asks NVML, so CUDA is not
+    initialised in the parent by asking."""
+    return torch.cuda.device_count()

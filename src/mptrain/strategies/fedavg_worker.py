@@ -75,13 +75,21 @@ class FedAvgProgram(WorkerProgram):
         sizes = [t.numel() for t in self.tensors]
         self.global_views = [view.view_as(t) for view, t in
                              zip(strategy.global_flat.split(sizes), self.tensors)]
+        # The shared global model lives in host memory; a client on a GPU needs its own
+        # copies of what it reads every step (FedProx's anchor, SCAFFOLD's correction).
+        self.on_host = setup.device.type == "cpu"
         self.global_params = self.global_views[:len(self.params)]   # FedProx's anchor
+        if c.prox_mu and not self.on_host:
+            self.global_params = [torch.empty_like(p) for p in self.params]
         self.prox_scratch = [torch.empty_like(p) for p in self.params] if c.prox_mu else None
         self.param_numel = param_numel(self.model)
         if c.scaffold:
             self.correction = torch.empty(self.param_numel)
+            self.correction_on_device = self.correction if self.on_host \
+                else torch.empty(self.param_numel, device=setup.device)
             self.correction_views = [v.view_as(p) for v, p in zip(
-                self.correction.split([p.numel() for p in self.params]), self.params)]
+                self.correction_on_device.split([p.numel() for p in self.params]),
+                self.params)]
         self.correct_gradients = self._correct_gradients if c.prox_mu or c.scaffold else None
         # Rank 0 speaks for the server: the privacy spent so far.
         self.accountant = PrivacyAccountant(c.accountant or "rdp") if c.private else None
@@ -189,8 +197,11 @@ class FedAvgProgram(WorkerProgram):
         if c.scaffold:
             scaffold.drift_correction(strategy.controls, strategy.client_controls[client],
                                       out=self.correction)
+            if not self.on_host:
+                self.correction_on_device.copy_(self.correction)
         self.model.train()
-        steps, samples, loss_sum = 0, 0, torch.zeros((), dtype=torch.float64)
+        steps, samples = 0, 0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
         for _ in range(c.local_epochs):
             order = indices[torch.randperm(len(indices), generator=generator)]
             for batch in torch.split(order, c.batch_size):
@@ -316,14 +327,22 @@ class FedAvgProgram(WorkerProgram):
 
     # -- model and state -------------------------------------------------------------------------
     def _flat_result(self, out: torch.Tensor | None = None) -> torch.Tensor:
-        """This client's model (parameters and floating buffers) as one flat vector."""
-        return torch.cat([t.detach().reshape(-1) for t in self.tensors], out=out)
+        """This client's model (parameters and floating buffers) as one flat vector, in host
+        memory (where the server aggregates)."""
+        pieces = [t.detach().reshape(-1) for t in self.tensors]
+        if self.on_host:
+            return torch.cat(pieces, out=out)
+        flat = torch.cat(pieces)
+        return flat.cpu() if out is None else out.copy_(flat)
 
     def _load_global(self) -> None:
         """Make the worker's model the global model (parameters and floating buffers)."""
         with torch.no_grad():
             for tensor, view in zip(self.tensors, self.global_views):
                 tensor.copy_(view)
+            if self.config.prox_mu and not self.on_host:
+                for anchor, param in zip(self.global_params, self.params):
+                    anchor.copy_(param)
 
     def eval_model(self) -> nn.Module:
         return self.model

@@ -27,6 +27,7 @@ from .data_parallel import DataParallelStrategy
 class HogwildStrategy(DataParallelStrategy):
     name = "hogwild"
     settings = DataParallelStrategy.settings | {"share_optimizer_state"}
+    ranks_share_one_device = True
 
     def __init__(self, config):
         super().__init__(config)
@@ -40,6 +41,11 @@ class HogwildStrategy(DataParallelStrategy):
         if self.config.device == "cpu" and data is not None and len(data.train):
             sample, _ = data.train.batch(torch.arange(min(2, len(data.train))))
             self.laid_out = lay_out_shared_model(model, sample) or self.laid_out
+        if self.config.device == "cuda":
+            # On a GPU the shared parameters are the parent's CUDA tensors: workers (spawned)
+            # receive IPC handles to them and update them in place; the parent holds them
+            # until every worker has exited. Like ``single``, the caller's model stays there.
+            model.to(torch.device("cuda", 0))
         if self.config.share_optimizer_state:
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
