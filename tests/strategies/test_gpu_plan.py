@@ -39,6 +39,12 @@ def test_ddp_refuses_nccl_asked_for_with_more_ranks_than_gpus(monkeypatch):
         DDPStrategy.comm_kind(config, None)
 
 
+def test_without_any_gpu_nccl_is_left_to_preflight_which_says_no_gpu_is_visible(monkeypatch):
+    monkeypatch.setattr(ddp, "visible_gpus", lambda: 0)
+    config = cuda_config(strategy="ddp", workers=2, ddp_backend="nccl")
+    assert DDPStrategy.comm_kind(config, None) is CommKind.NCCL
+
+
 def test_ddp_on_cpu_never_asks_for_gpus(monkeypatch):
     monkeypatch.setattr(ddp, "visible_gpus", lambda: pytest.fail("asked for GPUs"))
     config = TrainConfig.from_settings({"strategy": "ddp", "workers": 2})

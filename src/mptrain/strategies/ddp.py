@@ -93,10 +93,10 @@ class DDPStrategy(DataParallelStrategy):
                 return CommKind.GLOO   # a flat gloo group (torch's own DDP), asked for
             return super().comm_kind(config, torchrun_local_ranks)
         gpus = visible_gpus() if config.device == "cuda" else 0
-        if config.ddp_backend == "nccl" and config.workers > gpus:
+        if config.ddp_backend == "nccl" and 0 < gpus < config.workers:
             raise UserError(f"--ddp-backend nccl needs a GPU per worker, but --workers is "
                             f"{config.workers} and {gpus} GPU(s) are visible; use "
-                            f"--workers {max(gpus, 1)} or --ddp-backend auto (shared memory "
+                            f"--workers {gpus} or --ddp-backend auto (shared memory "
                             "when ranks share a GPU)")
         if config.ddp_backend != "auto":
             return CommKind(config.ddp_backend)
