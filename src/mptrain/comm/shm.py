@@ -296,6 +296,33 @@ class ShmGroup(Group):
         for tensor, place in zip(tensors, packing.result_views[parity]):
             tensor.copy_(place)
 
+    def chunk_bounds(self, numel: int, itemsize: int) -> tuple[int, int]:
+        """The elements ``[low, high)`` of a collective of ``numel`` that this rank reduces
+        (cache-line aligned chunks, one per rank; the last ones may be short or empty)."""
+        chunk = _round_up(-(-numel // self.world_size), _ALIGN // itemsize)
+        return min(numel, self.rank * chunk), min(numel, (self.rank + 1) * chunk)
+
+    def mean_of_my_chunk(self, tensors) -> torch.Tensor:
+        """The first half of :meth:`average_`: everyone writes its slot, barrier, this rank
+        reduces its chunk (``chunk_bounds``) of the tensors laid end to end, one dtype; the
+        mean of that chunk is returned, flat, and nobody else's is read.
+
+        The caller must pass a :meth:`barrier` before the next collective: until then the
+        other ranks may still be reading its slot. ``strategies.sharded_step`` steps the
+        optimizer on the chunk between the two.
+        """
+        packing = self._packing(tensors)
+        if len(packing.my_chunks) != 1:
+            raise ValueError("mean_of_my_chunk takes tensors of one dtype")
+        parity = self._next_parity()
+        for tensor, place in zip(tensors, packing.slot_views):
+            place.copy_(tensor)
+        self.barrier()
+        slots, results = packing.my_chunks[0]
+        if slots.shape[1]:
+            mean_of_rows(slots, results[parity])
+        return results[parity]
+
     def broadcast_(self, tensors, src: int = 0) -> None:
         if self.world_size == 1:
             return
@@ -387,8 +414,7 @@ class ShmGroup(Group):
                 for p in range(2):
                     result_views[p][i] = theirs[p][offset:offset + size].view(shape)
                 offset += size
-            chunk = _round_up(-(-numel // self.world_size), _ALIGN // itemsize)
-            low, high = min(numel, self.rank * chunk), min(numel, (self.rank + 1) * chunk)
+            low, high = self.chunk_bounds(numel, itemsize)
             segment = slots[:, start:end].view(dtype)[:, low:high]
             my_chunks.append((segment, [theirs[p][low:high] for p in range(2)]))
             start = _round_up(end, _ALIGN)

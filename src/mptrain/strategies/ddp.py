@@ -21,8 +21,10 @@ from torch.nn.parallel import DistributedDataParallel
 from ..comm.base import Group
 from ..comm.dist import TorchDistGroup
 from ..comm.kind import CommKind
+from ..comm.shm import ShmGroup
 from ..errors import UserError
 from .data_parallel import DataParallelStrategy
+from .sharded_step import SharedParameters, ShardedStepDDP, worth_sharding
 
 
 class TorchDDP:
@@ -84,7 +86,14 @@ class DDPStrategy(DataParallelStrategy):
 
     def __init__(self, config):
         super().__init__(config)
-        self.engine: TorchDDP | SharedMemoryDDP = SharedMemoryDDP()
+        self.engine: TorchDDP | SharedMemoryDDP | ShardedStepDDP = SharedMemoryDDP()
+        #: The one copy of the parameters that every rank trains, where that pays
+        #: (``sharded_step``); made by the parent before its workers start.
+        self.shared: SharedParameters | None = None
+
+    def prepare(self, model, data=None, plan=None):
+        if plan is not None and self._shards(model, plan):
+            self.shared = SharedParameters(model, self.config)
 
     @classmethod
     def comm_kind(cls, config, torchrun_local_ranks):
@@ -114,8 +123,19 @@ class DDPStrategy(DataParallelStrategy):
         return not plan.comm.is_torch_group   # a torch.distributed group: torch's DDP
 
     def replica(self, model, group, device):
-        self.engine = TorchDDP() if isinstance(group, TorchDistGroup) else SharedMemoryDDP()
+        if isinstance(group, TorchDistGroup):
+            self.engine = TorchDDP()
+        elif self.shared is not None and isinstance(group, ShmGroup):
+            if not isinstance(self.engine, ShardedStepDDP):   # one for all ranks in here
+                self.engine = ShardedStepDDP(self.shared, self.config)
+        else:
+            self.engine = SharedMemoryDDP()
         return self.engine.replica(super().replica(model, group, device), group, device)
+
+    def optimizer(self, replica):
+        if isinstance(self.engine, ShardedStepDDP):
+            return self.engine.optimizer(replica)
+        return super().optimizer(replica)
 
     def may_change_layout(self, replica):
         return self.engine.may_change_layout and super().may_change_layout(replica)
@@ -130,7 +150,13 @@ class DDPStrategy(DataParallelStrategy):
         self.engine.after_step(replica, group)
 
     def describe(self, plan, model):
+        if self._shards(model, plan):
+            return [f"gradients averaged every step via {plan.comm.value}; one shared copy "
+                    "of the parameters, each rank steps its 1/N of them"]
         return [f"gradients averaged every step via {plan.comm.value}"]
+
+    def _shards(self, model, plan) -> bool:
+        return plan.comm is CommKind.SHM and worth_sharding(model, self.config, plan.workers)
 
 
 def visible_gpus() -> int:

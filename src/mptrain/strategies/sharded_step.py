@@ -1,0 +1,182 @@
+"""ddp between mptrain's own CPU processes with one shared copy of the parameters, each rank
+stepping the optimizer on its chunk of them (ZeRO-1 over shared memory).
+
+Under DDP every replica holds the same parameters after every step, so on one machine the
+replicas can be one: the parameters and the optimizer state live once in shared memory,
+every rank runs forward and backward on them with gradients of its own, and after the
+gradients meet each rank averages only its chunk of them (``ShmGroup.mean_of_my_chunk``)
+and steps the optimizer on that chunk of the shared parameters; a barrier, and everyone
+reads the new parameters. Compared with averaging whole gradients into every replica and
+stepping every replica (``ddp.SharedMemoryDDP``), no averaged gradient is copied back and
+each rank's optimizer pass covers 1/world of the parameters: on a 5.9M-parameter MLP the
+SGD-with-momentum pass was as long as the averaging (benchmarks/README, "Communication-bound
+models"). The optimizers mptrain builds (SGD, Adam) are elementwise, so a chunk steps as its
+parameters would.
+
+Used where it pays and where nothing else depends on private replicas: float32 CPU
+parameters, more than one rank, no convolution weights (a private replica of a conv net
+trains in channels-last, which a shared copy cannot take: ``engine.channels_last``).
+Checkpoints hold the usual per-parameter optimizer state, read from the shared buffers.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..engine.optim import build_optimizer
+from ..launch.sharing import shared_zeros
+
+#: Per optimizer, the state tensors shaped like the parameters (Adam's ``step`` is a scalar
+#: of each rank's own: every rank steps equally often).
+_STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq")}
+
+
+def worth_sharding(model: nn.Module, config, workers: int) -> bool:
+    params = list(model.parameters())
+    return (workers > 1 and config.device == "cpu" and bool(params)
+            and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
+            and not any(p.dim() == 4 for p in params))
+
+
+class SharedParameters:
+    """The parameters (and optimizer state) of the parent's model, laid end to end in shared
+    memory; the parent's model is made to train them (its parameters become views)."""
+
+    def __init__(self, model: nn.Module, config):
+        params = list(model.parameters())
+        self.sizes = [p.numel() for p in params]
+        numel = sum(self.sizes)
+        self.flat = shared_zeros((numel,))
+        keys = _STATE_KEYS[config.optimizer] if config.optimizer != "sgd" or config.momentum \
+            else ()
+        self.states = {key: shared_zeros((numel,)) for key in keys}
+        with torch.no_grad():
+            for param, view in zip(params, self.views(self.flat, params)):
+                view.copy_(param)
+                param.data = view
+
+    def views(self, flat: torch.Tensor, params) -> list[torch.Tensor]:
+        return [piece.view_as(p) for piece, p in zip(flat.split(self.sizes), params)]
+
+
+class ShardedStepDDP:
+    """The engine (see ``ddp``): replicas whose parameters are the shared ones.
+
+    One engine serves every rank of its process (ranks may take turns in one:
+    ``launch.turns``), so each rank's optimizer is found by its replica."""
+
+    may_change_layout = False
+
+    def __init__(self, shared: SharedParameters, config):
+        self.shared, self.config = shared, config
+        self._steps: dict[int, ShardedStep] = {}   # by id() of the rank's replica
+
+    def replica(self, replica: nn.Module, group, device: torch.device) -> nn.Module:
+        # A module of its own (its gradients and buffers are this rank's), whose parameters
+        # are the shared ones.
+        params = list(replica.parameters())
+        with torch.no_grad():
+            for param, view in zip(params, self.shared.views(self.shared.flat, params)):
+                param.data = view
+        self._steps[id(replica)] = ShardedStep(params, self.shared, group, self.config)
+        return replica
+
+    def optimizer(self, replica: nn.Module) -> "ShardedStep":
+        return self._steps[id(replica)]
+
+    def unwrap(self, replica: nn.Module) -> nn.Module:
+        return replica
+
+    def after_backward(self, replica: nn.Module, group) -> None:
+        self._steps[id(replica)].average_my_chunk()
+
+    def after_step(self, replica: nn.Module, group) -> None:
+        group.barrier()   # every rank's chunk stepped before anyone's next forward
+        # DDP semantics: rank 0's buffers (BatchNorm running statistics) are everyone's.
+        buffers = list(replica.buffers())
+        if buffers:
+            group.broadcast_(buffers, src=0)
+
+
+class ShardedStep:
+    """This rank's optimizer: ``step()`` updates its chunk of the shared parameters with its
+    chunk of the averaged gradients (the engine's ``after_step`` waits until every chunk is
+    updated). Otherwise it
+    behaves as the optimizer it wraps (``param_groups``, ``zero_grad``, state dicts over the
+    model's parameters)."""
+
+    def __init__(self, params: list[nn.Parameter], shared: SharedParameters, group, config):
+        self.params, self.shared, self.group = params, shared, group
+        low, high = group.chunk_bounds(shared.flat.numel(), shared.flat.element_size())
+        self.chunk = shared.flat[low:high]
+        self.inner = build_optimizer([self.chunk], config.optimizer, config.lr,
+                                     config.momentum, config.weight_decay)
+        state = {key: flat[low:high] for key, flat in shared.states.items()}
+        if config.optimizer == "adam":
+            state["step"] = torch.tensor(0.0)
+        if state:
+            self.inner.state[self.chunk] = state
+        self._mean: torch.Tensor | None = None
+
+    @property
+    def param_groups(self):
+        return self.inner.param_groups
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for param in self.params:
+            if set_to_none:
+                param.grad = None
+            elif param.grad is not None:
+                param.grad.zero_()
+
+    def average_my_chunk(self) -> None:
+        grads = []
+        for param in self.params:
+            if param.grad is None:   # unused in this step on this rank; DDP counts it as zero
+                param.grad = torch.zeros_like(param)
+            grads.append(param.grad)
+        self._mean = self.group.mean_of_my_chunk(grads)
+
+    def step(self) -> None:
+        """Step this rank's chunk; the engine's ``after_step`` then waits for the others'
+        (in the step profile's collective time, where it belongs)."""
+        if self.chunk.numel():
+            self.chunk.grad = self._mean
+            self.inner.step()
+            self.chunk.grad = None
+        self._mean = None
+
+    def state_dict(self) -> dict:
+        group = {k: v for k, v in self.inner.param_groups[0].items() if k != "params"}
+        group["params"] = list(range(len(self.params)))
+        per_param = {key: self.shared.views(flat, self.params)
+                     for key, flat in self.shared.states.items()}
+        state = {}
+        for index in range(len(self.params)) if per_param else ():
+            state[index] = {key: views[index].clone() for key, views in per_param.items()}
+            own = self.inner.state.get(self.chunk, {})
+            if "step" in own:
+                state[index]["step"] = own["step"].clone()
+        return {"state": state, "param_groups": [group]}
+
+    @torch.no_grad()
+    def load_state_dict(self, saved: dict) -> None:
+        """Rank 0 writes the shared state (everyone waits for it at the start line); every
+        rank takes the hyper-parameters and its own step count."""
+        saved_group = saved["param_groups"][0]
+        for key, value in saved_group.items():
+            if key != "params":
+                self.inner.param_groups[0][key] = value
+        states = saved.get("state", {})
+        if not states:
+            return
+        first = next(iter(states.values()))
+        own = self.inner.state.get(self.chunk)
+        if own is not None and "step" in own and "step" in first:
+            own["step"].copy_(torch.as_tensor(first["step"]))
+        if self.group.rank != 0:
+            return
+        for key, flat in self.shared.states.items():
+            for index, view in enumerate(self.shared.views(flat, self.params)):
+                view.copy_(states[index][key])
