@@ -33,6 +33,9 @@ _STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq")}
 
 
 def worth_sharding(model: nn.Module, config, workers: int) -> bool:
+    """Whether ``model``'s ddp ranks should share one copy of its parameters: several ranks,
+    float32 on the CPU (one dtype, one flat buffer), and no convolution weights (their private
+    replicas train faster in channels-last than one shared copy in the usual layout)."""
     params = list(model.parameters())
     return (workers > 1 and config.device == "cpu" and bool(params)
             and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
