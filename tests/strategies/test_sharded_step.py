@@ -12,7 +12,8 @@ from torch.utils.data import TensorDataset
 import mptrain
 from mptrain.config import TrainConfig
 from mptrain.strategies import ddp
-from mptrain.strategies.sharded_step import worth_sharding
+from mptrain.comm.shm import ShmGroupState
+from mptrain.strategies.sharded_step import SharedParameters, ShardedStepDDP, worth_sharding
 
 
 def make_data():
@@ -65,12 +66,25 @@ def test_sharded_steps_train_like_replicas_that_each_step_everything(monkeypatch
         pytest.approx([e.train_loss for e in replicas.epochs], rel=1e-6)
 
 
-@pytest.mark.timeout(120)
-def test_every_rank_trains_one_shared_copy_of_the_parameters(monkeypatch):
+def test_every_rank_trains_one_shared_copy_and_the_parents_model_stays_apart():
     model = make_model()
-    fit(model, True, monkeypatch, workers=2, optimizer="sgd", momentum=0.9)
-    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    assert len(storages) == 1 and all(p.is_shared() for p in model.parameters())
+    settings = config(workers=2, optimizer="adam")
+    shared = SharedParameters(model, settings)
+    engine = ShardedStepDDP(shared, settings)
+    state = ShmGroupState.create(2, shared.flat.numel(), torch.float32, 30.0,
+                                 oversubscribed=True)
+    replicas = [engine.replica(copy.deepcopy(model), state.attach(rank), torch.device("cpu"))
+                for rank in range(2)]   # both in this process, as ranks taking turns are
+
+    flat = shared.flat.untyped_storage().data_ptr()
+    for replica in replicas:
+        assert {p.untyped_storage().data_ptr() for p in replica.parameters()} == {flat}
+    assert flat not in {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert torch.equal(torch.cat([p.reshape(-1) for p in model.parameters()]), shared.flat)
+    # Each rank steps its own chunk, and the two chunks cover the parameters once.
+    steps = [engine.optimizer(replica) for replica in replicas]
+    assert steps[0] is not steps[1]
+    assert steps[0].chunk.numel() + steps[1].chunk.numel() == shared.flat.numel()
 
 
 @pytest.mark.timeout(180)
@@ -106,5 +120,29 @@ def test_only_float32_cpu_models_without_convolutions_on_several_ranks_are_shard
     assert not worth_sharding(mlp, config(), 1)                 # nothing to split
     assert not worth_sharding(copy.deepcopy(mlp).double(), config(), 2)
     assert not worth_sharding(mlp, config(device="cuda"), 2)
+    frozen = make_model()
+    frozen[0].weight.requires_grad_(False)
+    assert not worth_sharding(frozen, config(), 2)              # weight decay would move it
     conv = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(4, 2))
     assert not worth_sharding(conv, config(), 2)   # private replicas train in channels-last
+
+
+def make_linear():
+    torch.manual_seed(4)
+    return nn.Linear(10, 3)   # 33 values: 4 ranks get 16, 16, 1 and none
+
+
+@pytest.mark.timeout(180)
+def test_a_sharded_checkpoint_with_an_empty_chunk_resumes_on_replicas(monkeypatch, tmp_path):
+    """Every rank's part of the checkpoint counts Adam's steps, also the rank whose chunk is
+    empty: replicas resumed from it (each loads its own rank's part) keep the bias
+    correction of a run that never stopped."""
+    settings = dict(workers=4, optimizer="adam")
+    out = tmp_path / "run"
+    fit(make_linear(), True, monkeypatch, out=out, checkpoint_every=1, **settings)
+    monkeypatch.setattr(ddp, "worth_sharding", lambda *args: False)
+    resumed = mptrain.fit(make_linear(), make_data(), make_data(), resume=out, out=out,
+                          epochs=4)
+    straight = fit(make_linear(), False, monkeypatch, epochs=4, **settings)
+    assert_equal_to_rounding(resumed.model, straight.model)
+

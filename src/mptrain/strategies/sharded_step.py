@@ -34,17 +34,24 @@ _STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq")}
 
 def worth_sharding(model: nn.Module, config, workers: int) -> bool:
     """Whether ``model``'s ddp ranks should share one copy of its parameters: several ranks,
-    float32 on the CPU (one dtype, one flat buffer), and no convolution weights (their private
-    replicas train faster in channels-last than one shared copy in the usual layout)."""
+    float32 on the CPU (one dtype, one flat buffer), every parameter trained (a frozen one
+    inside a chunk would be stepped with a zero gradient, and weight decay would move it), and
+    no convolution weights (their private replicas train faster in channels-last than one
+    shared copy in the usual layout)."""
     params = list(model.parameters())
     return (workers > 1 and config.device == "cpu" and bool(params)
-            and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in params)
+            and all(p.dtype == torch.float32 and p.device.type == "cpu" and p.requires_grad
+                    for p in params)
             and not any(p.dim() == 4 for p in params))
 
 
 class SharedParameters:
-    """The parameters (and optimizer state) of the parent's model, laid end to end in shared
-    memory; the parent's model is made to train them (its parameters become views)."""
+    """A copy of the parent's model's parameters (and room for the optimizer state), laid end
+    to end in shared memory, which the workers' replicas train.
+
+    The parent's model stays apart: as with private replicas it receives rank 0's values
+    once per epoch (``publish``), so a run stopped mid-epoch leaves it at the last epoch's
+    end, and the parent's checks between epochs read a model nobody is writing."""
 
     def __init__(self, model: nn.Module, config):
         params = list(model.parameters())
@@ -57,7 +64,6 @@ class SharedParameters:
         with torch.no_grad():
             for param, view in zip(params, self.views(self.flat, params)):
                 view.copy_(param)
-                param.data = view
 
     def views(self, flat: torch.Tensor, params) -> list[torch.Tensor]:
         return [piece.view_as(p) for piece, p in zip(flat.split(self.sizes), params)]
@@ -148,6 +154,8 @@ class ShardedStep:
             self.chunk.grad = self._mean
             self.inner.step()
             self.chunk.grad = None
+        elif "step" in self.inner.state.get(self.chunk, {}):
+            self.inner.state[self.chunk]["step"] += 1   # Adam's count, saved by every rank
         self._mean = None
 
     def state_dict(self) -> dict:
