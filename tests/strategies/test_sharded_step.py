@@ -13,7 +13,8 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.strategies import ddp
 from mptrain.comm.shm import ShmGroupState
-from mptrain.strategies.sharded_step import SharedParameters, ShardedStepDDP, worth_sharding
+from mptrain.strategies.ddp import ShardedStepDDP
+from mptrain.strategies.sharded_step import SharedParameters, worth_sharding
 
 
 def make_data():
@@ -87,29 +88,6 @@ def test_every_rank_trains_one_shared_copy_and_the_parents_model_stays_apart():
     assert steps[0].chunk.numel() + steps[1].chunk.numel() == shared.flat.numel()
 
 
-@pytest.mark.timeout(180)
-def test_a_checkpoint_of_replicas_resumes_sharded(monkeypatch, tmp_path):
-    """The checkpoint holds the usual per-parameter optimizer state either way."""
-    settings = dict(workers=2, optimizer="sgd", momentum=0.9)
-    out = tmp_path / "run"
-    fit(make_model(), False, monkeypatch, out=out, checkpoint_every=1, **settings)
-    resumed = mptrain.fit(make_model(), make_data(), make_data(), resume=out, out=out,
-                          epochs=4)
-    straight = fit(make_model(), False, monkeypatch, epochs=4, **settings)
-    assert_equal_to_rounding(resumed.model, straight.model)
-
-
-@pytest.mark.timeout(180)
-def test_a_sharded_checkpoint_resumes_bitwise(monkeypatch, tmp_path):
-    settings = dict(workers=2, optimizer="adam")
-    out = tmp_path / "run"
-    fit(make_model(), True, monkeypatch, out=out, checkpoint_every=1, **settings)
-    resumed = mptrain.fit(make_model(), make_data(), make_data(), resume=out, out=out,
-                          epochs=4)
-    straight = fit(make_model(), True, monkeypatch, epochs=4, **settings)
-    assert_bitwise_equal(resumed.model, straight.model)
-
-
 def config(**settings):
     return TrainConfig.from_settings({"strategy": "ddp", **settings})
 
@@ -133,16 +111,24 @@ def make_linear():
 
 
 @pytest.mark.timeout(180)
-def test_a_sharded_checkpoint_with_an_empty_chunk_resumes_on_replicas(monkeypatch, tmp_path):
-    """Every rank's part of the checkpoint counts Adam's steps, also the rank whose chunk is
-    empty: replicas resumed from it (each loads its own rank's part) keep the bias
-    correction of a run that never stopped."""
-    settings = dict(workers=4, optimizer="adam")
+@pytest.mark.parametrize("make, settings, first, then, exact", [
+    # The checkpoint holds the usual per-parameter optimizer state either way.
+    (make_model, dict(workers=2, optimizer="sgd", momentum=0.9), False, True, False),
+    (make_model, dict(workers=2, optimizer="adam"), True, True, True),
+    # Every rank's part counts Adam's steps, also the rank whose chunk is empty: replicas
+    # resumed from it (each loads its own rank's part) keep a straight run's bias correction.
+    (make_linear, dict(workers=4, optimizer="adam"), True, False, False),
+], ids=["replicas-then-sharded", "sharded-then-sharded", "empty-chunk-then-replicas"])
+def test_a_checkpoint_resumes_on_either_engine(monkeypatch, tmp_path, make, settings, first,
+                                               then, exact):
     out = tmp_path / "run"
-    fit(make_linear(), True, monkeypatch, out=out, checkpoint_every=1, **settings)
-    monkeypatch.setattr(ddp, "worth_sharding", lambda *args: False)
-    resumed = mptrain.fit(make_linear(), make_data(), make_data(), resume=out, out=out,
-                          epochs=4)
-    straight = fit(make_linear(), False, monkeypatch, epochs=4, **settings)
-    assert_equal_to_rounding(resumed.model, straight.model)
-
+    fit(make(), first, monkeypatch, out=out, checkpoint_every=1, **settings)
+    if not then:
+        monkeypatch.setattr(ddp, "worth_sharding", lambda *args: False)
+    resumed = mptrain.fit(make(), make_data(), make_data(), resume=out, out=out, epochs=4)
+    monkeypatch.undo()
+    straight = fit(make(), then, monkeypatch, epochs=4, **settings)
+    if exact:   # the same engine throughout: bit for bit
+        assert_bitwise_equal(resumed.model, straight.model)
+    else:
+        assert_equal_to_rounding(resumed.model, straight.model)

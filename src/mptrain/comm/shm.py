@@ -284,6 +284,14 @@ class ShmGroup(Group):
     def average_(self, tensors) -> None:
         if self.world_size == 1:
             return   # the mean of one rank is itself: no copies (sync x1 spent 4% of a step)
+        packing, parity = self._reduce_my_chunks(tensors)
+        self.barrier()
+        for tensor, place in zip(tensors, packing.result_views[parity]):
+            tensor.copy_(place)
+
+    def _reduce_my_chunks(self, tensors) -> tuple[_Packing, int]:
+        """Everyone writes its slot, barrier, this rank reduces its chunk of every segment
+        into the result of the parity returned."""
         packing = self._packing(tensors)
         parity = self._next_parity()
         for tensor, place in zip(tensors, packing.slot_views):
@@ -292,9 +300,7 @@ class ShmGroup(Group):
         for slots, results in packing.my_chunks:
             if slots.shape[1]:
                 mean_of_rows(slots, results[parity])
-        self.barrier()
-        for tensor, place in zip(tensors, packing.result_views[parity]):
-            tensor.copy_(place)
+        return packing, parity
 
     def chunk_bounds(self, numel: int, itemsize: int) -> tuple[int, int]:
         """The elements ``[low, high)`` of a collective of ``numel`` that this rank reduces
@@ -311,16 +317,10 @@ class ShmGroup(Group):
         other ranks may still be reading its slot. ``strategies.sharded_step`` steps the
         optimizer on the chunk between the two.
         """
-        packing = self._packing(tensors)
-        if len(packing.my_chunks) != 1:
+        if len({t.dtype for t in tensors}) != 1:
             raise ValueError("mean_of_my_chunk takes tensors of one dtype")
-        parity = self._next_parity()
-        for tensor, place in zip(tensors, packing.slot_views):
-            place.copy_(tensor)
-        self.barrier()
-        slots, results = packing.my_chunks[0]
-        if slots.shape[1]:
-            mean_of_rows(slots, results[parity])
+        packing, parity = self._reduce_my_chunks(tensors)
+        _, results = packing.my_chunks[0]
         return results[parity]
 
     def broadcast_(self, tensors, src: int = 0) -> None:

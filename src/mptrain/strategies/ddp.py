@@ -24,7 +24,7 @@ from ..comm.kind import CommKind
 from ..comm.shm import ShmGroup
 from ..errors import UserError
 from .data_parallel import DataParallelStrategy
-from .sharded_step import SharedParameters, ShardedStepDDP, worth_sharding
+from .sharded_step import SharedParameters, ShardedStep, worth_sharding
 
 
 class TorchDDP:
@@ -62,20 +62,58 @@ class SharedMemoryDDP:
         return replica
 
     def after_backward(self, replica: nn.Module, group: Group) -> None:
-        grads = []
-        for param in replica.parameters():
-            if not param.requires_grad:
-                continue
-            if param.grad is None:  # unused in this step on this rank; DDP counts it as zero
-                param.grad = torch.zeros_like(param)
-            grads.append(param.grad)
-        group.average_(grads)
+        group.average_(gradients(replica))
 
     def after_step(self, replica: nn.Module, group: Group) -> None:
         # DDP semantics: rank 0's buffers (BatchNorm running statistics) are everyone's.
         buffers = [b for b in replica.buffers()]
         if buffers:
             group.broadcast_(buffers, src=0)
+
+
+class ShardedStepDDP(SharedMemoryDDP):
+    """DDP's semantics with one shared copy of the parameters, each rank stepping its chunk
+    (``sharded_step``). One engine serves every rank of its process (ranks may take turns in
+    one: ``launch.turns``), so each rank's optimizer is found by its replica."""
+
+    may_change_layout = False
+
+    def __init__(self, shared: SharedParameters, config):
+        self.shared, self.config = shared, config
+        self._steps: dict[int, ShardedStep] = {}   # by id() of the rank's replica
+
+    def replica(self, replica: nn.Module, group: Group, device: torch.device) -> nn.Module:
+        # A module of its own (its gradients and buffers are this rank's), whose parameters
+        # are the shared ones.
+        params = list(replica.parameters())
+        with torch.no_grad():
+            for param, view in zip(params, self.shared.views(self.shared.flat, params)):
+                param.data = view
+        self._steps[id(replica)] = ShardedStep(params, self.shared, group, self.config)
+        return replica
+
+    def optimizer(self, replica: nn.Module) -> ShardedStep:
+        return self._steps[id(replica)]
+
+    def after_backward(self, replica: nn.Module, group: Group) -> None:
+        self._steps[id(replica)].reduce_my_chunk(gradients(replica))
+
+    def after_step(self, replica: nn.Module, group: Group) -> None:
+        group.barrier()   # every rank's chunk stepped before anyone's next forward
+        super().after_step(replica, group)
+
+
+def gradients(replica: nn.Module) -> list[torch.Tensor]:
+    """The gradients a step averages: a trained parameter unused on this rank in this step
+    counts as zero, as in DDP."""
+    grads = []
+    for param in replica.parameters():
+        if not param.requires_grad:
+            continue
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        grads.append(param.grad)
+    return grads
 
 
 class DDPStrategy(DataParallelStrategy):

@@ -69,50 +69,10 @@ class SharedParameters:
         return [piece.view_as(p) for piece, p in zip(flat.split(self.sizes), params)]
 
 
-class ShardedStepDDP:
-    """The engine (see ``ddp``): replicas whose parameters are the shared ones.
-
-    One engine serves every rank of its process (ranks may take turns in one:
-    ``launch.turns``), so each rank's optimizer is found by its replica."""
-
-    may_change_layout = False
-
-    def __init__(self, shared: SharedParameters, config):
-        self.shared, self.config = shared, config
-        self._steps: dict[int, ShardedStep] = {}   # by id() of the rank's replica
-
-    def replica(self, replica: nn.Module, group, device: torch.device) -> nn.Module:
-        # A module of its own (its gradients and buffers are this rank's), whose parameters
-        # are the shared ones.
-        params = list(replica.parameters())
-        with torch.no_grad():
-            for param, view in zip(params, self.shared.views(self.shared.flat, params)):
-                param.data = view
-        self._steps[id(replica)] = ShardedStep(params, self.shared, group, self.config)
-        return replica
-
-    def optimizer(self, replica: nn.Module) -> "ShardedStep":
-        return self._steps[id(replica)]
-
-    def unwrap(self, replica: nn.Module) -> nn.Module:
-        return replica
-
-    def after_backward(self, replica: nn.Module, group) -> None:
-        self._steps[id(replica)].average_my_chunk()
-
-    def after_step(self, replica: nn.Module, group) -> None:
-        group.barrier()   # every rank's chunk stepped before anyone's next forward
-        # DDP semantics: rank 0's buffers (BatchNorm running statistics) are everyone's.
-        buffers = list(replica.buffers())
-        if buffers:
-            group.broadcast_(buffers, src=0)
-
-
 class ShardedStep:
     """This rank's optimizer: ``step()`` updates its chunk of the shared parameters with its
-    chunk of the averaged gradients (the engine's ``after_step`` waits until every chunk is
-    updated). Otherwise it
-    behaves as the optimizer it wraps (``param_groups``, ``zero_grad``, state dicts over the
+    chunk of the averaged gradients (the engine, ``ddp.ShardedStepDDP``, waits until every
+    chunk is updated). Otherwise it behaves as the optimizer it wraps (``param_groups``, ``zero_grad``, state dicts over the
     model's parameters)."""
 
     def __init__(self, params: list[nn.Parameter], shared: SharedParameters, group, config):
@@ -139,12 +99,8 @@ class ShardedStep:
             elif param.grad is not None:
                 param.grad.zero_()
 
-    def average_my_chunk(self) -> None:
-        grads = []
-        for param in self.params:
-            if param.grad is None:   # unused in this step on this rank; DDP counts it as zero
-                param.grad = torch.zeros_like(param)
-            grads.append(param.grad)
+    def reduce_my_chunk(self, grads: list[torch.Tensor]) -> None:
+        """After backward: this rank's chunk of the mean of every rank's ``grads``."""
         self._mean = self.group.mean_of_my_chunk(grads)
 
     def step(self) -> None:
@@ -163,10 +119,10 @@ class ShardedStep:
         group["params"] = list(range(len(self.params)))
         per_param = {key: self.shared.views(flat, self.params)
                      for key, flat in self.shared.states.items()}
+        own = self.inner.state.get(self.chunk, {})
         state = {}
         for index in range(len(self.params)) if per_param else ():
             state[index] = {key: views[index].clone() for key, views in per_param.items()}
-            own = self.inner.state.get(self.chunk, {})
             if "step" in own:
                 state[index]["step"] = own["step"].clone()
         return {"state": state, "param_groups": [group]}
