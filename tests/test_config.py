@@ -174,15 +174,6 @@ def test_sync_every_epoch_does_nothing_with_other_strategies():
         TrainConfig.from_settings({"strategy": "ddp", "sync_every": "epoch"})
 
 
-def test_sync_overlap_needs_an_averaging_period_in_steps():
-    with pytest.raises(UserError) as info:
-        TrainConfig.from_settings({"strategy": "sync", "sync_every": "epoch",
-                                   "sync_overlap": True})
-    assert "--sync-every N" in str(info.value) and "\n" not in str(info.value)
-    assert TrainConfig.from_settings({"strategy": "sync", "sync_every": 2,
-                                      "sync_overlap": True}).sync_overlap
-
-
 def test_a_resumed_run_keeps_averaging_once_per_epoch():
     # None in a checkpoint's config is a choice; read back as "not said", the data set's
     # every-step recipe would take over on resume.
@@ -219,7 +210,6 @@ def test_client_fraction_replaces_the_default_count():
     ("sync_every", "ddp", 2, "--strategy sync"),
     ("sync_every", "hogwild", 2, "--strategy sync"),
     ("share_optimizer_state", "sync", True, "--strategy hogwild"),
-    ("sync_overlap", "ddp", True, "--strategy sync"),
     ("ddp_backend", "sync", "gloo", "--strategy ddp"),
     ("ddp_backend", "hogwild", "gloo", "--strategy ddp"),
     ("max_restarts", "single", 2, "--strategy sync or ddp"),

@@ -99,7 +99,6 @@ class TrainConfig:
     seed: int = 0
     threads_per_worker: int | None = None   # None: usable cores // workers
     sync_every: int | None = None           # None: once per epoch
-    sync_overlap: bool = False              # sync: collect each average one period late
     share_optimizer_state: bool = False
     ddp_backend: str = "auto"
     device: str = "cpu"
@@ -334,7 +333,7 @@ def check_positive_ints(settings, names) -> None:
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
                   "clients_per_round", "local_epochs", "client_eval_every")
-_FLAGS = ("share_optimizer_state", "sync_overlap", "quiet", "accept_failures", "scaffold")
+_FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,

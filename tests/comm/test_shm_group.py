@@ -90,38 +90,6 @@ def alternate_collectives(rank, channel, state, seed, rounds):
         channel.send((round_, [t.numpy().copy() for t in tensors]))
 
 
-def means_in_flight(rank, channel, state, seed, rounds):
-    """Mean k starts before mean k - 1 is collected (sync's --sync-overlap), with ordinary
-    averages in between on some rounds; each collected mean goes to the parent."""
-    group = state.attach(rank)
-    pending = None
-    for round_ in range(rounds):
-        flat = torch.cat([t.reshape(-1) for t in contribution(seed, rank, round_)])
-        if pending is not None:
-            channel.send((round_ - 1, pending.wait().numpy().copy()))
-        pending = group.start_mean(flat)
-        flat.fill_(float("nan"))  # start_mean copied it: changing it now changes nothing
-        if round_ % 4 == 3:
-            tensors = contribution(seed, rank, 1000 + round_)
-            group.average_(tensors)
-            channel.send(("average", round_, [t.numpy().copy() for t in tensors]))
-    channel.send((rounds - 1, pending.wait().numpy().copy()))
-
-
-def never_start_the_mean(rank, channel, state, late_rank):
-    group = state.attach(rank)
-    if rank == late_rank:
-        return
-    pending = group.start_mean(torch.ones(4))
-    started = time.monotonic()
-    try:
-        pending.wait()
-    except CollectiveTimeout as err:
-        channel.send(("timeout", str(err), time.monotonic() - started))
-        return
-    channel.send(("passed", "", time.monotonic() - started))
-
-
 def miss_the_barrier(rank, channel, state, late_rank):
     group = state.attach(rank)
     if rank == late_rank:
@@ -155,9 +123,9 @@ def poll_until(condition, timeout_s=10.0):
     return True
 
 
-def run(world, target, *args, timeout_s=30.0, oversubscribed=True, pipelined=False):
+def run(world, target, *args, timeout_s=30.0, oversubscribed=True):
     state = ShmGroupState.create(world, NUMEL, torch.float32, timeout_s,
-                                 oversubscribed=oversubscribed, pipelined=pipelined)
+                                 oversubscribed=oversubscribed)
     messages = {rank: [] for rank in range(world)}
     result = Supervisor("fork", on_message=lambda rank, m: messages[rank].append(m)).run(
         target, [(state, *args)] * world)
@@ -305,39 +273,6 @@ def test_barrier_times_out_naming_the_late_rank(world, late_rank):
         assert f"rank(s) [{late_rank}]" in text
         assert f"rank {rank} waited" in text
         assert timeout_s <= waited < timeout_s + 5
-
-
-@pytest.mark.timeout(60)
-@pytest.mark.parametrize("world, waiting", [(2, "spin"), (3, "oversubscribed"),
-                                            (4, "spin")])
-def test_means_in_flight_are_the_mean_bitwise_equal_on_every_rank(world, waiting):
-    rounds = 120
-    result, messages = run(world, means_in_flight, 5, rounds, pipelined=True,
-                           oversubscribed=waiting == "oversubscribed")
-    assert result.ok, [f.describe() for f in result.failures]
-
-    means = {rank: [m for m in messages[rank] if m[0] != "average"] for rank in range(world)}
-    for rank in range(world):
-        assert [m[0] for m in means[rank]] == list(range(rounds))
-    for round_ in range(rounds):
-        got = [torch.from_numpy(means[rank][round_][1]) for rank in range(world)]
-        assert all(torch.equal(g, got[0]) for g in got[1:]), round_
-        want = torch.cat([t.reshape(-1) for t in expected_mean(5, world, round_)])
-        assert torch.allclose(got[0], want, rtol=1e-5, atol=1e-6), round_
-    # The ordinary averages in between are untouched by the means in flight.
-    averages = [[m for m in messages[rank] if m[0] == "average"] for rank in range(world)]
-    for (_, round_, arrays) in averages[0]:
-        for got_, want in zip(as_tensors(arrays), expected_mean(5, world, 1000 + round_)):
-            assert torch.allclose(got_, want, rtol=1e-5, atol=1e-6), round_
-
-
-@pytest.mark.timeout(60)
-def test_a_mean_nobody_else_starts_times_out_naming_the_late_rank():
-    result, messages = run(3, never_start_the_mean, 2, timeout_s=1.0, pipelined=True)
-    for rank in (0, 1):
-        kind, message, waited = messages[rank][0]
-        assert kind == "timeout" and "rank(s) [2] to start mean 0" in message
-        assert 1.0 <= waited < 10.0
 
 
 @pytest.mark.timeout(60)

@@ -178,69 +178,6 @@ def test_sync_runs_are_deterministic():
     assert_states_equal(first, second)
 
 
-def overlapped_sgd(model, dataset, every, workers=WORKERS, epochs=EPOCHS, batch_size=BATCH,
-                   lr=LR, seed=SEED):
-    """The reference for ``--sync-overlap``, written out rank by rank: plain SGD on each
-    rank's batches; at every averaging point each rank's update since the last point goes
-    out, and the mean of the previous point's updates replaces this rank's own; at the end
-    of an epoch the last mean comes in and the replicas are averaged."""
-    inputs, targets = dataset.tensors
-    replicas = [copy.deepcopy(model) for _ in range(workers)]
-
-    def flat(net):
-        return torch.cat([p.detach().reshape(-1) for p in net.parameters()])
-
-    def add(net, values):
-        with torch.no_grad():
-            offset = 0
-            for p in net.parameters():
-                p.add_(values[offset:offset + p.numel()].view_as(p))
-                offset += p.numel()
-
-    for epoch in range(epochs):
-        shards = [shard_indices(len(inputs), workers, rank, seed, epoch)
-                  for rank in range(workers)]
-        snapshots = [flat(net) for net in replicas]
-        in_flight = None
-        for step, step_batches in enumerate(zip(*(batches(shard, batch_size)
-                                                  for shard in shards))):
-            for net, indices in zip(replicas, step_batches):
-                net.zero_grad(set_to_none=True)
-                F.cross_entropy(net(inputs[indices]), targets[indices]).backward()
-                with torch.no_grad():
-                    for p in net.parameters():
-                        p.add_(p.grad, alpha=-lr)
-            if (step + 1) % every == 0:
-                updates = [flat(net) - snapshot for net, snapshot in zip(replicas, snapshots)]
-                if in_flight is not None:
-                    mean = torch.stack(in_flight).mean(dim=0)
-                    for net, own in zip(replicas, in_flight):
-                        add(net, mean - own)
-                snapshots = [flat(net) for net in replicas]
-                in_flight = updates
-        if in_flight is not None:
-            mean = torch.stack(in_flight).mean(dim=0)
-            for net, own in zip(replicas, in_flight):
-                add(net, mean - own)
-        average = torch.stack([flat(net) for net in replicas]).mean(dim=0)
-        for net in replicas:
-            add(net, average - flat(net))
-    return replicas[0]
-
-
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("every", [1, 3])
-def test_overlapped_sync_equals_its_reference_and_is_deterministic(every):
-    initial = make_model()
-    first = fit(copy.deepcopy(initial), "sync", sync_every=every, sync_overlap=True).model
-    second = fit(copy.deepcopy(initial), "sync", sync_every=every, sync_overlap=True).model
-    assert_states_equal(state_of(first), state_of(second))
-    assert_params_close(first, overlapped_sgd(initial, make_data(), every), atol=1e-5)
-    # Not the barrier's algorithm: each update is computed one period behind the others.
-    exact = fit(copy.deepcopy(initial), "sync", sync_every=every).model
-    assert not torch.allclose(first[0].weight, exact[0].weight, rtol=0, atol=1e-6)
-
-
 @pytest.mark.timeout(120)
 def test_ddp_gloo_matches_ddp_shm():
     initial = make_model()
@@ -289,12 +226,9 @@ def train_and_send_state(rank, channel, config, bundle, model, strategy, comm, b
     (RecordingSync, dict(sync_every=None), "shm", "floating"),
     (RecordingSync, dict(sync_every=1), "shm", "floating"),
     (RecordingSync, dict(sync_every=3), "shm", "floating"),  # last sync at the epoch's end
-    (RecordingSync, dict(sync_every=2, sync_overlap=True), "shm", "floating"),
-    (RecordingSync, dict(sync_every=1, sync_overlap=True), "gloo", "floating"),
     (RecordingDDP, dict(), "shm", "params"),
     (RecordingDDP, dict(ddp_backend="gloo"), "gloo", "params"),
-], ids=["sync-epoch", "sync-1", "sync-3", "sync-overlap-shm", "sync-overlap-gloo", "ddp-shm",
-        "ddp-gloo"])
+], ids=["sync-epoch", "sync-1", "sync-3", "ddp-shm", "ddp-gloo"])
 def test_replicas_are_bitwise_equal_across_ranks(strategy_class, options, comm, compare):
     config = TrainConfig.from_settings(dict(strategy=strategy_class.name,
                                             **{**RUN, "epochs": 1, **options}),
@@ -305,8 +239,7 @@ def test_replicas_are_bitwise_equal_across_ranks(strategy_class, options, comm, 
     strategy = strategy_class(config)
     if comm == "shm":
         group_state = ShmGroupState.create(WORKERS, strategy.comm_numel(model), torch.float32,
-                                           30.0, oversubscribed=True,
-                                           pipelined=config.sync_overlap)
+                                           30.0, oversubscribed=True)
     else:
         group_state = DistSpec("gloo", WORKERS, 30.0)
     states = {}

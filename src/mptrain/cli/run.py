@@ -79,10 +79,6 @@ class GroupedHelp(click.Command):
 @click.option("--sync-every", type=StepsOrEpoch(),
               help="sync: average parameters every N steps, or 'epoch' for once per epoch "
                    "(default: the data set's, else once per epoch).")
-@click.option("--sync-overlap/--no-sync-overlap", default=None,
-              help="sync: collect each average one period after it starts, training on "
-                   "meanwhile, so a rank the host slows down is not waited for at once "
-                   "(off: every average at a barrier).")
 @click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
               help="hogwild: one optimizer state in shared memory for all workers.")
 @click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),

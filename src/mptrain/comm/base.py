@@ -12,22 +12,6 @@ class CollectiveTimeout(RuntimeError):
     """A peer did not arrive at a collective within the run's worker timeout."""
 
 
-class PendingMean(ABC):
-    """A mean over ranks started by :meth:`Group.start_mean`, collected by :meth:`wait`."""
-
-    @abstractmethod
-    def wait(self) -> torch.Tensor:
-        """The mean of every rank's tensor (1-D, bitwise equal on every rank)."""
-
-
-class _Ready(PendingMean):
-    def __init__(self, value: torch.Tensor):
-        self._value = value
-
-    def wait(self) -> torch.Tensor:
-        return self._value
-
-
 class Group(ABC):
     rank: int
     world_size: int
@@ -43,23 +27,6 @@ class Group(ABC):
     @abstractmethod
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:
         """Overwrite every tensor with rank ``src``'s values."""
-
-    def start_mean(self, flat: torch.Tensor) -> PendingMean:
-        """Start averaging the 1-D tensor ``flat`` over ranks; ``wait()`` on the result gives
-        the mean.
-
-        Why split in two: sync's overlapped averaging (``--sync-overlap``) collects each mean
-        one averaging period after it started, so a rank the host slows down for a step is
-        not waited for at once. Every rank starts and waits for its means in the same order,
-        with at most one in flight: wait for it before starting the next. ``flat`` is
-        copied; the caller may change it once this returns.
-
-        This default averages at once (a blocking :meth:`average_`): the numbers are the
-        same as a group that overlaps, only the waiting moves.
-        """
-        value = flat.detach().clone()
-        self.average_([value])
-        return _Ready(value)
 
     def weighted_average_(self, tensors: Sequence[torch.Tensor], weight: float) -> float:
         """Replace every tensor by ``sum_r weight_r * tensor_r / sum_r weight_r`` over ranks

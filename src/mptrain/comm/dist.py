@@ -12,7 +12,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ..leftovers import RENDEZVOUS_PREFIX
-from .base import Group, PendingMean
+from .base import Group
 
 
 class TorchDistGroup(Group):
@@ -41,13 +41,6 @@ class TorchDistGroup(Group):
         for tensor, averaged in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
             tensor.detach().copy_(averaged)
 
-    def start_mean(self, flat):
-        """An asynchronous all-reduce: the backend's own thread (gloo) or stream (nccl)
-        moves the bytes while this rank computes its next steps."""
-        value = flat.detach().clone()
-        return _AllReduceInFlight(dist.all_reduce(value, async_op=True), value,
-                                  self.world_size)
-
     def broadcast_(self, tensors, src: int = 0) -> None:
         flat = _flatten_dense_tensors([t.detach() for t in tensors])
         dist.broadcast(flat, src)
@@ -57,15 +50,6 @@ class TorchDistGroup(Group):
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-class _AllReduceInFlight(PendingMean):
-    def __init__(self, work, value, world_size: int):
-        self._work, self._value, self._world_size = work, value, world_size
-
-    def wait(self):
-        self._work.wait()
-        return self._value.div_(self._world_size)
 
 
 #: The torch.distributed backends mptrain's own workers can form a group with (``DistSpec``),

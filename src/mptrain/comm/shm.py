@@ -50,20 +50,6 @@ its members (the first rows of semaphores). What every rank of a process wrote b
 turn ended is then published by that one ``sem_post``, and read after the matching wait by
 every rank of the other processes: the same chain of hand-offs, with fewer links.
 
-**Means in flight** (``start_mean``, sync's ``--sync-overlap``). A group created
-``pipelined`` has a second set of slots, ``pipeline[parity][rank]``, and a semaphore per
-(receiver, parity). Starting mean ``k`` writes the rank's row of parity ``k % 2`` and posts
-one token to every other rank's semaphore of that parity; waiting for it takes ``world - 1``
-tokens from its own, then sums all rows of that parity (every rank the same kernel on the
-same bytes: bitwise-equal means). No barrier: a rank waits only for ranks that have not yet
-*started* mean ``k``. Two parities are enough because every rank waits for mean ``k - 1``
-before it starts mean ``k``: a rank writes parity ``k % 2`` again (mean ``k + 2``) only after
-waiting for mean ``k + 1``, which every peer started after it finished reading mean ``k``;
-and the tokens of mean ``k + 2`` cannot be posted before this rank took those of mean ``k``
-for the same reason, so counting tokens per parity is exact. Ranks that take turns in one
-process average at once instead (a rank waiting there would keep its process's next rank
-from running).
-
 Where process-shared semaphores do not exist (not Linux), ``create`` refuses with one line.
 """
 
@@ -78,14 +64,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import CollectiveTimeout, Group, PendingMean
+from .base import CollectiveTimeout, Group
 from .reduce import mean_of_rows
 
 _SEM_BYTES = 128        # room for a sem_t: 32 bytes on glibc, 128 on musl (64-bit)
 _ALIGN = 64             # one cache line: chunks reduced by different ranks never share one
 _ROW_ALIGN = 4096
 _COUNTER_STRIDE = 8     # one int64 arrival counter per cache line
-_BARRIERS, _MEANS_STARTED = 0, 1   # the counters' columns (diagnostics)
 # ~0.5 us per sem_trywait through ctypes: about 100 us of trying before sleeping, the order of
 # a futex sleep plus wake-up.
 _SPIN_TRIES = 200
@@ -175,15 +160,11 @@ class ShmGroupState:
     arrivals: torch.Tensor    # int64 [world, _COUNTER_STRIDE]: barriers entered (diagnostics)
     timeout_s: float
     oversubscribed: bool
-    #: uint8 [2, world, row_bytes]: rows of the means in flight (``start_mean``), by parity
-    pipeline: torch.Tensor | None = None
-    #: uint8 [world, 2, _SEM_BYTES]: a sem_t per receiver and parity for them
-    pipeline_semaphores: torch.Tensor | None = None
 
     @classmethod
     def create(cls, world_size: int, numel: int, dtype: torch.dtype, timeout_s: float,
-               oversubscribed: bool, allocate=None, initialize: bool = True,
-               pipelined: bool = False) -> "ShmGroupState":
+               oversubscribed: bool, allocate=None, initialize: bool = True
+               ) -> "ShmGroupState":
         """Room for collectives of up to ``numel`` elements of any dtype up to 8 bytes wide
         (``dtype``, when wider, widens it); only the bytes actually used take memory.
 
@@ -192,25 +173,23 @@ class ShmGroupState:
         same buffers by name: one of them creates the state, the others call this with
         ``initialize=False`` and the same arguments, so that they map the buffers in the same
         order and leave the semaphores as the creator set them up.
-
-        ``pipelined`` adds room for means in flight (``start_mean``; see the module doc).
         """
         allocate = allocate or _shared_bytes
         itemsize = max(8, torch.empty(0, dtype=dtype).element_size())
         row_bytes = _round_up(max(numel, 1) * itemsize + 4 * _ALIGN, _ROW_ALIGN)
         rounds = _rounds(world_size)
         semaphores = allocate(world_size, max(rounds, 1), _SEM_BYTES)
-        if initialize:
-            _initialize_semaphores(semaphores, rounds)
+        libc = _load_or_refuse()
+        for rank in range(world_size if initialize else 0):
+            for round_ in range(rounds):
+                if libc.init(_address(semaphores, rank, round_), 1, 0) != 0:
+                    err = ctypes.get_errno()
+                    raise RuntimeError(f"process-shared semaphores are not available here "
+                                       f"(sem_init: {os.strerror(err)}); shared-memory "
+                                       "collectives need them")
         arrivals = allocate(world_size, _COUNTER_STRIDE * 8).view(torch.int64)
-        state = cls(allocate(world_size, row_bytes), allocate(2, row_bytes),
-                    semaphores, arrivals, timeout_s, oversubscribed)
-        if pipelined:
-            state.pipeline = allocate(2, world_size, row_bytes)
-            state.pipeline_semaphores = allocate(world_size, 2, _SEM_BYTES)
-            if initialize:
-                _initialize_semaphores(state.pipeline_semaphores, 2)
-        return state
+        return cls(allocate(world_size, row_bytes), allocate(2, row_bytes),
+                   semaphores, arrivals, timeout_s, oversubscribed)
 
     def attach(self, rank: int, progress=None, turns=None) -> "ShmGroup":
         """This rank's handle. ``progress`` (a board writer: ``beat()``, ``waiting(bool)``)
@@ -232,17 +211,6 @@ class WaitCounts:
     spun: int = 0
     slept: int = 0
     seconds: float = 0.0
-
-
-class _ShmMeanInFlight(PendingMean):
-    def __init__(self, group: "ShmGroup", rows: torch.Tensor, parity: int, index: int):
-        self._group, self.rows, self.parity, self.index = group, rows, parity, index
-        self._mean: torch.Tensor | None = None
-
-    def wait(self) -> torch.Tensor:
-        if self._mean is None:
-            self._mean = self._group._wait_for_mean(self)
-        return self._mean
 
 
 @dataclass
@@ -269,10 +237,8 @@ class ShmGroup(Group):
         oversubscribed = state.oversubscribed and turns is None
         self._spin_tries = 0 if oversubscribed else _SPIN_TRIES
         self._yields = _YIELDS if oversubscribed else 0
-        self._arrivals = state.arrivals.numpy()[:, _BARRIERS]
+        self._arrivals = state.arrivals.numpy()[:, 0]
         self._generation = int(self._arrivals[rank])
-        self._means_started = state.arrivals.numpy()[:, _MEANS_STARTED]
-        self._mean_in_flight: "_ShmMeanInFlight | None" = None
         # The barrier's members: the ranks, or the processes when ranks take turns in them
         # (the first ``processes`` rows of semaphores then belong to the processes).
         member, members = (rank, self.world_size) if turns is None \
@@ -357,56 +323,6 @@ class ShmGroup(Group):
         _, results = packing.my_chunks[0]
         return results[parity]
 
-    def start_mean(self, flat) -> PendingMean:
-        state = self._state
-        if self.world_size == 1 or state.pipeline is None or self._turns is not None:
-            return super().start_mean(flat)
-        if self._mean_in_flight is not None:
-            raise RuntimeError("start_mean: wait for the mean in flight before starting "
-                               "another")
-        index = int(self._means_started[self.rank])
-        parity = index % 2
-        rows = state.pipeline[parity].view(flat.dtype)
-        if flat.numel() > rows.shape[1]:
-            raise ValueError(f"a mean of {flat.numel()} numbers does not fit the group's "
-                             f"{rows.shape[1]}-number rows")
-        rows = rows[:, :flat.numel()]
-        rows[self.rank].copy_(flat.reshape(-1))
-        self._means_started[self.rank] = index + 1  # diagnostics only, like the barriers'
-        for peer in range(self.world_size):
-            if peer != self.rank:
-                self._libc.post(_address(state.pipeline_semaphores, peer, parity))
-        self._mean_in_flight = _ShmMeanInFlight(self, rows, parity, index)
-        return self._mean_in_flight
-
-    def _wait_for_mean(self, pending: "_ShmMeanInFlight") -> torch.Tensor:
-        """Take a token from every other rank for ``pending``'s parity, then sum the rows."""
-        arrived = time.perf_counter()
-        semaphore = ctypes.c_void_p(_address(self._state.pipeline_semaphores, self.rank,
-                                             pending.parity))
-        slept_since = None
-        for _ in range(self.world_size - 1):
-            if self._try(semaphore):
-                continue
-            if slept_since is None:
-                slept_since = time.monotonic()
-                self._mark_waiting(True)
-            self._sleep_until_taken(semaphore, slept_since,
-                                    lambda: self._late_for_mean(pending.index))
-        if slept_since is None:
-            self.waits.spun += 1
-        else:
-            self.waits.slept += 1
-            self._mark_waiting(False)
-        self.waits.seconds += time.perf_counter() - arrived
-        self._mean_in_flight = None
-        return mean_of_rows(pending.rows, torch.empty(pending.rows.shape[1],
-                                                      dtype=pending.rows.dtype))
-
-    def _late_for_mean(self, index: int) -> str:
-        late = [r for r in range(self.world_size) if self._means_started[r] <= index]
-        return f"rank(s) {late} to start mean {index}"
-
     def broadcast_(self, tensors, src: int = 0) -> None:
         if self.world_size == 1:
             return
@@ -436,15 +352,15 @@ class ShmGroup(Group):
                 return True
         return False
 
-    def _sleep_until_taken(self, semaphore, since: float, late=None) -> None:
+    def _sleep_until_taken(self, semaphore, since: float) -> None:
         while not self._libc.wait_for(semaphore, min(_SLEEP_SLICE_S, self._limit_s)):
             waited = time.monotonic() - since
             if waited > self._limit_s:
                 self._mark_waiting(False)
                 raise CollectiveTimeout(
                     f"rank {self.rank} waited {waited:.0f} s at a barrier for "
-                    f"{(late or self._late_ranks)()}; raise --worker-timeout if a step "
-                    "really takes that long")
+                    f"{self._late_ranks()}; raise --worker-timeout if a step really takes "
+                    "that long")
             if self._turns is not None:
                 self._turns.beat_all()   # every rank of this process waits here
             elif self._progress is not None:
@@ -511,17 +427,6 @@ def _load_or_refuse() -> _Semaphores:
     except (OSError, AttributeError) as err:
         raise RuntimeError(f"process-shared semaphores are not available here ({err}); "
                            "shared-memory collectives need them") from None
-
-
-def _initialize_semaphores(semaphores: torch.Tensor, columns: int) -> None:
-    libc = _load_or_refuse()
-    for row in range(semaphores.shape[0]):
-        for column in range(columns):
-            if libc.init(_address(semaphores, row, column), 1, 0) != 0:
-                err = ctypes.get_errno()
-                raise RuntimeError(f"process-shared semaphores are not available here "
-                                   f"(sem_init: {os.strerror(err)}); shared-memory "
-                                   "collectives need them")
 
 
 def _rounds(world_size: int) -> int:

@@ -115,18 +115,15 @@ def check_shared_memory(data, model, strategy, plan: RunPlan) -> None:
 
 def make_comm(config, strategy, model, data, plan: RunPlan):
     if plan.comm is CommKind.SHM:
-        needs = strategy.needs(model, data, plan)
-        return shm_group_state(config, needs.comm_numel, model, plan.workers,
-                               oversubscribed=plan.workers > plan.cores,
-                               pipelined=needs.means_in_flight)
+        return shm_group_state(config, strategy.needs(model, data, plan).comm_numel, model,
+                               plan.workers, oversubscribed=plan.workers > plan.cores)
     if plan.comm.is_torch_group:
         return DistSpec(plan.comm.value, plan.workers, config.worker_timeout)
     return SoloSpec()
 
 
 def shm_group_state(config, comm_numel: int, model, ranks: int, oversubscribed: bool,
-                    allocate=None, initialize: bool = True,
-                    pipelined: bool = False) -> ShmGroupState:
+                    allocate=None, initialize: bool = True) -> ShmGroupState:
     """The shared-memory group of ``ranks`` processes for ``comm_numel`` numbers per rank:
     mptrain's own workers, or the ranks of one torchrun node (``allocate``/``initialize``:
     see ``ShmGroupState.create``)."""
@@ -134,4 +131,4 @@ def shm_group_state(config, comm_numel: int, model, ranks: int, oversubscribed: 
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
                  torch.float32)
     return ShmGroupState.create(ranks, numel, dtype, config.worker_timeout, oversubscribed,
-                                allocate=allocate, initialize=initialize, pipelined=pipelined)
+                                allocate=allocate, initialize=initialize)

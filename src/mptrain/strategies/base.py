@@ -63,9 +63,6 @@ class ResourceNeeds:
     rehearse: bool = True
     #: Bytes the strategy puts in /dev/shm beyond the model, data and collectives.
     extra_shared_bytes: int = 0
-    #: Whether ranks keep a mean in flight (``Group.start_mean``): a shared-memory group
-    #: then needs its second set of rows.
-    means_in_flight: bool = False
 
 
 class WorkerProgram(ABC):

@@ -85,9 +85,6 @@ class DataParallelStrategy(Strategy):
     def restore_optimizer(self, optimizer: torch.optim.Optimizer, state: dict) -> None:
         optimizer.load_state_dict(state)
 
-    def begin_epoch(self, replica: nn.Module, group: Group) -> None:
-        pass
-
     def after_backward(self, replica: nn.Module, group: Group) -> None:
         pass
 
@@ -143,7 +140,6 @@ class EpochProgram(WorkerProgram):
         after_backward = clock.timed(self.after_backward, "collective")
         after_step = clock.timed(strategy.after_step, "collective")
         try:
-            strategy.begin_epoch(model, group)
             for step, indices in enumerate(batches(shard, config.batch_size)):
                 lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
                                    steps_in_epoch)
