@@ -59,14 +59,32 @@ def test_a_group_that_does_not_count_its_waits_reports_none_waited(clock):
     assert round_clock.finish().waiting == 0.0
 
 
+def test_forward_backward_and_optimizer_are_laps_inside_compute(clock):
+    round_clock = RoundClock(CountingGroup())
+    for part, seconds in (("forward", 1.0), ("backward", 2.0), ("optimizer", 0.5)):
+        clock.now += seconds
+        round_clock.lap_part(part)
+    clock.now += 0.25           # the step's bookkeeping: compute, in no part
+    round_clock.add("compute", round_clock.lap())
+    result = round_clock.finish()
+    assert (result.forward, result.backward, result.optimizer, result.compute) == \
+        (1.0, 2.0, 0.5, 3.75)
+
+
+def timed(compute, data, collective, waiting, forward=0.0, backward=0.0, optimizer=0.0):
+    return dict(compute=compute, forward=forward, backward=backward, optimizer=optimizer,
+                data=data, collective=collective, waiting=waiting)
+
+
 def test_ranks_are_averaged_and_shares_are_of_the_steps_time():
-    ranks = [{"compute": 8.0, "data": 1.0, "collective": 1.0, "waiting": 0.5},
-             {"compute": 6.0, "data": 1.0, "collective": 3.0, "waiting": 2.5}]
+    ranks = [timed(8.0, 1.0, 1.0, 0.5, 3.0, 4.0, 1.0), timed(6.0, 1.0, 3.0, 2.5, 2.0, 3.0, 1.0)]
     mean = mean_over_ranks(ranks)
-    assert mean == {"compute": 7.0, "data": 1.0, "collective": 2.0, "waiting": 1.5}
-    assert shares(mean) == pytest.approx({"compute": 0.7, "data": 0.1, "collective": 0.2,
-                                          "waiting": 0.15})
-    assert describe(shares(mean)) == \
+    assert mean == timed(7.0, 1.0, 2.0, 1.5, 2.5, 3.5, 1.0)
+    assert shares(mean) == pytest.approx(timed(0.7, 0.1, 0.2, 0.15, 0.25, 0.35, 0.1))
+    assert describe(shares(mean)) == ("compute 70% (forward 25%, backward 35%, optimizer "
+                                      "10%), data 10%, collective 20% (waiting for peers 15%)")
+    # A program that does not time the parts of its compute: they are not printed.
+    assert describe(shares(timed(7.0, 1.0, 2.0, 1.5))) == \
         "compute 70%, data 10%, collective 20% (waiting for peers 15%)"
     assert mean_over_ranks([ranks[0], None]) is None   # a rank that did not time its round
 
@@ -80,11 +98,11 @@ class Report:
 
 
 def test_a_rounds_row_gets_the_ranks_mean_seconds_per_phase():
-    timed = {"compute": 1.0, "data": 0.25, "collective": 0.5, "waiting": 0.25}
-    row = combine([Report(0, {"profile": timed}), Report(1, {"profile": timed})],
+    seconds = timed(1.0, 0.25, 0.5, 0.25, 0.25, 0.5, 0.125)
+    row = combine([Report(0, {"profile": seconds}), Report(1, {"profile": seconds})],
                   "classification").as_dict()
     assert {k: row[k] for k in row if k.startswith("time_")} == \
-        {"time_compute": 1.0, "time_data": 0.25, "time_collective": 0.5, "time_waiting": 0.25}
+        {f"time_{phase}": value for phase, value in seconds.items()}
     untimed = combine([Report(0, {}), Report(1, {})], "classification").as_dict()
     assert not any(k.startswith("time_") for k in untimed)
 
@@ -92,10 +110,11 @@ def test_a_rounds_row_gets_the_ranks_mean_seconds_per_phase():
 def test_the_runs_profile_sums_its_rounds_and_needs_every_round():
     def row(**extras):
         return EpochMetrics(1, 0.1, None, None, None, 1.0, 1.0, 1, 1, 0, extras=extras)
-    timed = dict(time_compute=1.0, time_data=0.5, time_collective=0.5, time_waiting=0.25)
-    assert run_profile([row(**timed), row(**timed)]) == \
-        {"compute": 2.0, "data": 1.0, "collective": 1.0, "waiting": 0.5}
-    assert run_profile([row(**timed), row()]) is None
+    columns = {f"time_{phase}": value
+               for phase, value in timed(1.0, 0.5, 0.5, 0.25, 0.5, 0.25, 0.125).items()}
+    assert run_profile([row(**columns), row(**columns)]) == timed(2.0, 1.0, 1.0, 0.5, 1.0, 0.5,
+                                                                  0.25)
+    assert run_profile([row(**columns), row()]) is None
     assert run_profile([]) is None
 
 
@@ -109,4 +128,7 @@ def test_a_sync_run_says_where_its_ranks_time_went():
     part = result.summary["time_shares"]
     assert part["compute"] + part["data"] + part["collective"] == pytest.approx(1.0)
     assert 0.0 < part["waiting"] <= part["collective"]   # 16 meetings an epoch: some wait
+    inside = part["forward"] + part["backward"] + part["optimizer"]
+    assert min(part["forward"], part["backward"], part["optimizer"]) > 0
+    assert inside <= part["compute"] + 1e-9
     assert all(value >= 0 for value in part.values())

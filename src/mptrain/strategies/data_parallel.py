@@ -149,7 +149,7 @@ class EpochProgram(WorkerProgram):
                 inputs, targets = inputs.to(setup.device), targets.to(setup.device)
                 clock.add("data", clock.lap())
                 loss = train_step(self.forward, optimizer, inputs, targets,
-                                  setup.data.task, after_backward)
+                                  setup.data.task, after_backward, clock)
                 after_step(model, group, step)
                 loss_sum += loss * len(indices)
                 losses.append(loss)
