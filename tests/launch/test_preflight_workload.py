@@ -121,3 +121,38 @@ def test_ranks_taking_turns_hold_an_interpreter_and_a_batch_once_per_process(dig
     with pytest.raises(UserError, match="100 workers need about"):
         check_workload(settings(8), digits, 100, 2, model=model)   # a process each
     check_workload(settings(8), digits, 100, 2, model=model, processes=2)
+
+
+def test_ranks_that_share_their_parameters_are_counted_with_their_own_copies_only(digits,
+                                                                                 available):
+    # ddp's sharded step keeps parameters and optimizer state once, in shared memory: each
+    # rank holds only its gradients, a quarter of what a private replica with Adam holds.
+    model = nn.Sequential(nn.Flatten(), nn.Linear(64, 4096), nn.Linear(4096, 10))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    activations = preflight.ACTIVATION_FACTOR * preflight._activation_bytes(model, digits, 8)
+    per_process = WORKER_FLOOR_BYTES + activations
+    available(50 * (per_process + 2 * params))
+    with pytest.raises(UserError, match="50 workers need about"):
+        check_workload(settings(8), digits, 50, 2, model=model)
+    check_workload(settings(8), digits, 50, 2, model=model, parameter_copies=1)
+
+
+def test_the_sharded_ddp_step_and_hogwild_say_how_many_copies_a_rank_holds(digits):
+    from mptrain.comm.kind import CommKind
+    from mptrain.config import TrainConfig
+    from mptrain.launch.plan import RunPlan
+    from mptrain.strategies.ddp import DDPStrategy
+    from mptrain.strategies.hogwild import HogwildStrategy
+
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.Linear(32, 10))
+    plan = RunPlan(4, 1, "fork", "", CommKind.SHM, cores=2)
+
+    def copies(strategy, **settings):
+        config = TrainConfig.from_settings({"strategy": strategy, "workers": 4, **settings})
+        cls = {"ddp": DDPStrategy, "hogwild": HogwildStrategy}[strategy]
+        return cls(config).needs(mlp, digits, plan).private_parameter_copies
+
+    assert copies("ddp") == 1
+    assert copies("hogwild", optimizer="adam") == 3
+    assert copies("hogwild", optimizer="adam", share_optimizer_state=True) == 1
+    assert copies("hogwild", optimizer="sgd", momentum=0.0) == 1

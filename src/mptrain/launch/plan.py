@@ -96,7 +96,9 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     check_device(config)
     check_model_fits_data(model, bundle)
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
-                              local_workers=plan.local_workers, processes=plan.processes)
+                              local_workers=plan.local_workers, processes=plan.processes,
+                              parameter_copies=strategy.needs(model, bundle, plan)
+                              .private_parameter_copies)
     strategy.check(bundle, model, plan)
     check_shared_memory(bundle, model, strategy, plan)
     return warnings

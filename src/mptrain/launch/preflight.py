@@ -52,16 +52,16 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
 
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
                    cores: int, model: nn.Module | None = None,
-                   local_workers: int | None = None, processes: int | None = None
-                   ) -> list[str]:
+                   local_workers: int | None = None, processes: int | None = None,
+                   parameter_copies: int = 4) -> list[str]:
     """Refuse impossible splits; return warnings for legal but surprising ones.
 
     ``workers`` split the data; ``local_workers`` of them (default: all) share this
     machine's ``cores`` and memory -- under torchrun, the ranks of this node. ``processes``:
     fewer worker processes than workers, whose ranks take turns in them (no time-sharing).
-    ``model`` refines the memory check with what a worker holds of its own for it (replica,
-    gradients, optimizer state, one batch's activations); without it only the interpreter's
-    share counts.
+    ``model`` refines the memory check with what a worker holds of its own for it
+    (``parameter_copies`` copies of its parameters -- replica, gradients, optimizer state --
+    and one batch's activations); without it only the interpreter's share counts.
     """
     samples = len(bundle.train)
     if workers > samples:
@@ -76,7 +76,7 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
                         f"--batch-size {shard} or less")
     here = workers if local_workers is None else local_workers
     if here > cores:
-        _check_memory(config, bundle, here, model, processes)
+        _check_memory(config, bundle, here, model, processes, parameter_copies)
     if here > 2 * cores and processes is None:   # ranks taking turns do not time-share
         warnings.append(f"{here} workers on {cores} usable cores: they time-share the "
                         f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
@@ -93,18 +93,19 @@ ACTIVATION_FACTOR = 3
 
 
 def _check_memory(config: TrainConfig, bundle: DataBundle, workers: int,
-                  model: nn.Module | None, processes: int | None = None) -> None:
+                  model: nn.Module | None, processes: int | None = None,
+                  parameter_copies: int = 4) -> None:
     """Many more workers than cores run out of memory before they run out of time: refuse
     a run whose workers cannot all fit in the memory available now. ``processes``: ranks
     take turns in that many processes, which hold the interpreter and one batch's
     activations once each; every rank still holds its own replica and optimizer state."""
     per_process, per_rank = WORKER_FLOOR_BYTES, 0
     if model is not None:
-        # Replica, gradients and up to two optimizer states (Adam); the activations autograd
-        # keeps for one batch, their gradients in the backward pass, and what the allocator
-        # keeps of both.
+        # The rank's own copies of the parameters (``parameter_copies``); the activations
+        # autograd keeps for one batch, their gradients in the backward pass, and what the
+        # allocator keeps of both.
         params = sum(p.numel() * p.element_size() for p in model.parameters())
-        per_rank = 4 * params
+        per_rank = parameter_copies * params
         per_process += ACTIVATION_FACTOR * _activation_bytes(model, bundle, config.batch_size)
     available = psutil.virtual_memory().available
     need = (processes or workers) * per_process + workers * per_rank

@@ -63,6 +63,10 @@ class ResourceNeeds:
     rehearse: bool = True
     #: Bytes the strategy puts in /dev/shm beyond the model, data and collectives.
     extra_shared_bytes: int = 0
+    #: Copies of the parameters each rank holds in its own memory: by default a replica,
+    #: its gradients and up to two optimizer states (Adam); fewer when the parameters or
+    #: the optimizer state live once in shared memory (the memory preflight's estimate).
+    private_parameter_copies: int = 4
 
 
 class WorkerProgram(ABC):

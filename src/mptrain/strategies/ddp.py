@@ -14,6 +14,8 @@ it trains in:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
@@ -159,6 +161,12 @@ class DDPStrategy(DataParallelStrategy):
 
     def replicas_are_private(self, plan):
         return not plan.comm.is_torch_group   # a torch.distributed group: torch's DDP
+
+    def needs(self, model, data, plan):
+        needs = super().needs(model, data, plan)
+        if self._shards(model, plan):   # parameters and optimizer state live once, shared
+            needs = replace(needs, private_parameter_copies=1)   # the rank's gradients
+        return needs
 
     def replica(self, model, group, device):
         if isinstance(group, TorchDistGroup):

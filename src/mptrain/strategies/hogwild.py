@@ -86,9 +86,13 @@ class HogwildStrategy(DataParallelStrategy):
     def needs(self, model, data, plan):
         needs = super().needs(model, data, plan)
         per_param = {"adam": 3, "sgd": 1 if self.config.momentum else 0}[self.config.optimizer]
-        extra = len(list(model.parameters())) * per_param if self.config.share_optimizer_state \
-            else 0
-        return replace(needs, shared_tensors=needs.shared_tensors + extra)
+        shared_state = self.config.share_optimizer_state
+        extra = len(list(model.parameters())) * per_param if shared_state else 0
+        # The parameters are shared; each rank holds its gradients and, unless shared, its
+        # optimizer state (Adam: two copies of the parameters, momentum SGD: one).
+        state_copies = 0 if shared_state else min(per_param, 2)
+        return replace(needs, shared_tensors=needs.shared_tensors + extra,
+                       private_parameter_copies=1 + state_copies)
 
     def describe(self, plan, model):
         state = "shared" if self.config.share_optimizer_state else "per worker"
