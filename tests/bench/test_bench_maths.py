@@ -7,7 +7,7 @@ import pytest
 from mptrain.bench.execute import RunRecord, Workload, command_for, record_from
 from mptrain.bench.matrix import (Cell, expand, interleave, memory_pass, reference_of,
                                   speedup_baseline, worker_counts)
-from mptrain.bench.report import cell_rows, footnotes, render_table, time_header
+from mptrain.bench.report import cell_rows, footnotes, render_table, time_header, time_lines
 from mptrain.bench.session import BenchSettings
 from mptrain.bench.stats import (efficiency, is_unsteady, paired_ratios, speedup, spread,
                                  time_to_accuracy)
@@ -251,3 +251,44 @@ def test_hypervisor_steal_is_noted_with_its_seconds(steal_s, noted):
     if noted:
         assert steal[0].startswith("! hypervisor steal: 5.0 s of CPU") and "(2.5% of it)" \
             in steal[0]
+
+
+def timed_run(cell, repeat, speed, compute_s, samples=6_000):
+    """A run whose ranks computed ``compute_s`` seconds each over ``samples`` in all."""
+    shares = dict(compute=0.9, forward=0.3, backward=0.5, optimizer=0.1, data=0.02,
+                  collective=0.08, waiting=0.05)
+    return RunRecord(cell, repeat, ok=True, samples_per_s=speed, time_shares=shares,
+                     epochs=[{"time_compute": compute_s, "train_samples": samples}])
+
+
+def test_compute_per_sample_is_paired_with_the_reference_and_a_slowdown_is_noted():
+    # The reference computes 1 ms a sample; sync's two workers each compute their 3,000
+    # samples in 3.6 s: 1.2 ms a sample, 1.2x -- the cores slowed each other down.
+    ref, single, sync = Cell("single", 1, threads=1, reference=True), Cell("single", 1), \
+        Cell("sync", 2)
+    records = []
+    for repeat, drift in enumerate((1.0, 1.5)):   # the machine slows down for repeat 1
+        records += [timed_run(ref, repeat, 1_000 / drift, 6.0 * drift),
+                    timed_run(single, repeat, 1_400 / drift, 4.5 * drift),
+                    timed_run(sync, repeat, 1_500 / drift, 3.6 * drift)]
+    rows = cell_rows([ref, single, sync], records)
+    by_label = {row["label"]: row for row in rows}
+    assert by_label["sync x2"]["compute_per_sample"]["median"] == pytest.approx(1.2)
+    assert by_label["single x1"]["compute_per_sample"]["median"] == pytest.approx(0.75)
+    lines = time_lines(rows)
+    assert "compute 90% (forward 30%, backward 50%, optimizer 10%)" in lines[1]
+    assert lines[-1].endswith("; compute per sample 1.20x the 1-thread reference's")
+    [note] = [n for n in footnotes(rows) if "slow each other down" in n]
+    assert note.startswith("! the workers of sync x2 computed each sample 1.20x slower")
+    assert "caps their efficiency near 0.83" in note
+
+
+def test_no_slowdown_note_when_workers_compute_as_fast_as_one_process():
+    ref, hogwild = Cell("single", 1, threads=1, reference=True), Cell("hogwild", 2)
+    records = [timed_run(ref, 0, 1_000, 6.0), timed_run(hogwild, 0, 1_900, 3.15)]
+    rows = cell_rows([ref, hogwild], records)
+    assert not [n for n in footnotes(rows) if "slow each other down" in n]
+    # Runs that do not time their steps (fedavg, RL) have no figure, and no note.
+    untimed = [RunRecord(ref, 0, ok=True, samples_per_s=1.0),
+               RunRecord(hogwild, 0, ok=True, samples_per_s=1.0)]
+    assert cell_rows([ref, hogwild], untimed)[1]["compute_per_sample"]["n"] == 0

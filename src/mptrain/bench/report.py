@@ -13,8 +13,12 @@ from ..engine.profile import PHASES, describe
 from ..report.outputs import atomic_write, write_json
 from ..report.plots import new_figure, save_png
 from .matrix import Cell, reference_of, speedup_baseline
-from .stats import (UNSTEADY_SPREAD, efficiency, paired_ratios, speedup, spread,
-                    worth_noting_steal)
+from .stats import (UNSTEADY_SPREAD, compute_seconds_per_sample, efficiency, paired_ratios,
+                    speedup, spread, worth_noting_steal)
+
+#: A cell whose workers compute each sample this much slower than one process alone gets a
+#: note: the cores slow each other down, whatever the strategy.
+SLOWER_COMPUTE = 1.10
 
 
 def cell_rows(cells: list[Cell], records: list) -> list[dict]:
@@ -25,6 +29,8 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
     by_cell = {cell: [r for r in timed if r.cell == cell] for cell in cells}
     memory_by_cell = {cell: [r for r in sampled if r.cell == cell and r.ok] for cell in cells}
     speeds = {cell: {r.repeat: r.samples_per_s for r in by_cell[cell] if r.ok} for cell in cells}
+    compute = {cell: {r.repeat: compute_seconds_per_sample(r.epochs, cell.workers)
+                      for r in by_cell[cell] if r.ok} for cell in cells}
     rows = []
     for cell in cells:
         ok = [r for r in by_cell[cell] if r.ok]
@@ -45,6 +51,10 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
                 speeds[cell], speeds.get(reference, {}),
                 lambda value, base, n=cell.workers: efficiency(value, n, base)),
             "efficiency_over": reference.label if reference else None,
+            # A rank's compute per sample against the 1-thread reference's, paired: below 1
+            # with more threads, above 1 when processes computing at once slow each other.
+            "compute_per_sample": paired_ratios(compute[cell], compute.get(reference, {}),
+                                                lambda value, base: value / base),
             "test_accuracy": spread([r.test_accuracy for r in ok]),
             "test_loss": spread([r.test_loss for r in ok]),
             "time_to_accuracy_s": spread([r.time_to_accuracy_s for r in ok]),
@@ -64,7 +74,11 @@ def time_lines(rows: list[dict]) -> list[str]:
         shares = {phase: row["time_shares"][phase]["median"] for phase in PHASES}
         if any(value is None for value in shares.values()):
             continue
-        lines.append(f"  {row['label']}: {describe(shares)}")
+        line = f"  {row['label']}: {describe(shares)}"
+        slower = row["compute_per_sample"]["median"]
+        if slower is not None and not row["reference"]:
+            line += f"; compute per sample {slower:.2f}x the 1-thread reference's"
+        lines.append(line)
     return ["where the ranks' step time went (median shares):"] + lines if lines else []
 
 
@@ -122,12 +136,29 @@ def footnotes(rows: list[dict], repeats: int | None = None, steal_s: float | Non
         notes.append(f"! too wide to trust (paired ratios spread over "
                      f"{UNSTEADY_SPREAD:.0%} of their median): {', '.join(unsteady)}; re-run "
                      f"with {more} on a quieter machine")
+    slowed = [row for row in rows if row["workers"] > 1
+              and (row["compute_per_sample"]["median"] or 0) > SLOWER_COMPUTE]
+    if slowed:
+        factors = sorted(row["compute_per_sample"]["median"] for row in slowed)
+        notes.append(f"! the workers of {', '.join(row['label'] for row in slowed)} computed "
+                     f"each sample {_span(factors, '{:.2f}')}x slower than one process alone: "
+                     "processes computing at once slow each other down on this machine "
+                     "(shared caches and memory, or the host's other guests), which alone caps "
+                     f"their efficiency near {_span([1 / f for f in factors[::-1]], '{:.2f}')}"
+                     ", whatever the strategy; compare strategies with each other, and the "
+                     "waiting above, not with 1.00")
     if worth_noting_steal(steal_s, wall_s, cpus):
         notes.append(f"! hypervisor steal: {steal_s:.1f} s of CPU went to other guests of this "
                      f"host during the bench ({steal_s / (wall_s * cpus):.1%} of it), unevenly "
                      "between runs; re-run when the host is quieter, and compare figures only "
                      "within one sitting")
     return notes
+
+
+def _span(values: list[float], form: str) -> str:
+    """``1.14-1.29`` from sorted values (one figure when both ends print alike)."""
+    low, high = form.format(values[0]), form.format(values[-1])
+    return low if low == high else f"{low}-{high}"
 
 
 def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict],
@@ -141,7 +172,8 @@ def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict]
               "samples_per_s_max", "speedup", "speedup_min", "speedup_max", "speedup_unsteady",
               "efficiency", "efficiency_min", "efficiency_max", "efficiency_unsteady",
               "test_accuracy", "test_loss", "time_to_accuracy_s", "peak_rss_bytes",
-              "peak_pss_bytes", *(f"{phase}_share" for phase in PHASES)]
+              "peak_pss_bytes", "compute_per_sample",
+              *(f"{phase}_share" for phase in PHASES)]
     writer = csv.DictWriter(text, fieldnames=fields)
     writer.writeheader()
     for row in rows:
@@ -155,6 +187,7 @@ def write_bench_files(out: Path, machine: dict, settings: dict, rows: list[dict]
             flat[f"{key}_min"], flat[f"{key}_max"] = row[key]["min"], row[key]["max"]
         for key in ("speedup", "efficiency"):
             flat[f"{key}_unsteady"] = row[key]["unsteady"]
+        flat["compute_per_sample"] = row["compute_per_sample"]["median"]
         for phase in PHASES:
             flat[f"{phase}_share"] = row["time_shares"][phase]["median"]
         writer.writerow(flat)

@@ -27,6 +27,16 @@ def spread(values) -> dict:
             "n": len(present)}
 
 
+def compute_seconds_per_sample(epochs: list[dict], workers: int) -> float | None:
+    """A rank's compute seconds (forward, backward, optimizer: no waiting, no data) per
+    sample it trained, over a run's epochs; None for runs that do not time their steps."""
+    seconds = [e.get("time_compute") for e in epochs]
+    samples = sum(e.get("train_samples") or 0 for e in epochs)
+    if not epochs or any(s is None for s in seconds) or not samples:
+        return None
+    return sum(seconds) / (samples / max(1, workers))
+
+
 def efficiency(samples_per_s: float | None, workers: int,
                single_thread_samples_per_s: float | None) -> float | None:
     """samples/s over what ``workers`` perfectly independent single-thread processes make."""
