@@ -16,9 +16,10 @@ average); ``waiting`` is the part of it spent at a barrier of the shared-memory 
 which is waiting for the slowest rank, not moving bytes; ``compute`` is the rest of the
 step, and of it ``forward`` (zeroing the gradients, the forward pass and the loss),
 ``backward`` and ``optimizer`` (its step), so that an optimizer that costs as much as the
-backward pass, or a backward pass that dominates, shows. torch's DistributedDataParallel
-all-reduces inside backward, so under it communication counts as backward. On a GPU the host's clock sees
-kernel launches, not kernels: the shares are the CPU's view.
+backward pass, or a forward pass slower in one cell than in another, shows. torch's
+DistributedDataParallel all-reduces inside backward, so under it communication counts as
+backward. On a GPU the host's clock sees kernel launches, not kernels: the shares are the
+CPU's view.
 """
 
 from __future__ import annotations

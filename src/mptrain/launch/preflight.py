@@ -98,7 +98,8 @@ def _check_memory(config: TrainConfig, bundle: DataBundle, workers: int,
     """Many more workers than cores run out of memory before they run out of time: refuse
     a run whose workers cannot all fit in the memory available now. ``processes``: ranks
     take turns in that many processes, which hold the interpreter and one batch's
-    activations once each; every rank still holds its own replica and optimizer state."""
+    activations once each; every rank still holds its own ``parameter_copies`` copies of
+    the parameters (replica, gradients, optimizer state: what is not shared)."""
     per_process, per_rank = WORKER_FLOOR_BYTES, 0
     if model is not None:
         # The rank's own copies of the parameters (``parameter_copies``); the activations

@@ -72,8 +72,8 @@ class SharedParameters:
 class ShardedStep:
     """This rank's optimizer: ``step()`` updates its chunk of the shared parameters with its
     chunk of the averaged gradients (the engine, ``ddp.ShardedStepDDP``, waits until every
-    chunk is updated). Otherwise it behaves as the optimizer it wraps (``param_groups``, ``zero_grad``, state dicts over the
-    model's parameters)."""
+    chunk is updated). Otherwise it behaves as the optimizer it wraps (``param_groups``,
+    ``zero_grad``, state dicts over the model's parameters)."""
 
     def __init__(self, params: list[nn.Parameter], shared: SharedParameters, group, config):
         self.params, self.shared, self.group = params, shared, group
