@@ -19,6 +19,17 @@ def build_optimizer(params, name: str, lr: float, momentum: float,
     raise ValueError(f"unknown optimizer {name!r}")
 
 
+def state_like_params(name: str, momentum: float) -> tuple[str, ...]:
+    """The optimizer's per-parameter state tensors shaped like the parameter (Adam also keeps
+    a scalar ``step``): what strategies that keep the state in shared memory lay out, and
+    what a rank holds per parameter when it keeps its own."""
+    if name == "sgd":
+        return ("momentum_buffer",) if momentum else ()
+    if name == "adam":
+        return ("exp_avg", "exp_avg_sq")
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
 def _fused_where_supported(optimizer_class, params, **settings) -> torch.optim.Optimizer:
     """The fused (one kernel for all parameters) update where torch has one for these
     parameters: CPU since torch 2.4, CUDA earlier.

@@ -21,6 +21,7 @@ import torch
 import torch.nn as nn
 
 from ..engine.channels_last import hand_back_layout, lay_out_shared_model
+from ..engine.optim import state_like_params
 from .data_parallel import DataParallelStrategy
 
 
@@ -85,14 +86,17 @@ class HogwildStrategy(DataParallelStrategy):
 
     def needs(self, model, data, plan):
         needs = super().needs(model, data, plan)
-        per_param = {"adam": 3, "sgd": 1 if self.config.momentum else 0}[self.config.optimizer]
-        shared_state = self.config.share_optimizer_state
-        extra = len(list(model.parameters())) * per_param if shared_state else 0
+        config = self.config
+        state = state_like_params(config.optimizer, config.momentum)
         # The parameters are shared; each rank holds its gradients and, unless shared, its
-        # optimizer state (Adam: two copies of the parameters, momentum SGD: one).
-        state_copies = 0 if shared_state else min(per_param, 2)
-        return replace(needs, shared_tensors=needs.shared_tensors + extra,
-                       private_parameter_copies=1 + state_copies)
+        # optimizer state. Shared, every parameter's state tensors (and Adam's step) are
+        # shared tensors.
+        if not config.share_optimizer_state:
+            return replace(needs, private_parameter_copies=1 + len(state))
+        per_param = len(state) + (1 if config.optimizer == "adam" else 0)
+        return replace(needs, private_parameter_copies=1,
+                       shared_tensors=needs.shared_tensors
+                       + len(list(model.parameters())) * per_param)
 
     def describe(self, plan, model):
         state = "shared" if self.config.share_optimizer_state else "per worker"
@@ -106,17 +110,13 @@ def shared_optimizer_state(params: list[torch.Tensor], optimizer: str,
     Both SGD and Adam update these tensors in place, so every worker's step lands in the
     same buffers.
     """
+    keys = state_like_params(optimizer, momentum)
+    if not keys:
+        return None  # plain SGD has no state to share
     states = []
     for param in params:
-        if optimizer == "sgd":
-            if not momentum:
-                return None  # plain SGD has no state to share
-            state = {"momentum_buffer": torch.zeros_like(param)}
-        elif optimizer == "adam":
-            state = {"step": torch.tensor(0.0), "exp_avg": torch.zeros_like(param),
-                     "exp_avg_sq": torch.zeros_like(param)}
-        else:
-            raise ValueError(f"unknown optimizer {optimizer!r}")
+        state = {"step": torch.tensor(0.0)} if optimizer == "adam" else {}
+        state.update({key: torch.zeros_like(param) for key in keys})
         for tensor in state.values():
             tensor.share_memory_()
         states.append(state)

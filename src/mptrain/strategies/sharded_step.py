@@ -24,12 +24,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..engine.optim import build_optimizer
+from ..engine.optim import build_optimizer, state_like_params
 from ..launch.sharing import shared_zeros
-
-#: Per optimizer, the state tensors shaped like the parameters (Adam's ``step`` is a scalar
-#: of each rank's own: every rank steps equally often).
-_STATE_KEYS = {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq")}
 
 
 def worth_sharding(model: nn.Module, config, workers: int) -> bool:
@@ -58,9 +54,9 @@ class SharedParameters:
         self.sizes = [p.numel() for p in params]
         numel = sum(self.sizes)
         self.flat = shared_zeros((numel,))
-        keys = _STATE_KEYS[config.optimizer] if config.optimizer != "sgd" or config.momentum \
-            else ()
-        self.states = {key: shared_zeros((numel,)) for key in keys}
+        # Adam's scalar ``step`` stays each rank's own: every rank steps equally often.
+        self.states = {key: shared_zeros((numel,))
+                       for key in state_like_params(config.optimizer, config.momentum)}
         with torch.no_grad():
             for param, view in zip(params, self.views(self.flat, params)):
                 view.copy_(param)
