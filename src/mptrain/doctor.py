@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from . import leftovers
+from .launch.start_method import autograd_device_threads_started
 
 MIN_SHM_BYTES = 1 << 30
 MIN_OPEN_FILES = 4096
@@ -80,6 +81,11 @@ def _check_cuda() -> Check:
     if torch.cuda.is_initialized():
         return Check("CUDA before fork", "fail", "CUDA is initialised in this process",
                      "forked workers would crash; mptrain will use spawn")
+    if autograd_device_threads_started():
+        return Check("autograd before fork", "warn", "a backward pass ran in this process "
+                     "with a GPU visible (autograd's device threads)",
+                     "forked workers could not run backward; mptrain starts them with "
+                     "forkserver")
     count = torch.cuda.device_count()
     if count == 0:
         return Check("CUDA", "ok", "no CUDA device (CPU training, fork start method)")

@@ -146,7 +146,8 @@ def fake_statvfs(total_bytes, free_bytes):
 
 
 def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20),
-         methods=("fork", "spawn", "forkserver"), cuda_initialised=False, dead_segment=False):
+         methods=("fork", "spawn", "forkserver"), cuda_initialised=False, autograd_threads=False,
+         dead_segment=False):
     """One machine, as the checks see it: every probe answers what the case says."""
     if shm is None:
         def statvfs(path):
@@ -157,6 +158,7 @@ def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20
     monkeypatch.setattr(doctor.resource, "getrlimit", lambda which: nofile)
     monkeypatch.setattr(doctor.multiprocessing, "get_all_start_methods", lambda: list(methods))
     monkeypatch.setattr(doctor.torch.cuda, "is_initialized", lambda: cuda_initialised)
+    monkeypatch.setattr(doctor, "autograd_device_threads_started", lambda: autograd_threads)
     if dead_segment:
         segment = tmp_path / f"torch_{dead_pid()}_1_0"
         segment.write_bytes(b"x" * 2048)
@@ -180,10 +182,13 @@ HEALTHY = {"shared memory": "ok", "open files": "ok", "start methods": "ok", "CU
     (dict(methods=("spawn",)), {"start methods": "warn"}, {"start methods": "__main__"}),
     (dict(cuda_initialised=True), {"CUDA": None, "CUDA before fork": "fail"},
      {"CUDA before fork": "spawn"}),
+    (dict(autograd_threads=True), {"CUDA": None, "autograd before fork": "warn"},
+     {"autograd before fork": "forkserver"}),
     (dict(dead_segment=True), {"leftovers": "warn"},
      {"leftovers": "mptrain doctor --clean"}),
 ], ids=["this-machine", "healthy", "small-shm", "no-shm", "low-hard-nofile",
-        "unlimited-hard-nofile", "no-fork", "cuda-before-fork", "leftover-segment"])
+        "unlimited-hard-nofile", "no-fork", "cuda-before-fork", "autograd-before-fork",
+        "leftover-segment"])
 def test_checks_cover_the_known_traps(monkeypatch, tmp_path, case, expected, advice):
     if case is not None:
         trap(monkeypatch, tmp_path, **case)

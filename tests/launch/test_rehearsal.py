@@ -23,6 +23,7 @@ from mptrain.launch import plan as plan_module
 from mptrain.launch import tuning
 from mptrain.strategies import make_strategy
 from run_watch import live_children  # noqa: E402
+from forking import fork_or_skip
 
 #: Layouts of the batches the rehearsal's forward passes saw (the parent's, not workers'),
 #: and the batches' sizes.
@@ -262,7 +263,8 @@ def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, jo
 def _fit(model, **settings):
     train, test = image_data()
     return mptrain.fit(model, train, test, strategy="sync", workers=2, epochs=2, batch_size=8,
-                       lr=0.1, seed=4, threads_per_worker=1, start_method="fork", **settings)
+                       lr=0.1, seed=4, threads_per_worker=1, start_method=fork_or_skip(),
+                       **settings)
 
 
 @pytest.mark.timeout(120)

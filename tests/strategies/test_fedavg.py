@@ -20,6 +20,7 @@ from mptrain.federated.sampling import client_seed, sample_clients
 
 from fedavg_workload import (CLASSES, POISON, RUN, SAMPLES, make_data, make_model,
                              make_test_data)
+from forking import fork_or_skip
 
 
 class PoisonSensitive(nn.Module):
@@ -193,7 +194,7 @@ def _weighted_average_rank(rank, channel, group_state):
 def test_weighted_average_collective_across_processes():
     state = ShmGroupState.create(2, 4, torch.float32, 30.0, oversubscribed=True)
     seen = {}
-    result = Supervisor("fork", on_message=seen.__setitem__).run(
+    result = Supervisor(fork_or_skip(), on_message=seen.__setitem__).run(
         _weighted_average_rank, [(state,)] * 2)
     assert result.ok, [f.describe() for f in result.failures]
     for rank in range(2):

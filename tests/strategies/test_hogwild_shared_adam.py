@@ -21,6 +21,7 @@ from mptrain.config import TrainConfig, TrainingDefaults
 from mptrain.engine.optim import build_optimizer
 from mptrain.launch.supervisor import Supervisor
 from mptrain.strategies.hogwild import HogwildStrategy
+from forking import fork_or_skip
 
 WORLD, SIZE, LR, BETA1 = 3, 4, 0.1, 0.8
 
@@ -77,11 +78,11 @@ def test_every_rank_updates_the_one_shared_adam_state(shared):
     strategy = HogwildStrategy(config)
     strategy.prepare(model)
     assert (strategy.shared_optimizer_state is not None) == shared
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context(fork_or_skip())
     turns = [context.Event() for _ in range(WORLD + 1)]
     turns[0].set()
     seen = {}
-    result = Supervisor("fork", on_message=seen.__setitem__).run(
+    result = Supervisor(fork_or_skip(), on_message=seen.__setitem__).run(
         adam_step_in_turn, [(model, strategy, turns)] * WORLD)
 
     assert result.ok, [f.describe() for f in result.failures]

@@ -38,6 +38,7 @@ from mptrain.strategies.data_parallel import floating_state
 from mptrain.strategies.ddp import DDPStrategy
 from mptrain.strategies.hogwild import HogwildStrategy
 from mptrain.strategies.sync import SyncStrategy
+from forking import fork_or_skip
 
 SAMPLES, FEATURES, CLASSES = 256, 6, 3
 WORKERS, BATCH, LR, EPOCHS, SEED = 2, 16, 0.2, 2, 0
@@ -244,7 +245,7 @@ def test_replicas_are_bitwise_equal_across_ranks(strategy_class, options, comm, 
         group_state = DistSpec("gloo", WORKERS, 30.0)
     states = {}
     try:
-        result = Supervisor("fork", on_message=states.__setitem__).run(
+        result = Supervisor(fork_or_skip(), on_message=states.__setitem__).run(
             train_and_send_state,
             [(config, bundle, model, strategy, group_state, ProgressBoard.create(WORKERS))] * 2)
     finally:
@@ -297,7 +298,7 @@ def test_hogwild_workers_all_write_the_one_shared_model(share_state, expected):
     strategy.prepare(model)
     group_state = ShmGroupState.create(world, 1, torch.float32, 30.0, oversubscribed=True)
     seen = {}
-    result = Supervisor("fork", on_message=seen.__setitem__).run(
+    result = Supervisor(fork_or_skip(), on_message=seen.__setitem__).run(
         hogwild_step_in_turn, [(model, strategy, group_state)] * world)
 
     assert result.ok, [f.describe() for f in result.failures]

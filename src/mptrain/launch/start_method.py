@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 
 import torch
@@ -44,6 +45,8 @@ def choose_start_method(requested: str | None, device: str,
         return "spawn", "fork is unsafe or unavailable on this platform"
     if torch.cuda.is_initialized():
         return "spawn", "CUDA is initialised in this process, so forking is unsafe"
+    if autograd_device_threads_started():
+        return ("forkserver" if "forkserver" in available else "spawn"), AUTOGRAD_THREADS
     if threads > 1 and openmp.can_fork_multithreaded_children():
         return "fork", f"{threads} threads per worker, forked from a parent that never " \
                        "ran OpenMP threads: fastest start, data inherited without copies"
@@ -55,8 +58,42 @@ def choose_start_method(requested: str | None, device: str,
                    "inherited without copies"
 
 
+AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, and "
+                    "forked workers could not run theirs (autograd's device threads)")
+
+
 def check_fork_safe() -> None:
     if torch.cuda.is_initialized():
         raise UserError("CUDA is already initialised in this process, and forked workers "
                         "would crash on first CUDA use; use --start-method spawn, or do not "
                         "touch CUDA before calling mptrain")
+    if autograd_device_threads_started():
+        raise UserError(f"--start-method fork cannot be used here: {AUTOGRAD_THREADS}; use "
+                        "--start-method forkserver or spawn, or train in a fresh process")
+
+
+def autograd_device_threads_started(tasks: str = "/proc/self/task") -> bool:
+    """Whether autograd's device threads run in this process.
+
+    A torch built with CUDA that sees a GPU starts them at the first backward pass -- a
+    CPU model's included -- and initialises the CUDA driver on the way, while
+    ``torch.cuda.is_initialized()`` stays False. From then on a forked child fails at its
+    first backward ("Unable to handle autograd's threading in combination with fork-based
+    multiprocessing") or its first CUDA call: seen on an H200 when ``mptrain.fit`` forked
+    workers from a process that had trained before (a notebook, a test session). torch has
+    no query for it; the threads are named ``pt_autograd_<device>``, so their names are
+    read from ``/proc``. Where there is no ``/proc`` (not Linux) there is no fork to guard.
+    """
+    try:
+        threads = os.listdir(tasks)
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            with open(os.path.join(tasks, thread, "comm"), encoding="utf-8",
+                      errors="replace") as name:
+                if name.read().startswith("pt_autograd_"):
+                    return True
+        except OSError:   # the thread ended while we looked
+            continue
+    return False

@@ -1,0 +1,14 @@
+"""The start method of tests that fork trainers by hand, to hand them what cannot be pickled."""
+
+import pytest
+
+from mptrain.launch.start_method import AUTOGRAD_THREADS, autograd_device_threads_started
+
+
+def fork_or_skip() -> str:
+    """"fork", or a skip where this test process can no longer fork trainers: on a machine
+    with a GPU, once an earlier test ran a backward pass here (mptrain itself would start
+    its workers from a fork server; ``tests/launch/test_autograd_fork.py``)."""
+    if autograd_device_threads_started():
+        pytest.skip(f"cannot fork trainers: {AUTOGRAD_THREADS}")
+    return "fork"

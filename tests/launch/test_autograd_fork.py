@@ -1,0 +1,119 @@
+"""Workers are not forked from a process whose autograd device threads run.
+
+A CUDA build of torch that sees a GPU starts them at the first backward pass, and a forked
+child then fails its own backward ("Unable to handle autograd's threading in combination
+with fork-based multiprocessing"): on an H200, 69 tests that call ``mptrain.fit`` after
+another test had trained in the same process failed that way. The CPU build never starts
+them, so here a thread is given their name, which is all mptrain looks at.
+"""
+
+import ctypes
+import subprocess
+import sys
+import textwrap
+import threading
+
+import pytest
+import torch
+
+from mptrain.errors import UserError
+from mptrain.launch import start_method
+from mptrain.launch.start_method import (AUTOGRAD_THREADS, autograd_device_threads_started,
+                                         choose_start_method)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _tasks(tmp_path, *names):
+    for number, name in enumerate(names):
+        (tmp_path / str(number)).mkdir(parents=True)
+        (tmp_path / str(number) / "comm").write_text(name + "\n")
+    return str(tmp_path)
+
+
+def test_the_threads_are_found_by_their_names(tmp_path):
+    assert autograd_device_threads_started(_tasks(tmp_path / "a", "python", "pt_autograd_0"))
+    assert not autograd_device_threads_started(_tasks(tmp_path / "b", "python", "pt_main"))
+    assert not autograd_device_threads_started(str(tmp_path / "no-proc"))
+
+
+def test_a_thread_that_ends_while_the_names_are_read_is_passed_over(tmp_path):
+    tasks = _tasks(tmp_path, "python", "pt_autograd_1")
+    (tmp_path / "2").mkdir()   # a thread gone between the listing and the read: no comm
+    assert autograd_device_threads_started(tasks)
+
+
+@pytest.fixture
+def autograd_thread():
+    """A live thread of this process named as autograd's device threads are."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not sys.platform.startswith("linux") or not hasattr(libc, "prctl"):
+        pytest.skip("thread names through prctl are Linux's")
+    named, release = threading.Event(), threading.Event()
+
+    def body():
+        libc.prctl(15, b"pt_autograd_0", 0, 0, 0)   # PR_SET_NAME: this thread's name
+        named.set()
+        release.wait(60)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    assert named.wait(10)
+    yield
+    release.set()
+    thread.join(10)
+
+
+def test_without_the_threads_cpu_workers_are_forked(monkeypatch):
+    monkeypatch.setattr(start_method, "autograd_device_threads_started", lambda: False)
+    assert choose_start_method(None, "cpu", threads=1)[0] == "fork"
+
+
+def test_with_the_threads_workers_come_from_a_fork_server(autograd_thread):
+    assert autograd_device_threads_started()
+    assert choose_start_method(None, "cpu", threads=1) == ("forkserver", AUTOGRAD_THREADS)
+    assert choose_start_method(None, "cpu", threads=2) == ("forkserver", AUTOGRAD_THREADS)
+
+
+def test_with_the_threads_asking_for_fork_is_refused_with_the_fix(autograd_thread):
+    with pytest.raises(UserError, match="--start-method forkserver or spawn"):
+        choose_start_method("fork", "cpu", threads=1)
+    assert choose_start_method("spawn", "cpu", threads=1) == ("spawn", "as requested")
+
+
+def test_without_a_fork_server_they_are_spawned(autograd_thread, monkeypatch):
+    monkeypatch.setattr(start_method.multiprocessing, "get_all_start_methods",
+                        lambda: ["fork", "spawn"])
+    assert choose_start_method(None, "cpu", threads=1) == ("spawn", AUTOGRAD_THREADS)
+
+
+TRAIN_TWICE = textwrap.dedent("""
+    import torch
+    from torch.utils.data import TensorDataset
+    import mptrain
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    if __name__ == "__main__":
+        torch.manual_seed(0)
+        data = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))
+        mptrain.fit(Net(), data, strategy="single", epochs=1, quiet=True)
+        result = mptrain.fit(Net(), data, strategy="sync", workers=2, epochs=1, quiet=True)
+        print("start method", result.summary["start_method"])
+""")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() == 0, reason="needs a CUDA device")
+def test_a_process_that_trained_on_a_gpu_machine_trains_again_on_workers(tmp_path):
+    script = tmp_path / "train_twice.py"
+    script.write_text(TRAIN_TWICE)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=100)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "start method forkserver" in done.stdout
