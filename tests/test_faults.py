@@ -44,10 +44,23 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def _starter(cores: int | None):
+    """What the run's process does before it runs: Ctrl-C as in a terminal and, with
+    ``cores``, only that many of this machine's cores (the same layout on 2 cores or 16)."""
+    allowed = sorted(os.sched_getaffinity(0))[:cores] if cores else None
+
+    def start() -> None:
+        _default_sigint()
+        if allowed:
+            os.sched_setaffinity(0, allowed)
+    return start
+
+
 class Run:
     """One ``mptrain run`` subprocess in its own session, with the factory's markers."""
 
-    def __init__(self, folder: Path, args: list[str], env: dict[str, str], gated: bool):
+    def __init__(self, folder: Path, args: list[str], env: dict[str, str], gated: bool,
+                 cores: int | None = None):
         self.folder = folder
         self.gate = folder / "gate"
         number = len(list(folder.glob("stderr-*")))
@@ -63,7 +76,7 @@ class Run:
             # run by a second or two, which would make reading a pipe to EOF wait for it.
             self.proc = subprocess.Popen([sys.executable, "-m", "mptrain", "run", *args],
                                          cwd=folder, env=full_env, stdout=out, stderr=err,
-                                         start_new_session=True, preexec_fn=_default_sigint)
+                                         start_new_session=True, preexec_fn=_starter(cores))
         self.tree[self.proc.pid] = psutil.Process(self.proc.pid)
 
     @property
@@ -150,12 +163,12 @@ def start_run(tmp_path):
     runs = []
 
     def start(strategy, extra=(), env=None, quiet=True, workers=2, data_and_model=True,
-              gated=True):
+              gated=True, cores=None):
         args = ["--strategy", strategy, "--workers", str(workers)] if strategy else []
         if data_and_model:
             args += ["--data", f"{factory}:make_data", "--model", f"{factory}:make_model"]
         args += list(extra) + (["--quiet"] if quiet else [])
-        run = Run(tmp_path, args, {k: str(v) for k, v in (env or {}).items()}, gated)
+        run = Run(tmp_path, args, {k: str(v) for k, v in (env or {}).items()}, gated, cores)
         runs.append(run)
         return run
 
@@ -242,14 +255,15 @@ def test_a_hung_worker_is_found_and_stopped_after_the_worker_timeout(start_run, 
 
 # -- ranks that take turns in a worker process ------------------------------------------
 
-def _more_workers_than_cores() -> int:
-    """Workers whose ranks take turns, two in each process of a core (``launch.turns``)."""
-    return 2 * len(os.sched_getaffinity(0))
+# Workers whose ranks take turns, two in each process of a core (``launch.turns``), on as
+# many cores wherever the tests run.
+TURN_CORES = min(2, len(os.sched_getaffinity(0)))
+TURN_WORKERS = 2 * TURN_CORES
 
 
 @pytest.mark.timeout(120)
 def test_a_failing_rank_that_takes_turns_is_named_with_its_process(start_run):
-    run = start_run("sync", ["--epochs", "50"], workers=_more_workers_than_cores(),
+    run = start_run("sync", ["--epochs", "50"], workers=TURN_WORKERS, cores=TURN_CORES,
                     env={"FAULT": "raise", "STEP_DELAY": 0.01})
     run.wait_for_workers()
     pid, fault_at = run.release_fault()
@@ -269,7 +283,7 @@ def test_a_hung_rank_that_takes_turns_is_blamed_not_the_ranks_waiting_for_their_
         start_run):
     timeout_s = 3
     run = start_run("sync", ["--epochs", "50", "--worker-timeout", str(timeout_s)],
-                    workers=_more_workers_than_cores(),
+                    workers=TURN_WORKERS, cores=TURN_CORES,
                     env={"FAULT": "hang", "STEP_DELAY": 0.01})
     run.wait_for_workers()
     pid, fault_at = run.release_fault()

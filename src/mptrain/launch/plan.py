@@ -48,16 +48,17 @@ class RunPlan:
 
 
 def plan_in_process(config: TrainConfig) -> RunPlan:
-    threads = threads_per_worker(1, config.threads_per_worker)
-    return RunPlan(1, threads, None, "in this process", CommKind.NONE, cores=usable_cores())
+    cores = usable_cores()
+    threads = threads_per_worker(1, config.threads_per_worker, cores)
+    return RunPlan(1, threads, None, "in this process", CommKind.NONE, cores=cores)
 
 
 def plan_workers(config, strategy, model, data) -> RunPlan:
     """mptrain's own worker processes on this machine."""
-    workers = config.workers
-    threads = threads_per_worker(workers, config.threads_per_worker)
+    workers, cores = config.workers, usable_cores()
+    threads = threads_per_worker(workers, config.threads_per_worker, cores)
     method, reason = choose_start_method(config.start_method, config.device, threads)
-    comm, cores = strategy.comm_kind(config, None), usable_cores()
+    comm = strategy.comm_kind(config, None)
     plan = RunPlan(workers, threads, method, reason, comm, cores=cores,
                    processes=turn_taking_processes(config, strategy, comm, workers, cores,
                                                    threads))
@@ -70,9 +71,10 @@ def plan_workers(config, strategy, model, data) -> RunPlan:
 def plan_under_launcher(config, strategy, world: ExternalWorld) -> RunPlan:
     """Ranks an external launcher (torchrun) started, this process one of them."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
-    threads = threads_per_worker(local, config.threads_per_worker)
+    cores = usable_cores()
+    threads = threads_per_worker(local, config.threads_per_worker, cores)
     return RunPlan(world.world_size, threads, None, f"started by {world.launcher}",
-                   strategy.comm_kind(config, local), cores=usable_cores(),
+                   strategy.comm_kind(config, local), cores=cores,
                    local_workers=local)
 
 

@@ -34,10 +34,10 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def threads_per_worker(workers: int, requested: int | None) -> int:
+def threads_per_worker(workers: int, requested: int | None, cores: int) -> int:
     if requested is not None:
         return requested
-    return max(1, usable_cores() // workers)
+    return max(1, cores // workers)
 
 
 def child_environment(threads: int) -> dict:
