@@ -2,9 +2,13 @@
 
 import click
 
+from .. import __version__
 
+
+# The version from the package itself, not its installed metadata: a source checkout on
+# PYTHONPATH (as on a machine where nothing may be installed) answers --version too.
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="mptrain")
+@click.version_option(version=__version__, prog_name="mptrain")
 def cli():
     """Train PyTorch models with several processes on one machine."""
 
