@@ -11,7 +11,7 @@ from mptrain.comm.shm import WaitCounts
 from mptrain.engine import profile
 from mptrain.engine.profile import RoundClock, describe, mean_over_ranks, shares
 from mptrain.report.metrics import EpochMetrics, combine
-from mptrain.report.summary import run_profile
+from mptrain.report.summary import CUDA_HOST_TIME, result_lines, run_profile
 
 
 class FakeClock:
@@ -132,3 +132,15 @@ def test_a_sync_run_says_where_its_ranks_time_went():
     assert min(part["forward"], part["backward"], part["optimizer"]) > 0
     assert inside <= part["compute"] + 1e-9
     assert all(value >= 0 for value in part.values())
+
+
+def test_on_a_gpu_the_line_says_its_times_are_the_hosts():
+    timed = {"compute": 0.47, "forward": 0.21, "backward": 0.2, "optimizer": 0.05,
+               "data": 0.08, "collective": 0.45, "waiting": 0.06}
+    summary = {"final_train_loss": 0.1, "wall_s": 1.0, "workers": 2, "time_shares": timed}
+    on_cpu = [line for line in result_lines({**summary, "device": "cpu"}, None)
+              if line.startswith("step time per rank")]
+    on_gpu = [line for line in result_lines({**summary, "device": "cuda"}, None)
+              if line.startswith("step time per rank")]
+    assert on_gpu == [on_cpu[0] + "; " + CUDA_HOST_TIME]
+    assert "host time" not in on_cpu[0]
