@@ -1,13 +1,13 @@
 #!/bin/bash
 # Everything mptrain checks on a lent GPU machine, in one command that fits its device time
-# (about 8 minutes on an H200 with 16 cores): every --device cuda path (gpu.py), hogwild on
+# (about 9 minutes on an H200 with 16 cores, within the 10 a command may take): every --device cuda path (gpu.py), hogwild on
 # the caller's CUDA tensors, then the whole test suite with CUDA present -- it finds what only
 # a machine with a GPU shows (2026-11-26: workers forked after a backward pass; see
 # benchmarks/README.md, "GPU"). Results go to $OUT (gpu.json, pytest.txt, junit.xml).
 #
 # The GPU machine has torch, click, rich, matplotlib, psutil and pytest but no internet: the
 # rest of what mptrain and its tests need comes as wheels, downloaded here beforehand and
-# carried with the working tree (`.gpuwheels` is ignored by git):
+# carried with the working tree (`.gpuwheels/`, which git ignores):
 #
 #   pip download greenlet pytest-xdist execnet pytest-timeout gymnasium cloudpickle \
 #       farama-notifications dp-accounting absl-py attrs mpmath dm-tree wrapt \
@@ -15,8 +15,8 @@
 #       --no-deps -d .gpuwheels
 #
 # then, from the device tool: run `bash benchmarks/gpu_check.sh` with carry [".gpuwheels"].
-# SUITE_S bounds the suite (default 230 s); pytest is interrupted, not killed, at the
-# bound, so it still writes which tests failed and why.
+# SUITE_S bounds the suite (default 220 s); pytest is interrupted, not killed, at the
+# bound, so it still writes which tests failed and why (and which skipped: -rs).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src
@@ -34,10 +34,11 @@ echo "cores $(nproc)"; date -u +%H:%M:%S
 timeout 230 python3 benchmarks/gpu.py --timeout 60 --json "$OUT/gpu.json" 2>&1 | tail -16
 timeout 60 python3 benchmarks/gpu.py --hogwild-check-only 2>&1 | tail -3
 date -u +%H:%M:%S
-timeout -s INT -k 25 "${SUITE_S:-230}" python3 -m pytest -n "$(( $(nproc) - 2 ))" \
-    --dist loadgroup -p no:cacheprovider -q -rfE --tb=short --junitxml="$OUT/junit.xml" \
+PARALLEL=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
+timeout -s INT -k 25 "${SUITE_S:-220}" python3 -m pytest -n "$PARALLEL" --dist loadgroup \
+    -p no:cacheprovider -q -rfEs --tb=short --junitxml="$OUT/junit.xml" \
     tests > "$OUT/pytest.txt" 2>&1
 echo "pytest exit $?"
-grep -E "^(FAILED|ERROR)" "$OUT/pytest.txt" | head -40
+grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/pytest.txt" | head -50
 tail -1 "$OUT/pytest.txt"
 date -u +%H:%M:%S

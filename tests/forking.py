@@ -6,7 +6,7 @@ from mptrain.launch.start_method import AUTOGRAD_THREADS, autograd_device_thread
 
 
 def fork_or_skip() -> str:
-    """"fork", or a skip where this test process can no longer fork trainers: on a machine
+    """``"fork"``, or a skip where this test process can no longer fork trainers: on a machine
     with a GPU, once an earlier test ran a backward pass here (mptrain itself would start
     its workers from a fork server; ``tests/launch/test_autograd_fork.py``)."""
     if autograd_device_threads_started():

@@ -27,6 +27,7 @@ import pytest
 
 from mptrain import checkpoint as checkpoints
 from mptrain.launch.supervisor import TERMINATE_GRACE_S
+from mptrain.launch.tuning import usable_cores
 from run_watch import poll, shm_entries  # noqa: E402
 
 SHM = Path("/dev/shm")
@@ -257,7 +258,7 @@ def test_a_hung_worker_is_found_and_stopped_after_the_worker_timeout(start_run, 
 
 # Workers whose ranks take turns, two in each process of a core (``launch.turns``), on as
 # many cores wherever the tests run.
-TURN_CORES = min(2, len(os.sched_getaffinity(0)))
+TURN_CORES = min(2, usable_cores())
 TURN_WORKERS = 2 * TURN_CORES
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from . import leftovers
-from .launch.start_method import autograd_device_threads_started
+from .launch.start_method import AUTOGRAD_THREADS, autograd_device_threads_started
 
 MIN_SHM_BYTES = 1 << 30
 MIN_OPEN_FILES = 4096
@@ -38,8 +38,10 @@ def find_all(shm_dir: str | Path | None = None, out: str | Path | None = None,
 def run_checks(shm_dir: str | Path | None = None, out: str | Path | None = None,
                temp_dir: str | Path | None = None) -> list[Check]:
     shm_dir = Path(shm_dir or leftovers.SHM_DIR)
-    return [_check_shm(shm_dir), _check_open_files(), _check_start_methods(), _check_cuda(),
-            _check_thread_env(), _check_leftovers(find_all(shm_dir, out, temp_dir), shm_dir)]
+    checks = [_check_shm(shm_dir), _check_open_files(), _check_start_methods(), _check_cuda(),
+              _check_autograd_threads(), _check_thread_env(),
+              _check_leftovers(find_all(shm_dir, out, temp_dir), shm_dir)]
+    return [check for check in checks if check is not None]
 
 
 def _check_shm(shm_dir: Path) -> Check:
@@ -81,16 +83,20 @@ def _check_cuda() -> Check:
     if torch.cuda.is_initialized():
         return Check("CUDA before fork", "fail", "CUDA is initialised in this process",
                      "forked workers would crash; mptrain will use spawn")
-    if autograd_device_threads_started():
-        return Check("autograd before fork", "warn", "a backward pass ran in this process "
-                     "with a GPU visible (autograd's device threads)",
-                     "forked workers could not run backward; mptrain starts them with "
-                     "forkserver")
     count = torch.cuda.device_count()
     if count == 0:
         return Check("CUDA", "ok", "no CUDA device (CPU training, fork start method)")
     return Check("CUDA", "ok", f"{count} device(s); mptrain uses spawn for CUDA runs and "
                  "queries devices without initialising CUDA in this process")
+
+
+def _check_autograd_threads() -> Check | None:
+    """Only from Python (``mptrain doctor`` is a fresh process): after a backward pass on a
+    machine with a GPU, workers cannot be forked from this process any more."""
+    if not autograd_device_threads_started():
+        return None
+    return Check("autograd before fork", "warn", AUTOGRAD_THREADS,
+                 "mptrain starts workers from a fork server (or spawns them) instead")
 
 
 def _check_thread_env() -> Check:

@@ -22,6 +22,7 @@ from .launch.launchers import Launcher
 from .launch.plan import RunPlan
 from .launch.preflight import check_spawn_ready
 from .launch.restarts import train_with_restarts
+from .launch.start_method import AS_REQUESTED
 from .report.console import ConsolePresenter
 from .report.metrics import EpochMetrics
 from .report.outputs import prepare_out_dir
@@ -94,7 +95,7 @@ def run(request: RunRequest) -> FitResult:
         and launcher.writes_outputs else None
     plan = launcher.plan(config, strategy, model, task.data)
     if plan.start_method not in (None, "fork"):
-        check_spawn_ready(model)
+        check_spawn_ready(model, "" if plan.start_reason == AS_REQUESTED else plan.start_reason)
     callbacks = make_callbacks(request, presenter)
     joined = launcher.join(config, plan, request.out, request.resume)
     resume = joined.resume

@@ -328,6 +328,8 @@ def test_console_exits_with_main_code_after_the_exit_handlers(tmp_path, args, co
     assert "not reached" not in done.stdout
     if code:
         assert done.stderr.startswith("mptrain: error: unknown data set 'nope'")
+    else:   # from mptrain.__version__, installed or not
+        assert done.stdout.startswith(f"mptrain, version {mptrain.__version__}\n")
 
 
 def test_command_leaves_no_fork_server_behind(tmp_path):

@@ -136,7 +136,7 @@ def test_a_sync_run_says_where_its_ranks_time_went():
 
 def test_on_a_gpu_the_line_says_its_times_are_the_hosts():
     timed = {"compute": 0.47, "forward": 0.21, "backward": 0.2, "optimizer": 0.05,
-               "data": 0.08, "collective": 0.45, "waiting": 0.06}
+             "data": 0.08, "collective": 0.45, "waiting": 0.06}
     summary = {"final_train_loss": 0.1, "wall_s": 1.0, "workers": 2, "time_shares": timed}
     on_cpu = [line for line in result_lines({**summary, "device": "cpu"}, None)
               if line.startswith("step time per rank")]

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from mptrain.errors import UserError
-from mptrain.launch import openmp
+from mptrain.launch import openmp, start_method
 from mptrain.launch.start_method import choose_start_method
 from mptrain.launch.tuning import apply_threads
 
@@ -20,6 +20,9 @@ def kept(monkeypatch):
 
     monkeypatch.setattr(openmp, "_kept_on_one_thread", False)
     monkeypatch.setattr(openmp, "_the_command", True)
+    # Whatever earlier tests in this process ran (on a GPU machine a backward pass rules
+    # fork out for another reason: tests/launch/test_autograd_fork.py).
+    monkeypatch.setattr(start_method, "autograd_device_threads_started", lambda: False)
     previous = torch.get_num_threads()
     yield
     torch.set_num_threads(previous)

@@ -72,8 +72,16 @@ def config(**settings):
     (64, 2, "cuda", False),   # nothing of a GPU's is inherited (and CUDA workers spawn)
 ])
 def test_worth_rehearsing_only_for_more_cpu_workers_than_cores(workers, cores, device,
-                                                               expected):
+                                                               expected, monkeypatch):
+    monkeypatch.setattr(rehearsal, "backward_ends_forking", lambda: False)
     assert rehearsal.worth_rehearsing(workers, cores, device) is expected
+
+
+def test_never_where_a_gpu_is_visible(monkeypatch):
+    # The rehearsal's backward pass would start autograd's device threads: no worker forked
+    # after it could train (tests/launch/test_autograd_fork.py).
+    monkeypatch.setattr(rehearsal, "backward_ends_forking", lambda: True)
+    assert not rehearsal.worth_rehearsing(64, 2, "cpu")
 
 
 @pytest.mark.parametrize("private, layout", [(True, "channels-last"), (False, "nchw")])
@@ -251,6 +259,7 @@ def _job(strategy="sync", workers=4, device="cpu", comm="shm", processes=None):
 ], ids=["sync", "ddp-shm", "fedavg", "hogwild", "ddp-gloo", "2-workers", "taking-turns",
         "cuda", "rl"])
 def test_the_parent_rehearses_in_the_layout_its_workers_train_in(monkeypatch, job, rehearsed):
+    monkeypatch.setattr(rehearsal, "backward_ends_forking", lambda: False)
     layouts, trims = [], []
     monkeypatch.setattr(rehearsal, "rehearse_first_steps",
                         lambda *args, channels_last, batch_sizes: layouts.append(channels_last))
@@ -271,6 +280,8 @@ def _fit(model, **settings):
 def test_a_rehearsed_run_trains_exactly_as_an_unrehearsed_one(monkeypatch):
     """With more workers than cores the parent rehearses before it forks; what the workers
     train must not change by one bit (same model, same random numbers)."""
+    if rehearsal.backward_ends_forking():
+        pytest.skip("a GPU is visible: the parent does not rehearse")
     calls = []
     real = rehearsal.rehearse_first_steps
 

@@ -164,6 +164,11 @@ def test_ranks_take_turns_only_where_they_can(strategy, workers, cores, options,
     assert _layout(strategy, workers, cores, **options).processes == processes
 
 
+def test_threads_and_turns_come_from_one_reading_of_the_cores():
+    assert _layout("sync", 2, 64).threads == 32
+    assert _layout("sync", 4, 2).threads == 1
+
+
 def test_ranks_are_split_into_runs_of_consecutive_ranks():
     assert _layout("sync", 6, 3).ranks_of_processes() == [[0, 1], [2, 3], [4, 5]]
     assert _layout("sync", 2, 2).ranks_of_processes() == [[0], [1]]

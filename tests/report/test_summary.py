@@ -32,6 +32,7 @@ def test_a_classification_summary_reports_the_last_epoch_and_the_target():
     summary = build_summary(config, classification(), nn.Linear(4, 3), "mine", PLAN, rows,
                             wall_s=12.0, startup_s=1.5)
     assert (summary["strategy"], summary["workers"], summary["processes"]) == ("sync", 2, 2)
+    assert summary["device"] == "cpu"
     assert (summary["unit"], summary["epochs"], summary["rounds_done"]) == ("epoch", 3, 3)
     assert summary["test_accuracy"] == 0.9 and summary["final_train_loss"] == 0.5
     assert summary["train_samples_per_s"] == 300 / 10.0      # all samples over train time

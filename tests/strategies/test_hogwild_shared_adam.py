@@ -78,11 +78,12 @@ def test_every_rank_updates_the_one_shared_adam_state(shared):
     strategy = HogwildStrategy(config)
     strategy.prepare(model)
     assert (strategy.shared_optimizer_state is not None) == shared
-    context = multiprocessing.get_context(fork_or_skip())
+    method = fork_or_skip()
+    context = multiprocessing.get_context(method)
     turns = [context.Event() for _ in range(WORLD + 1)]
     turns[0].set()
     seen = {}
-    result = Supervisor(fork_or_skip(), on_message=seen.__setitem__).run(
+    result = Supervisor(method, on_message=seen.__setitem__).run(
         adam_step_in_turn, [(model, strategy, turns)] * WORLD)
 
     assert result.ok, [f.describe() for f in result.failures]

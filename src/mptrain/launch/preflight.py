@@ -151,14 +151,24 @@ def _activation_bytes(model: nn.Module, bundle: DataBundle, batch_size: int) -> 
     return saved
 
 
-def check_spawn_ready(model: nn.Module) -> None:
-    """Spawn pickles the model to every worker and re-imports ``__main__``; check both now."""
+def check_spawn_ready(model: nn.Module, why: str = "") -> None:
+    """Spawn pickles the model to every worker and re-imports ``__main__``; check both now.
+    ``why``: the reason the workers are not forked, said with the fix."""
+    because = f" (workers are not forked here: {why})" if why else ""
+    cls = type(model)
+    main = sys.modules.get("__main__")
+    if cls.__module__ == "__main__" and not getattr(main, "__file__", None):
+        # It pickles by reference, but no worker can import a notebook's __main__.
+        raise UserError(
+            f"the model class {cls.__qualname__} is defined in a notebook or at the Python "
+            f"prompt, which spawn'd workers cannot import{because}; define it in a .py "
+            "module and import it") from None
     try:
-        pickle.dumps(type(model))
+        pickle.dumps(cls)
     except Exception:
         raise UserError(
-            f"the model class {type(model).__qualname__} cannot be pickled by reference, "
-            "which spawn'd workers need; define it in an importable module, not in a "
+            f"the model class {cls.__qualname__} cannot be pickled by reference, which "
+            f"spawn'd workers need{because}; define it in an importable module, not in a "
             "notebook cell or inside a function") from None
     for name, module in model.named_modules():
         for attr, value in vars(module).items():
@@ -170,7 +180,6 @@ def check_spawn_ready(model: nn.Module) -> None:
                 where = f"{name}.{attr}" if name else attr
                 raise UserError(f"model attribute {where!r} ({type(value).__name__}) cannot "
                                 f"be pickled for spawn'd workers: {err}") from None
-    main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
     if main_file and main_file.endswith(".py") and Path(main_file).is_file():
         source = Path(main_file).read_text(errors="replace")

@@ -31,6 +31,7 @@ from ..engine.optim import build_optimizer
 from ..engine.step import train_step
 from ..models import model_bytes
 from . import openmp
+from .start_method import backward_ends_forking
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,10 @@ def worth_rehearsing(workers: int, cores: int, device: str) -> bool:
     """For forked workers (the caller's condition): only CPU workers share kernels with the
     parent, and only when workers outnumber cores do their first steps queue one after
     another; with no more workers than cores they pay them side by side, and a step in the
-    parent would only delay the start."""
-    return device == "cpu" and workers > cores
+    parent would only delay the start. Never where a GPU is visible: the rehearsal's
+    backward pass would start autograd's device threads, and the workers about to be forked
+    could not train (``start_method.backward_ends_forking``)."""
+    return device == "cpu" and workers > cores and not backward_ends_forking()
 
 
 def rehearse_first_steps(model: nn.Module, data, config, threads: int, channels_last: bool,

@@ -12,6 +12,9 @@ from ..errors import UserError
 from . import openmp
 
 
+AS_REQUESTED = "as requested"
+
+
 def choose_start_method(requested: str | None, device: str,
                         threads: int = 1) -> tuple[str, str]:
     """Return ``(method, reason)``.
@@ -38,7 +41,7 @@ def choose_start_method(requested: str | None, device: str,
                 raise UserError(f"--start-method fork with {threads} threads per worker would "
                                 "hang (OpenMP is not fork-safe); use --threads-per-worker 1 "
                                 "or --start-method forkserver")
-        return requested, "as requested"
+        return requested, AS_REQUESTED
     if device == "cuda":
         return "spawn", "CUDA cannot be used in forked children"
     if "fork" not in available or sys.platform == "darwin":
@@ -58,8 +61,8 @@ def choose_start_method(requested: str | None, device: str,
                    "inherited without copies"
 
 
-AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, and "
-                    "forked workers could not run theirs (autograd's device threads)")
+AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, so "
+                    "autograd's device threads run and forked workers could not train")
 
 
 def check_fork_safe() -> None:
@@ -70,6 +73,13 @@ def check_fork_safe() -> None:
     if autograd_device_threads_started():
         raise UserError(f"--start-method fork cannot be used here: {AUTOGRAD_THREADS}; use "
                         "--start-method forkserver or spawn, or train in a fresh process")
+
+
+def backward_ends_forking() -> bool:
+    """Whether a backward pass in this process would start autograd's device threads, after
+    which workers cannot be forked: a torch built with CUDA that sees a GPU. Counted the way
+    torch counts first, through NVML, which leaves the CUDA driver of this process alone."""
+    return torch.cuda.device_count() > 0
 
 
 def autograd_device_threads_started(tasks: str = "/proc/self/task") -> bool:
