@@ -13,6 +13,8 @@ from . import openmp
 
 
 AS_REQUESTED = "as requested"
+AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, so "
+                    "autograd's device threads run and forked workers could not train")
 
 
 def choose_start_method(requested: str | None, device: str,
@@ -61,10 +63,6 @@ def choose_start_method(requested: str | None, device: str,
                    "inherited without copies"
 
 
-AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, so "
-                    "autograd's device threads run and forked workers could not train")
-
-
 def check_fork_safe() -> None:
     if torch.cuda.is_initialized():
         raise UserError("CUDA is already initialised in this process, and forked workers "
@@ -77,8 +75,8 @@ def check_fork_safe() -> None:
 
 def backward_ends_forking() -> bool:
     """Whether a backward pass in this process would start autograd's device threads, after
-    which workers cannot be forked: a torch built with CUDA that sees a GPU. Counted the way
-    torch counts first, through NVML, which leaves the CUDA driver of this process alone."""
+    which workers cannot be forked: a torch built with CUDA that sees a GPU. torch counts
+    through NVML where it can, which leaves the CUDA driver of this process alone."""
     return torch.cuda.device_count() > 0
 
 
