@@ -19,6 +19,12 @@ def build_optimizer(params, name: str, lr: float, momentum: float,
     raise ValueError(f"unknown optimizer {name!r}")
 
 
+def fresh_scalar_state(name: str) -> dict:
+    """The optimizer's scalar state of a parameter not stepped yet (Adam's ``step`` count):
+    what goes beside :func:`state_like_params`' tensors when the state is laid out by hand."""
+    return {"step": torch.tensor(0.0)} if name == "adam" else {}
+
+
 def state_like_params(name: str, momentum: float) -> tuple[str, ...]:
     """The optimizer's per-parameter state tensors shaped like the parameter (Adam also keeps
     a scalar ``step``): what strategies that keep the state in shared memory lay out, and

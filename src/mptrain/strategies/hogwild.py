@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from ..engine.channels_last import hand_back_layout, lay_out_shared_model
-from ..engine.optim import state_like_params
+from ..engine.optim import fresh_scalar_state, state_like_params
 from .data_parallel import DataParallelStrategy
 
 
@@ -93,7 +93,7 @@ class HogwildStrategy(DataParallelStrategy):
         # shared tensors.
         if not config.share_optimizer_state:
             return replace(needs, private_parameter_copies=1 + len(state))
-        per_param = len(state) + (1 if config.optimizer == "adam" else 0)
+        per_param = len(state) + len(fresh_scalar_state(config.optimizer))
         return replace(needs, private_parameter_copies=1,
                        shared_tensors=needs.shared_tensors
                        + len(list(model.parameters())) * per_param)
@@ -115,7 +115,7 @@ def shared_optimizer_state(params: list[torch.Tensor], optimizer: str,
         return None  # plain SGD has no state to share
     states = []
     for param in params:
-        state = {"step": torch.tensor(0.0)} if optimizer == "adam" else {}
+        state = fresh_scalar_state(optimizer)
         state.update({key: torch.zeros_like(param) for key in keys})
         for tensor in state.values():
             tensor.share_memory_()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..engine.optim import build_optimizer, state_like_params
+from ..engine.optim import build_optimizer, fresh_scalar_state, state_like_params
 from ..launch.sharing import shared_zeros
 
 
@@ -78,8 +78,7 @@ class ShardedStep:
         self.inner = build_optimizer([self.chunk], config.optimizer, config.lr,
                                      config.momentum, config.weight_decay)
         state = {key: flat[low:high] for key, flat in shared.states.items()}
-        if config.optimizer == "adam":
-            state["step"] = torch.tensor(0.0)
+        state.update(fresh_scalar_state(config.optimizer))
         if state:
             self.inner.state[self.chunk] = state
         self._mean: torch.Tensor | None = None
