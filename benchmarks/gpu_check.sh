@@ -1,6 +1,6 @@
 #!/bin/bash
-# Everything mptrain checks on a lent GPU machine, in one command that fits its device time
-# (about 9 minutes on an H200 with 16 cores, within the 10 a command may take): every --device cuda path (gpu.py), hogwild on
+# Everything mptrain checks on a lent GPU machine, in two commands that fit its device time
+# (about 13 minutes on an H200 with 16 cores): every --device cuda path (gpu.py), hogwild on
 # the caller's CUDA tensors, then the whole test suite with CUDA present -- it finds what only
 # a machine with a GPU shows (2026-11-26: workers forked after a backward pass; see
 # benchmarks/README.md, "GPU"). Results go to $OUT (gpu.json, pytest.txt, junit.xml).
@@ -14,8 +14,11 @@
 #       --only-binary=:all: --python-version 3.12 --platform manylinux_2_28_x86_64 \
 #       --no-deps -d .gpuwheels
 #
-# then, from the device tool: run `bash benchmarks/gpu_check.sh` with carry [".gpuwheels"].
-# SUITE_S bounds the suite (default 220 s); pytest is interrupted, not killed, at the
+# then, from the device tool: run `bash benchmarks/gpu_check.sh paths` and, right after (the
+# machine stays warm), `bash benchmarks/gpu_check.sh suite`, both with carry [".gpuwheels"]
+# and timeout_s 480: the two do not fit one command's 10 minutes (on an H200, 2026-11-26
+# 16:27: the 13 paths took 235 s and the suite with 14 processes did not finish in 220).
+# SUITE_S bounds the suite (default 420 s); pytest is interrupted, not killed, at the
 # bound, so it still writes which tests failed and why (and which skipped: -rs).
 set -u
 cd "$(dirname "$0")/.."
@@ -31,11 +34,15 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -c "import sys, torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
       torch.cuda.is_available(), 'python', sys.version.split()[0])"
 echo "cores $(nproc)"; date -u +%H:%M:%S
-timeout 230 python3 benchmarks/gpu.py --timeout 60 --json "$OUT/gpu.json" 2>&1 | tail -16
-timeout 60 python3 benchmarks/gpu.py --hogwild-check-only 2>&1 | tail -3
-date -u +%H:%M:%S
+WHAT=${1:-all}
+if [ "$WHAT" != suite ]; then
+    timeout 330 python3 benchmarks/gpu.py --timeout 60 --json "$OUT/gpu.json" 2>&1 | tail -30
+    timeout 60 python3 benchmarks/gpu.py --hogwild-check-only 2>&1 | tail -3
+    date -u +%H:%M:%S
+fi
+[ "$WHAT" = paths ] && exit 0
 PARALLEL=$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))
-timeout -s INT -k 25 "${SUITE_S:-220}" python3 -m pytest -n "$PARALLEL" --dist loadgroup \
+timeout -s INT -k 25 "${SUITE_S:-420}" python3 -m pytest -n "$PARALLEL" --dist loadgroup \
     -p no:cacheprovider -q -rfEs --tb=short --junitxml="$OUT/junit.xml" \
     tests > "$OUT/pytest.txt" 2>&1
 echo "pytest exit $?"

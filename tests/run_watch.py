@@ -27,14 +27,20 @@ def shm_entries() -> set[str]:
     return {name for name in names if not _a_neighbours(name)}
 
 
+def creator(name: str) -> int | None:
+    """The pid of the process that created a segment, where its name says."""
+    match = _CREATOR.match(name)
+    return None if match is None else int(match[1])
+
+
 def _a_neighbours(name: str) -> bool:
     import psutil
 
-    match = _CREATOR.match(name)
-    if match is None or int(match[1]) == os.getpid():
+    pid = creator(name)
+    if pid is None or pid == os.getpid():
         return False
     try:
-        ancestors = {p.pid for p in psutil.Process(int(match[1])).parents()}
+        ancestors = {p.pid for p in psutil.Process(pid).parents()}
     except psutil.Error:
         return False   # gone: whatever it left is a leftover
     return os.getpid() not in ancestors and os.getppid() in ancestors

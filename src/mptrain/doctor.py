@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from . import leftovers
-from .launch.start_method import AUTOGRAD_THREADS, autograd_device_threads_started
+from .launch.start_method import fork_unsafe_reason
 
 MIN_SHM_BYTES = 1 << 30
 MIN_OPEN_FILES = 4096
@@ -39,7 +39,7 @@ def run_checks(shm_dir: str | Path | None = None, out: str | Path | None = None,
                temp_dir: str | Path | None = None) -> list[Check]:
     shm_dir = Path(shm_dir or leftovers.SHM_DIR)
     checks = [_check_shm(shm_dir), _check_open_files(), _check_start_methods(), _check_cuda(),
-              _check_autograd_threads(), _check_thread_env(),
+              _check_gpu_state_before_fork(), _check_thread_env(),
               _check_leftovers(find_all(shm_dir, out, temp_dir), shm_dir)]
     return [check for check in checks if check is not None]
 
@@ -90,12 +90,13 @@ def _check_cuda() -> Check:
                  "queries devices without initialising CUDA in this process")
 
 
-def _check_autograd_threads() -> Check | None:
-    """Only from Python (``mptrain doctor`` is a fresh process): after a backward pass on a
-    machine with a GPU, workers cannot be forked from this process any more."""
-    if not autograd_device_threads_started():
+def _check_gpu_state_before_fork() -> Check | None:
+    """Only from Python (``mptrain doctor`` is a fresh process): after a backward pass or an
+    optimizer step on a machine with a GPU, workers cannot be forked from this process."""
+    unsafe = fork_unsafe_reason()
+    if not unsafe:
         return None
-    return Check("autograd before fork", "warn", AUTOGRAD_THREADS,
+    return Check("GPU state before fork", "warn", unsafe,
                  "mptrain starts workers from a fork server (or spawns them) instead")
 
 

@@ -11,6 +11,7 @@ import pytest
 from mptrain import doctor, leftovers
 from mptrain.cli import main
 from mptrain.doctor import run_checks
+from mptrain.launch.start_method import AUTOGRAD_THREADS, CUDA_DRIVER
 
 
 def dead_pid() -> int:
@@ -146,7 +147,7 @@ def fake_statvfs(total_bytes, free_bytes):
 
 
 def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20),
-         methods=("fork", "spawn", "forkserver"), cuda_initialised=False, autograd_threads=False,
+         methods=("fork", "spawn", "forkserver"), cuda_initialised=False, fork_unsafe=None,
          dead_segment=False):
     """One machine, as the checks see it: every probe answers what the case says."""
     if shm is None:
@@ -158,7 +159,7 @@ def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20
     monkeypatch.setattr(doctor.resource, "getrlimit", lambda which: nofile)
     monkeypatch.setattr(doctor.multiprocessing, "get_all_start_methods", lambda: list(methods))
     monkeypatch.setattr(doctor.torch.cuda, "is_initialized", lambda: cuda_initialised)
-    monkeypatch.setattr(doctor, "autograd_device_threads_started", lambda: autograd_threads)
+    monkeypatch.setattr(doctor, "fork_unsafe_reason", lambda: fork_unsafe)
     if dead_segment:
         segment = tmp_path / f"torch_{dead_pid()}_1_0"
         segment.write_bytes(b"x" * 2048)
@@ -182,12 +183,15 @@ HEALTHY = {"shared memory": "ok", "open files": "ok", "start methods": "ok", "CU
     (dict(methods=("spawn",)), {"start methods": "warn"}, {"start methods": "__main__"}),
     (dict(cuda_initialised=True), {"CUDA": None, "CUDA before fork": "fail"},
      {"CUDA before fork": "spawn"}),
-    (dict(autograd_threads=True), {"autograd before fork": "warn"},
-     {"autograd before fork": "fork server"}),
+    (dict(fork_unsafe=AUTOGRAD_THREADS), {"GPU state before fork": "warn"},
+     {"GPU state before fork": "fork server"}),
+    (dict(fork_unsafe=CUDA_DRIVER), {"GPU state before fork": "warn"},
+     {"GPU state before fork": "fork server"}),
     (dict(dead_segment=True), {"leftovers": "warn"},
      {"leftovers": "mptrain doctor --clean"}),
 ], ids=["this-machine", "healthy", "small-shm", "no-shm", "low-hard-nofile",
         "unlimited-hard-nofile", "no-fork", "cuda-before-fork", "autograd-before-fork",
+        "driver-before-fork",
         "leftover-segment"])
 def test_checks_cover_the_known_traps(monkeypatch, tmp_path, case, expected, advice):
     if case is not None:

@@ -1,4 +1,5 @@
-"""Workers are not forked from a process whose autograd device threads run.
+"""Workers are not forked from a process whose autograd device threads run, or whose CUDA
+driver was initialised.
 
 A CUDA build of torch that sees a GPU starts them at the first backward pass, and a forked
 child then fails its own backward ("Unable to handle autograd's threading in combination
@@ -20,8 +21,9 @@ import torch
 from mptrain.errors import UserError
 from mptrain.launch.preflight import check_spawn_ready
 from mptrain.launch import start_method
-from mptrain.launch.start_method import (AUTOGRAD_THREADS, autograd_device_threads_started,
-                                         choose_start_method)
+from mptrain.launch.start_method import (AUTOGRAD_THREADS, CUDA_DRIVER,
+                                         autograd_device_threads_started, choose_start_method,
+                                         cuda_driver_initialised)
 
 def _tasks(tmp_path, *names):
     for number, name in enumerate(names):
@@ -40,6 +42,27 @@ def test_a_thread_that_ends_while_the_names_are_read_is_passed_over(tmp_path):
     tasks = _tasks(tmp_path, "python", "pt_main_thread")
     (tmp_path / "2").mkdir()   # a thread gone between the listing and the read: no comm
     assert not autograd_device_threads_started(tasks)
+
+
+def test_the_driver_counts_as_initialised_only_where_its_library_is_mapped(tmp_path):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 1 /usr/lib/libcudart.so.13\n"
+                    "7f02-7f03 r-xp 0 08:01 2 /usr/lib/libnvidia-ml.so.1\n")
+    assert not cuda_driver_initialised(str(maps))      # the runtime and NVML: no driver
+    assert not cuda_driver_initialised(str(tmp_path / "no-proc"))
+    if torch.cuda.device_count() == 0:   # mapped, per the file, yet not loadable by name here
+        maps.write_text("7f00-7f01 r-xp 0 08:01 3 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n")
+        assert cuda_driver_initialised(str(maps))
+
+
+def test_with_the_driver_initialised_workers_come_from_a_fork_server(monkeypatch):
+    monkeypatch.setattr(start_method.torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(start_method, "autograd_device_threads_started", lambda: False)
+    monkeypatch.setattr(start_method, "cuda_driver_initialised", lambda: True)
+    assert choose_start_method(None, "cpu", threads=1) == ("forkserver", CUDA_DRIVER)
+    with pytest.raises(UserError, match="initialised in this process.*--start-method "
+                                        "forkserver or spawn"):
+        choose_start_method("fork", "cpu", threads=1)
 
 
 @pytest.fixture
@@ -67,7 +90,7 @@ def autograd_thread(monkeypatch):
 
 
 def test_without_the_threads_cpu_workers_are_forked(monkeypatch):
-    monkeypatch.setattr(start_method, "autograd_device_threads_started", lambda: False)
+    monkeypatch.setattr(start_method, "fork_unsafe_reason", lambda: None)
     assert choose_start_method(None, "cpu", threads=1)[0] == "fork"
 
 
@@ -131,3 +154,43 @@ def test_a_process_that_trained_on_a_gpu_machine_trains_again_on_workers(tmp_pat
                           cwd=tmp_path, timeout=100)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "start method forkserver" in done.stdout
+
+
+STEP_THEN_FORK = textwrap.dedent("""
+    import torch
+    from torch.utils.data import TensorDataset
+    import mptrain
+    from mptrain.launch.start_method import cuda_driver_initialised
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.layer(x)
+
+    if __name__ == "__main__":
+        print("after import and device_count", torch.cuda.device_count(),
+              cuda_driver_initialised())
+        weight = torch.nn.Parameter(torch.zeros(3))
+        weight.grad = torch.ones(3)            # no backward pass: no autograd threads
+        torch.optim.Adam([weight]).step()      # checks for CUDA-graph capture: cuInit
+        print("after a step", cuda_driver_initialised())
+        data = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))
+        result = mptrain.fit(Net(), data, strategy="hogwild", workers=2, epochs=1,
+                             optimizer="adam", quiet=True)
+        print("start method", result.summary["start_method"])
+""")
+
+
+@pytest.mark.skipif(torch.cuda.device_count() == 0, reason="needs a CUDA device")
+def test_a_process_that_stepped_an_optimizer_on_a_gpu_machine_trains_on_workers(tmp_path):
+    script = tmp_path / "step_then_fork.py"
+    script.write_text(STEP_THEN_FORK)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=100)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[0].endswith("False"), done.stdout   # NVML: no cuInit
+    assert "after a step True" in done.stdout, done.stdout
+    assert "start method forkserver" in done.stdout, done.stdout

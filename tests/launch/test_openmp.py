@@ -22,7 +22,7 @@ def kept(monkeypatch):
     monkeypatch.setattr(openmp, "_the_command", True)
     # Whatever earlier tests in this process ran (on a GPU machine a backward pass rules
     # fork out for another reason: tests/launch/test_autograd_fork.py).
-    monkeypatch.setattr(start_method, "autograd_device_threads_started", lambda: False)
+    monkeypatch.setattr(start_method, "fork_unsafe_reason", lambda: None)
     previous = torch.get_num_threads()
     yield
     torch.set_num_threads(previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import sys
@@ -15,6 +16,9 @@ from . import openmp
 AS_REQUESTED = "as requested"
 AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, so "
                     "autograd's device threads run and forked workers could not train")
+CUDA_DRIVER = ("the CUDA driver was initialised in this process (torch.cuda.is_available() "
+               "and an optimizer's step do that where a GPU is visible), and a forked "
+               "worker's first CUDA call -- its optimizer step's included -- would fail")
 
 
 def choose_start_method(requested: str | None, device: str,
@@ -50,8 +54,9 @@ def choose_start_method(requested: str | None, device: str,
         return "spawn", "fork is unsafe or unavailable on this platform"
     if torch.cuda.is_initialized():
         return "spawn", "CUDA is initialised in this process, so forking is unsafe"
-    if autograd_device_threads_started():
-        return ("forkserver" if "forkserver" in available else "spawn"), AUTOGRAD_THREADS
+    unsafe = fork_unsafe_reason()
+    if unsafe:
+        return ("forkserver" if "forkserver" in available else "spawn"), unsafe
     if threads > 1 and openmp.can_fork_multithreaded_children():
         return "fork", f"{threads} threads per worker, forked from a parent that never " \
                        "ran OpenMP threads: fastest start, data inherited without copies"
@@ -68,9 +73,21 @@ def check_fork_safe() -> None:
         raise UserError("CUDA is already initialised in this process, and forked workers "
                         "would crash on first CUDA use; use --start-method spawn, or do not "
                         "touch CUDA before calling mptrain")
-    if autograd_device_threads_started():
-        raise UserError(f"--start-method fork cannot be used here: {AUTOGRAD_THREADS}; use "
+    unsafe = fork_unsafe_reason()
+    if unsafe:
+        raise UserError(f"--start-method fork cannot be used here: {unsafe}; use "
                         "--start-method forkserver or spawn, or train in a fresh process")
+
+
+def fork_unsafe_reason() -> str | None:
+    """Why workers can no longer be forked from this process although torch's CUDA state
+    says nothing of it, or None: what torch does on a machine with a GPU before any CUDA
+    tensor exists (``torch.cuda.is_initialized()`` stays False through both)."""
+    if autograd_device_threads_started():
+        return AUTOGRAD_THREADS
+    if cuda_driver_initialised():
+        return CUDA_DRIVER
+    return None
 
 
 def backward_ends_forking() -> bool:
@@ -105,3 +122,31 @@ def autograd_device_threads_started(tasks: str = "/proc/self/task") -> bool:
         except OSError:   # the thread ended while we looked
             continue
     return False
+
+
+def cuda_driver_initialised(maps: str = "/proc/self/maps") -> bool:
+    """Whether ``cuInit`` ran in this process.
+
+    ``torch.cuda.is_available()`` initialises the driver (through ``cudaGetDeviceCount``)
+    unless PYTORCH_NVML_BASED_CUDA_CHECK is set, and every optimizer's ``step`` calls it
+    (to check for CUDA-graph capture) -- on a CPU model too. A child forked afterwards fails
+    its own step with "CUDA error: initialization error": seen on an H200 in hogwild and
+    sharded ddp runs with Adam, started from a test process that had stepped an optimizer.
+    The driver library is loaded only by that initialisation (import torch and NVML leave
+    it alone), so it is looked for among this process's mappings first; where it is loaded
+    the driver itself answers: ``cuDeviceGetCount`` reports CUDA_ERROR_NOT_INITIALIZED
+    before ``cuInit`` and initialises nothing.
+    """
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as mapped:
+            if not any("/libcuda.so" in line for line in mapped):
+                return False
+    except OSError:   # not Linux: no /proc, and no fork to guard
+        return False
+    try:
+        driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return True   # mapped but not under its usual name: assume it was initialised
+    count = ctypes.c_int(0)
+    not_initialized = 3   # CUDA_ERROR_NOT_INITIALIZED
+    return driver.cuDeviceGetCount(ctypes.byref(count)) != not_initialized
