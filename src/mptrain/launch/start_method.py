@@ -91,9 +91,10 @@ def fork_unsafe_reason() -> str | None:
 
 
 def backward_ends_forking() -> bool:
-    """Whether a backward pass in this process would start autograd's device threads, after
-    which workers cannot be forked: a torch built with CUDA that sees a GPU. torch counts
-    through NVML where it can, which leaves the CUDA driver of this process alone."""
+    """Whether a backward pass in this process would start autograd's device threads (and
+    its optimizer step initialise the CUDA driver), after which workers cannot be forked: a
+    torch built with CUDA that sees a GPU. torch counts through NVML where it can, which
+    leaves the CUDA driver of this process alone."""
     return torch.cuda.device_count() > 0
 
 
@@ -132,10 +133,12 @@ def cuda_driver_initialised(maps: str = "/proc/self/maps") -> bool:
     (to check for CUDA-graph capture) -- on a CPU model too. A child forked afterwards fails
     its own step with "CUDA error: initialization error": seen on an H200 in hogwild and
     sharded ddp runs with Adam, started from a test process that had stepped an optimizer.
-    The driver library is loaded only by that initialisation (import torch and NVML leave
-    it alone), so it is looked for among this process's mappings first; where it is loaded
-    the driver itself answers: ``cuDeviceGetCount`` reports CUDA_ERROR_NOT_INITIALIZED
-    before ``cuInit`` and initialises nothing.
+    A torch built without CUDA never loads the driver's library, so its absence from this
+    process's mappings settles it cheaply. A CUDA build maps it from ``import torch`` on
+    (torch 2.11+cu130 on that H200), uninitialised; there the driver itself answers:
+    ``cuDeviceGetCount`` reports CUDA_ERROR_NOT_INITIALIZED before ``cuInit`` and
+    initialises nothing (checked there: False after import and ``device_count()``, which
+    counts through NVML; True after ``is_available()``).
     """
     try:
         with open(maps, encoding="utf-8", errors="replace") as mapped:
