@@ -147,9 +147,13 @@ class Run:
                     alive.append(f"{pid} {process.name()} ({status})")
             except psutil.NoSuchProcess:
                 continue
-        ours = {None, *self.tree, *self.markers("started")}
         return alive, {name for name in shm_entries() - self.shm_before
-                       if creator(name) in ours}
+                       if creator(name) in self.pids()}
+
+    def pids(self) -> set[int | None]:
+        """Whose segments are the run's: its recorded processes and every worker that
+        started (None: a name that gives no creator counts too)."""
+        return {None, *self.tree, *self.markers("started")}
 
     def kill(self) -> None:
         """Test teardown: whatever a failed test left running goes."""
@@ -191,13 +195,16 @@ def assert_nothing_left(run: Run) -> None:
     left = poll(lambda: not any(run.leftovers()) or None, LEFTOVER_S)
     alive, new_shm = run.leftovers()
     assert left and not alive, f"processes of the run still alive: {alive}"
-    assert not new_shm, f"left in {SHM}: {sorted(new_shm)} (the run's pids: {sorted(run.tree)})"
+    others = sorted(shm_entries() - run.shm_before - new_shm)
+    assert not new_shm, f"left in {SHM}: {sorted(new_shm)} (the run's pids: " \
+        f"{sorted(pid for pid in run.pids() if pid)}; new and not counted: {others})"
 
 
 def assert_file_system_in_use(run: Run) -> None:
     """Under file_system the run's tensors are named files in /dev/shm: the leak check then
     checks something."""
-    assert any(name.startswith("torch_") for name in shm_entries() - run.shm_before), \
+    assert any(name.startswith("torch_") and creator(name) in run.pids()
+               for name in shm_entries() - run.shm_before), \
         "file_system sharing put nothing in /dev/shm"
 
 

@@ -92,7 +92,7 @@ def _check_cuda() -> Check:
 
 def _check_gpu_state_before_fork() -> Check | None:
     """Only from Python (``mptrain doctor`` is a fresh process): after a backward pass or an
-    optimizer step on a machine with a GPU, workers cannot be forked from this process."""
+    Adam step on a machine with a GPU, workers cannot be forked from this process."""
     unsafe = fork_unsafe_reason()
     if not unsafe:
         return None

@@ -11,7 +11,7 @@ import pytest
 from mptrain import doctor, leftovers
 from mptrain.cli import main
 from mptrain.doctor import run_checks
-from mptrain.launch.start_method import AUTOGRAD_THREADS, CUDA_DRIVER
+from mptrain.launch import start_method
 
 
 def dead_pid() -> int:
@@ -147,7 +147,8 @@ def fake_statvfs(total_bytes, free_bytes):
 
 
 def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20),
-         methods=("fork", "spawn", "forkserver"), cuda_initialised=False, fork_unsafe=None,
+         methods=("fork", "spawn", "forkserver"), cuda_initialised=False, autograd_threads=False,
+         driver_initialised=False,
          dead_segment=False):
     """One machine, as the checks see it: every probe answers what the case says."""
     if shm is None:
@@ -159,7 +160,8 @@ def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20
     monkeypatch.setattr(doctor.resource, "getrlimit", lambda which: nofile)
     monkeypatch.setattr(doctor.multiprocessing, "get_all_start_methods", lambda: list(methods))
     monkeypatch.setattr(doctor.torch.cuda, "is_initialized", lambda: cuda_initialised)
-    monkeypatch.setattr(doctor, "fork_unsafe_reason", lambda: fork_unsafe)
+    monkeypatch.setattr(start_method, "autograd_device_threads_started", lambda: autograd_threads)
+    monkeypatch.setattr(start_method, "cuda_driver_initialised", lambda: driver_initialised)
     if dead_segment:
         segment = tmp_path / f"torch_{dead_pid()}_1_0"
         segment.write_bytes(b"x" * 2048)
@@ -183,9 +185,9 @@ HEALTHY = {"shared memory": "ok", "open files": "ok", "start methods": "ok", "CU
     (dict(methods=("spawn",)), {"start methods": "warn"}, {"start methods": "__main__"}),
     (dict(cuda_initialised=True), {"CUDA": None, "CUDA before fork": "fail"},
      {"CUDA before fork": "spawn"}),
-    (dict(fork_unsafe=AUTOGRAD_THREADS), {"GPU state before fork": "warn"},
+    (dict(autograd_threads=True), {"GPU state before fork": "warn"},
      {"GPU state before fork": "fork server"}),
-    (dict(fork_unsafe=CUDA_DRIVER), {"GPU state before fork": "warn"},
+    (dict(driver_initialised=True), {"GPU state before fork": "warn"},
      {"GPU state before fork": "fork server"}),
     (dict(dead_segment=True), {"leftovers": "warn"},
      {"leftovers": "mptrain doctor --clean"}),
@@ -210,6 +212,16 @@ def test_checks_cover_the_known_traps(monkeypatch, tmp_path, case, expected, adv
         assert words in checks[name].advice, checks[name]
     for check in checks.values():  # a check that is not ok says what to do about it
         assert bool(check.advice) == (check.status != "ok"), check
+
+
+@pytest.mark.parametrize("case, reason", [
+    (dict(autograd_threads=True), start_method.AUTOGRAD_THREADS),
+    (dict(driver_initialised=True), start_method.CUDA_DRIVER),
+], ids=["autograd-threads", "driver"])
+def test_the_gpu_state_row_says_which_reason(monkeypatch, tmp_path, case, reason):
+    trap(monkeypatch, tmp_path, **case)
+    checks = {check.name: check for check in run_checks(tmp_path, temp_dir=tmp_path)}
+    assert checks["GPU state before fork"].detail == reason
 
 
 def test_doctor_command_runs(capsys):

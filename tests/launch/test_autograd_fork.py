@@ -9,6 +9,7 @@ them, so here a thread is given their name, which is all mptrain looks at.
 """
 
 import ctypes
+import os
 import subprocess
 import sys
 import textwrap
@@ -50,9 +51,45 @@ def test_the_driver_counts_as_initialised_only_where_its_library_is_mapped(tmp_p
                     "7f02-7f03 r-xp 0 08:01 2 /usr/lib/libnvidia-ml.so.1\n")
     assert not cuda_driver_initialised(str(maps))      # the runtime and NVML: no driver
     assert not cuda_driver_initialised(str(tmp_path / "no-proc"))
-    if torch.cuda.device_count() == 0:   # mapped, per the file, yet not loadable by name here
-        maps.write_text("7f00-7f01 r-xp 0 08:01 3 /usr/lib/x86_64-linux-gnu/libcuda.so.1\n")
-        assert cuda_driver_initialised(str(maps))
+
+
+class FakeDriver:
+    """libcuda as ctypes would give it, answering cuDeviceGetCount with ``code``."""
+
+    opened_with = []
+
+    def __init__(self, code):
+        self.code = code
+
+    def opener(self, name, mode):
+        FakeDriver.opened_with.append((name, mode))
+        if self.code is None:
+            raise OSError(f"{name}: not loaded")
+        return self
+
+    @property
+    def cuDeviceGetCount(self):
+        def count(pointer):
+            return self.code
+        return count
+
+
+@pytest.mark.parametrize("code, initialised", [
+    (0, True),        # CUDA_SUCCESS: cuInit ran, a GPU answered
+    (3, False),       # CUDA_ERROR_NOT_INITIALIZED: mapped since import torch, never used
+    (34, False),      # CUDA_ERROR_STUB_LIBRARY: the toolkit's stub, no driver at all
+    (100, False),     # CUDA_ERROR_NO_DEVICE: cuInit failed; a child finds no CUDA either
+    (None, True),     # mapped, yet not under its usual name: assumed initialised
+], ids=["success", "not-initialised", "stub", "no-device", "other-name"])
+def test_where_the_driver_is_mapped_its_own_answer_decides(tmp_path, monkeypatch, code,
+                                                           initialised):
+    maps = tmp_path / "maps"
+    maps.write_text("7f00-7f01 r-xp 0 08:01 3 /usr/lib/x86_64-linux-gnu/libcuda.so.580.1\n")
+    FakeDriver.opened_with.clear()
+    monkeypatch.setattr(start_method.ctypes, "CDLL", FakeDriver(code).opener)
+    assert cuda_driver_initialised(str(maps)) is initialised
+    [(name, mode)] = FakeDriver.opened_with
+    assert name == "libcuda.so.1" and mode & os.RTLD_NOLOAD   # never loads it itself
 
 
 def test_with_the_driver_initialised_workers_come_from_a_fork_server(monkeypatch):
@@ -188,8 +225,9 @@ STEP_THEN_FORK = textwrap.dedent("""
 def test_a_process_that_stepped_an_optimizer_on_a_gpu_machine_trains_on_workers(tmp_path):
     script = tmp_path / "step_then_fork.py"
     script.write_text(STEP_THEN_FORK)
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=100)
+                          cwd=tmp_path, timeout=100, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.splitlines()[0].endswith("False"), done.stdout   # NVML: no cuInit
     assert "after a step True" in done.stdout, done.stdout

@@ -17,8 +17,9 @@ AS_REQUESTED = "as requested"
 AUTOGRAD_THREADS = ("a backward pass already ran in this process with a GPU visible, so "
                     "autograd's device threads run and forked workers could not train")
 CUDA_DRIVER = ("the CUDA driver was initialised in this process (torch.cuda.is_available() "
-               "and an optimizer's step do that where a GPU is visible), and a forked "
-               "worker's first CUDA call -- its optimizer step's included -- would fail")
+               "and a step of Adam or another optimizer that can be captured in a CUDA "
+               "graph do that where a GPU is visible), and a forked worker's first CUDA "
+               "call -- that step's check included -- would fail")
 
 
 def choose_start_method(requested: str | None, device: str,
@@ -92,7 +93,7 @@ def fork_unsafe_reason() -> str | None:
 
 def backward_ends_forking() -> bool:
     """Whether a backward pass in this process would start autograd's device threads (and
-    its optimizer step initialise the CUDA driver), after which workers cannot be forked: a
+    an Adam step initialise the CUDA driver), after which workers cannot be forked: a
     torch built with CUDA that sees a GPU. torch counts through NVML where it can, which
     leaves the CUDA driver of this process alone."""
     return torch.cuda.device_count() > 0
@@ -129,8 +130,9 @@ def cuda_driver_initialised(maps: str = "/proc/self/maps") -> bool:
     """Whether ``cuInit`` ran in this process.
 
     ``torch.cuda.is_available()`` initialises the driver (through ``cudaGetDeviceCount``)
-    unless PYTORCH_NVML_BASED_CUDA_CHECK is set, and every optimizer's ``step`` calls it
-    (to check for CUDA-graph capture) -- on a CPU model too. A child forked afterwards fails
+    unless PYTORCH_NVML_BASED_CUDA_CHECK is set, and the ``step`` of every optimizer that
+    can be captured in a CUDA graph (Adam, AdamW, RMSprop, ...; not SGD) calls it, then
+    asks whether the current stream is capturing -- on a CPU model too. A child forked afterwards fails
     its own step with "CUDA error: initialization error": seen on an H200 in hogwild and
     sharded ddp runs with Adam, started from a test process that had stepped an optimizer.
     A torch built without CUDA never loads the driver's library, so its absence from this
@@ -148,8 +150,12 @@ def cuda_driver_initialised(maps: str = "/proc/self/maps") -> bool:
         return False
     try:
         driver = ctypes.CDLL("libcuda.so.1", mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-    except OSError:
+        count_devices = driver.cuDeviceGetCount
+    except (OSError, AttributeError):
         return True   # mapped but not under its usual name: assume it was initialised
+    count_devices.argtypes, count_devices.restype = [ctypes.POINTER(ctypes.c_int)], ctypes.c_int
     count = ctypes.c_int(0)
-    not_initialized = 3   # CUDA_ERROR_NOT_INITIALIZED
-    return driver.cuDeviceGetCount(ctypes.byref(count)) != not_initialized
+    # Only CUDA_SUCCESS means a working driver was initialised. The toolkit's stub library
+    # (build containers) answers 34 from import on, a failed cuInit (no usable GPU) its own
+    # error: a forked child then finds no CUDA either, so there is nothing to break.
+    return count_devices(ctypes.byref(count)) == 0
