@@ -161,10 +161,13 @@ def test_a_notebooks_model_class_is_refused_for_a_fork_server_with_the_reason(mo
         check_spawn_ready(Net(), AUTOGRAD_THREADS)
 
 
-TRAIN_TWICE = textwrap.dedent("""
+#: The start of a script that trains in a fresh process: its model class in a .py module,
+#: as a fork server needs.
+SCRIPT_HEAD = textwrap.dedent("""
     import torch
     from torch.utils.data import TensorDataset
     import mptrain
+    from mptrain.launch.start_method import cuda_driver_initialised
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -173,7 +176,9 @@ TRAIN_TWICE = textwrap.dedent("""
 
         def forward(self, x):
             return self.layer(x)
+""")
 
+TRAIN_TWICE = SCRIPT_HEAD + textwrap.dedent("""
     if __name__ == "__main__":
         torch.manual_seed(0)
         data = TensorDataset(torch.randn(256, 4), torch.randint(0, 2, (256,)))
@@ -193,20 +198,7 @@ def test_a_process_that_trained_on_a_gpu_machine_trains_again_on_workers(tmp_pat
     assert "start method forkserver" in done.stdout
 
 
-STEP_THEN_FORK = textwrap.dedent("""
-    import torch
-    from torch.utils.data import TensorDataset
-    import mptrain
-    from mptrain.launch.start_method import cuda_driver_initialised
-
-    class Net(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(4, 2)
-
-        def forward(self, x):
-            return self.layer(x)
-
+STEP_THEN_FORK = SCRIPT_HEAD + textwrap.dedent("""
     if __name__ == "__main__":
         print("after import and device_count", torch.cuda.device_count(),
               cuda_driver_initialised())
