@@ -148,8 +148,7 @@ def fake_statvfs(total_bytes, free_bytes):
 
 def trap(monkeypatch, tmp_path, *, shm=(8 * GIB, 6 * GIB), nofile=(1024, 1 << 20),
          methods=("fork", "spawn", "forkserver"), cuda_initialised=False, autograd_threads=False,
-         driver_initialised=False,
-         dead_segment=False):
+         driver_initialised=False, dead_segment=False):
     """One machine, as the checks see it: every probe answers what the case says."""
     if shm is None:
         def statvfs(path):
@@ -193,8 +192,7 @@ HEALTHY = {"shared memory": "ok", "open files": "ok", "start methods": "ok", "CU
      {"leftovers": "mptrain doctor --clean"}),
 ], ids=["this-machine", "healthy", "small-shm", "no-shm", "low-hard-nofile",
         "unlimited-hard-nofile", "no-fork", "cuda-before-fork", "autograd-before-fork",
-        "driver-before-fork",
-        "leftover-segment"])
+        "driver-before-fork", "leftover-segment"])
 def test_checks_cover_the_known_traps(monkeypatch, tmp_path, case, expected, advice):
     if case is not None:
         trap(monkeypatch, tmp_path, **case)

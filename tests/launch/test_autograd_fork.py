@@ -26,6 +26,7 @@ from mptrain.launch.start_method import (AUTOGRAD_THREADS, CUDA_DRIVER,
                                          autograd_device_threads_started, choose_start_method,
                                          cuda_driver_initialised)
 
+
 def _tasks(tmp_path, *names):
     for number, name in enumerate(names):
         (tmp_path / str(number)).mkdir(parents=True)
@@ -56,13 +57,12 @@ def test_the_driver_counts_as_initialised_only_where_its_library_is_mapped(tmp_p
 class FakeDriver:
     """libcuda as ctypes would give it, answering cuDeviceGetCount with ``code``."""
 
-    opened_with = []
-
     def __init__(self, code):
         self.code = code
+        self.opened_with = []
 
     def opener(self, name, mode):
-        FakeDriver.opened_with.append((name, mode))
+        self.opened_with.append((name, mode))
         if self.code is None:
             raise OSError(f"{name}: not loaded")
         return self
@@ -85,10 +85,10 @@ def test_where_the_driver_is_mapped_its_own_answer_decides(tmp_path, monkeypatch
                                                            initialised):
     maps = tmp_path / "maps"
     maps.write_text("7f00-7f01 r-xp 0 08:01 3 /usr/lib/x86_64-linux-gnu/libcuda.so.580.1\n")
-    FakeDriver.opened_with.clear()
-    monkeypatch.setattr(start_method.ctypes, "CDLL", FakeDriver(code).opener)
+    driver = FakeDriver(code)
+    monkeypatch.setattr(start_method.ctypes, "CDLL", driver.opener)
     assert cuda_driver_initialised(str(maps)) is initialised
-    [(name, mode)] = FakeDriver.opened_with
+    [(name, mode)] = driver.opened_with
     assert name == "libcuda.so.1" and mode & os.RTLD_NOLOAD   # never loads it itself
 
 

@@ -132,9 +132,10 @@ def cuda_driver_initialised(maps: str = "/proc/self/maps") -> bool:
     ``torch.cuda.is_available()`` initialises the driver (through ``cudaGetDeviceCount``)
     unless PYTORCH_NVML_BASED_CUDA_CHECK is set, and the ``step`` of every optimizer that
     can be captured in a CUDA graph (Adam, AdamW, RMSprop, ...; not SGD) calls it, then
-    asks whether the current stream is capturing -- on a CPU model too. A child forked afterwards fails
-    its own step with "CUDA error: initialization error": seen on an H200 in hogwild and
-    sharded ddp runs with Adam, started from a test process that had stepped an optimizer.
+    asks whether the current stream is capturing -- on a CPU model too. A child forked
+    afterwards fails its own step with "CUDA error: initialization error": seen on an H200
+    in hogwild and sharded ddp runs with Adam, started from a test process that had stepped
+    an optimizer.
     A torch built without CUDA never loads the driver's library, so its absence from this
     process's mappings settles it cheaply. A CUDA build maps it from ``import torch`` on
     (torch 2.11+cu130 on that H200), uninitialised; there the driver itself answers:
