@@ -386,8 +386,13 @@ def test_workers_die_with_their_sigkilled_parent(start_run, strategy, sharing):
 
 # -- restarts -----------------------------------------------------------------------------
 
-# 512 samples, batch 64, 2 workers: 4 steps per epoch and worker; step 6 is in epoch 2.
-RESTART_FAULT = {"FAULT": "raise", "FAULT_STEP": 6}
+# 512 samples, batch 64: 8 batches per epoch, which hogwild's 2 workers take from a queue,
+# as many each as their cores allow. A worker's 9th step is past epoch 1 whatever the split,
+# and the first worker to take 9 does so within 17 batches, in epoch 2 or 3: the fault comes
+# after epoch 1's checkpoint and leaves 3 or more epochs -- 24 batches or more -- for a
+# second attempt, whose workers (counting afresh) then reach a 9th step too.
+RESTART_FAULT = {"FAULT": "raise", "FAULT_STEP": 8}
+RESTART_EPOCHS = 5
 
 
 @pytest.mark.slow
@@ -396,23 +401,27 @@ RESTART_FAULT = {"FAULT": "raise", "FAULT_STEP": 6}
 def test_max_restarts_restarts_once_from_the_last_checkpoint(start_run, tmp_path, mode,
                                                              exit_code):
     out = tmp_path / "out"
-    run = start_run("hogwild", ["--epochs", "3", "--max-restarts", "1", "--out", str(out)],
+    run = start_run("hogwild", ["--epochs", str(RESTART_EPOCHS), "--max-restarts", "1",
+                                "--out", str(out)],
                     env={**RESTART_FAULT, "FAULT_MODE": mode}, quiet=False, gated=False)
     run.finish(timeout=120)
     run.record_tree()  # the workers of both attempts still alive, from their started markers
 
     assert run.proc.returncode == exit_code, run.stderr
     assert run.stderr.count("restarting") == 1, run.stderr
-    # The note names the epoch the restart starts from.
-    assert "restarting the workers from epoch 1 (restart 1 of 1)" in run.stderr, run.stderr
+    # The note names the epoch the restart starts from: the last checkpoint's.
+    restart = re.search(r"restarting the workers from epoch (\d+) \(restart 1 of 1\)",
+                        run.stderr)
+    assert restart and int(restart.group(1)) in (1, 2), run.stderr
     faults = run.markers("fault")
-    # Epoch 1 was done before the fault: the second attempt starts at epoch 2.
-    assert run.stdout.count("epoch 1/3 ") == 1, run.stdout
+    # Epoch 1 was done before the fault: the second attempt starts after it.
+    assert run.stdout.count(f"epoch 1/{RESTART_EPOCHS} ") == 1, run.stdout
     if mode == "once":
         assert len(faults) == 1
         assert "mptrain: error" not in run.stderr
-        assert [run.stdout.count(f"epoch {n}/3 ") for n in (2, 3)] == [1, 1], run.stdout
-        assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+        assert [run.stdout.count(f"epoch {n}/{RESTART_EPOCHS} ")
+                for n in range(1, RESTART_EPOCHS + 1)] == [1] * RESTART_EPOCHS, run.stdout
+        assert len((out / "metrics.jsonl").read_text().splitlines()) == RESTART_EPOCHS
     else:
         assert len(faults) >= 2  # at least one worker of each attempt
         assert "mptrain: error: training failed: worker rank" in run.stderr

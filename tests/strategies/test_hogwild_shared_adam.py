@@ -136,19 +136,26 @@ def test_after_a_run_the_adam_step_counter_counts_every_workers_steps(tmp_path, 
     saved = checkpoints.load(out)
     assert len(saved.ranks) == WORKERS
     per_rank = [rank["optimizer"]["state"] for rank in saved.ranks]
-    for states in per_rank:
-        assert len(states) == len(list(initial.parameters()))
-        for state in states.values():
-            step = state["step"].item()
-            if shared:
+    # The workers take the epoch's batches from one queue: together they take every one,
+    # each as many as its core allowed -- on a loaded machine perhaps all of them, and then
+    # the other's own optimizer never made a state.
+    total = WORKERS * STEPS_PER_WORKER
+    parameters = len(list(initial.parameters()))
+    if shared:
+        for states in per_rank:
+            assert len(states) == parameters
+            for state in states.values():
                 # Every worker's steps land in the one counter. Hogwild increments it without
                 # a lock, so two workers stepping at the same instant can lose one increment
-                # (seen: 17 of 1,920 in a 10-epoch run); all of one worker's never.
-                assert STEPS_PER_WORKER < step <= WORKERS * STEPS_PER_WORKER
-            else:
-                assert step == STEPS_PER_WORKER
-            assert state["exp_avg"].abs().sum() > 0 and state["exp_avg_sq"].abs().sum() > 0
-    for index in per_rank[0]:
+                # (seen: 17 of 1,920 in a 10-epoch run), never half of them.
+                assert total / 2 < state["step"].item() <= total
+                assert state["exp_avg"].abs().sum() > 0 and state["exp_avg_sq"].abs().sum() > 0
+    else:
+        stepped = [states for states in per_rank if states]
+        assert all(len(states) == parameters for states in stepped)
+        for index in range(parameters):
+            assert sum(states[index]["step"].item() for states in stepped) == total
+    for index in per_rank[0] if all(per_rank) else ():
         same = all(torch.equal(per_rank[0][index][key], per_rank[1][index][key])
                    for key in ("step", "exp_avg", "exp_avg_sq"))
         assert same == shared, index

@@ -11,6 +11,8 @@ import copy
 import functools
 import math
 import time
+from dataclasses import dataclass
+from typing import Iterable
 
 import torch
 import torch.nn as nn
@@ -24,6 +26,14 @@ from ..engine.profile import RoundClock
 from ..engine.schedule import learning_rate
 from ..engine.step import first_nonfinite, train_step
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
+
+
+@dataclass(frozen=True)
+class EpochBatches:
+    """What one rank trains in one epoch."""
+
+    steps: int          # the epoch's length in this rank's steps (the schedule anneals over it)
+    batches: Iterable   # (step, sample indices) pairs, in training order
 
 
 class DataParallelStrategy(Strategy):
@@ -60,6 +70,17 @@ class DataParallelStrategy(Strategy):
 
     def program(self, setup) -> WorkerProgram:
         return EpochProgram(self, setup)
+
+    def epoch_batches(self, num_samples: int, group: Group, epoch: int) -> EpochBatches:
+        """The batches this rank trains in ``epoch``: its DistributedSampler shard, cut in
+        batches. Every rank takes as many steps as every other, which synchronous strategies
+        need."""
+        config = self.config
+        shard = shard_indices(num_samples, group.world_size, group.rank, config.seed, epoch)
+        if config.steps_per_epoch is not None:
+            shard = shard[:config.steps_per_epoch * config.batch_size]
+        return EpochBatches(steps=-(-len(shard) // config.batch_size),
+                            batches=enumerate(batches(shard, config.batch_size)))
 
     # -- the points where data-parallel algorithms differ ------------------------------------
     def replica(self, model: nn.Module, group: Group, device: torch.device) -> nn.Module:
@@ -125,24 +146,21 @@ class EpochProgram(WorkerProgram):
         model, optimizer, train_data = self.model, self.optimizer, setup.data.train
         if self.layout is not None:
             self.layout.resume()
-        shard = shard_indices(len(train_data), group.world_size, group.rank, config.seed, epoch)
-        if config.steps_per_epoch is not None:
-            shard = shard[:config.steps_per_epoch * config.batch_size]
+        plan = strategy.epoch_batches(len(train_data), group, epoch)
         started = time.monotonic()
-        steps_in_epoch = -(-len(shard) // config.batch_size)
         # On the step's device: adding a GPU loss to a CPU sum would fail (or, moved,
         # wait for the GPU every step); one read at the end of the epoch.
         loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
         losses = []   # each step's, kept (no copy) to name the first non-finite one
         model.train()
-        steps = 0
+        steps = samples = 0
         clock = RoundClock(group)
         after_backward = clock.timed(self.after_backward, "collective")
         after_step = clock.timed(strategy.after_step, "collective")
         try:
-            for step, indices in enumerate(batches(shard, config.batch_size)):
+            for step, indices in plan.batches:
                 lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
-                                   steps_in_epoch)
+                                   plan.steps)
                 for param_group in optimizer.param_groups:  # a function of (epoch, step)
                     param_group["lr"] = lr
                 inputs, targets = train_data.batch(indices)
@@ -155,6 +173,7 @@ class EpochProgram(WorkerProgram):
                 losses.append(loss)
                 setup.progress.advance(len(indices))
                 steps += 1
+                samples += len(indices)
                 clock.add("compute", clock.lap())
             clock.timed(strategy.end_epoch, "collective")(model, group, steps)
         except BaseException:   # Ctrl-C or an error: the caller keeps its model's layout
@@ -164,7 +183,7 @@ class EpochProgram(WorkerProgram):
         extras = {"profile": clock.finish().as_dict()}
         if not math.isfinite(loss_sum):
             extras["first_nonfinite_step"] = first_nonfinite(losses)
-        return RoundWork(steps=steps, samples=len(shard), loss_sum=loss_sum,
+        return RoundWork(steps=steps, samples=samples, loss_sum=loss_sum,
                          started=started, ended=time.monotonic(), extras=extras)
 
     def eval_model(self) -> nn.Module:

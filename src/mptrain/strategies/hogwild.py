@@ -11,6 +11,13 @@ parameters, the state is updated without a lock: two workers stepping at once ca
 increment of Adam's shared step counter or one momentum update (seen: 17 of 1,920 steps in
 a 10-epoch run). That is Hogwild's bargain -- rare, bounded staleness for no waiting -- and
 it is why the checkpointed step count can be a little below the steps taken.
+
+With several workers, nobody owns a shard: each takes the epoch's next batch from a queue
+in shared memory (``comm.tickets``), so a worker whose core gives it more time trains more
+batches, and none waits at the epoch's end for a slower one -- fixed equal shards made the
+faster rank wait 2-7% of every epoch on a 2-vCPU VM (benchmarks/README, issue 24). Every
+sample is still trained exactly once per epoch, in the epoch's seeded order; which worker
+trains it is decided at run time, as the order of Hogwild's writes already is.
 """
 
 from __future__ import annotations
@@ -20,9 +27,11 @@ from dataclasses import replace
 import torch
 import torch.nn as nn
 
+from ..comm.tickets import SharedTickets
+from ..data.sharding import batches, epoch_permutation
 from ..engine.channels_last import hand_back_layout, lay_out_shared_model
 from ..engine.optim import fresh_scalar_state, state_like_params
-from .data_parallel import DataParallelStrategy
+from .data_parallel import DataParallelStrategy, EpochBatches
 
 
 class HogwildStrategy(DataParallelStrategy):
@@ -34,6 +43,7 @@ class HogwildStrategy(DataParallelStrategy):
         super().__init__(config)
         self.shared_optimizer_state: list[dict] | None = None
         self.laid_out = False   # whether prepare() laid the caller's model out channels-last
+        self.batch_queue: SharedTickets | None = None   # with 2+ workers: see the module doc
 
     def prepare(self, model: nn.Module, data=None, plan=None) -> None:
         # The shared parameters are the caller's model: they can take the fast layout only
@@ -47,9 +57,41 @@ class HogwildStrategy(DataParallelStrategy):
             # receive IPC handles to them and update them in place; the parent holds them
             # until every worker has exited. Like ``single``, the caller's model stays there.
             model.to(torch.device("cuda", 0))
+        # One counter per epoch, fresh for every attempt (a restarted attempt trains its
+        # first epoch again from a full queue).
+        self.batch_queue = SharedTickets.create(self.config.units) \
+            if plan is not None and plan.workers > 1 else None
         if self.config.share_optimizer_state:
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
+
+    def epoch_batches(self, num_samples, group, epoch):
+        if self.batch_queue is None:
+            return super().epoch_batches(num_samples, group, epoch)
+        config, world = self.config, group.world_size
+        cut = batches(epoch_permutation(num_samples, config.seed, epoch), config.batch_size)
+        count = _queued_batches(len(cut), config.steps_per_epoch, world)
+        queue = self.batch_queue
+
+        def taken():
+            while (ticket := queue.take(epoch)) < count:
+                # The step a rank of a fixed shard would be at: what the schedule anneals by.
+                yield ticket // world, cut[ticket]
+
+        return EpochBatches(steps=-(-count // world), batches=taken())
+
+    def samples_per_round(self, data, workers):
+        if workers == 1:
+            return super().samples_per_round(data, workers)
+        size, total = self.config.batch_size, len(data.train)
+        return min(total, _queued_batches(-(-total // size), self.config.steps_per_epoch,
+                                          workers) * size)
+
+    def batch_sizes(self, data, workers):
+        if workers == 1:
+            return super().batch_sizes(data, workers)
+        size, samples = self.config.batch_size, self.samples_per_round(data, workers)
+        return sorted({min(samples, size), samples % size} - {0})
 
     def replica(self, model, group, device):
         # The shared model itself: that is the algorithm.
@@ -100,7 +142,18 @@ class HogwildStrategy(DataParallelStrategy):
 
     def describe(self, plan, model):
         state = "shared" if self.config.share_optimizer_state else "per worker"
-        return [f"lock-free updates to shared parameters; optimizer state {state}"]
+        lines = [f"lock-free updates to shared parameters; optimizer state {state}"]
+        if plan.workers > 1:
+            lines.append("each worker takes the epoch's next batch from a shared queue")
+        return lines
+
+
+def _queued_batches(batches_in_epoch: int, steps_per_epoch: int | None, workers: int) -> int:
+    """How many of an epoch's batches the queue hands out: all of them, or as many as
+    ``workers`` ranks of ``steps_per_epoch`` steps would train from fixed shards."""
+    if steps_per_epoch is None:
+        return batches_in_epoch
+    return min(batches_in_epoch, steps_per_epoch * workers)
 
 
 def shared_optimizer_state(params: list[torch.Tensor], optimizer: str,
