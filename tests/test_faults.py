@@ -390,7 +390,9 @@ def test_workers_die_with_their_sigkilled_parent(start_run, strategy, sharing):
 # as many each as their cores allow. A worker's 9th step is past epoch 1 whatever the split,
 # and the first worker to take 9 does so within 17 batches, in epoch 2 or 3: the fault comes
 # after epoch 1's checkpoint and leaves 3 or more epochs -- 24 batches or more -- for a
-# second attempt, whose workers (counting afresh) then reach a 9th step too.
+# second attempt, whose workers (counting afresh) then reach a 9th step too. The fault waits
+# for epoch 1's checkpoint on disk (its gate), which a starved peer may not have reported yet
+# when the faulting worker, done with all of epoch 1, starts epoch 2.
 RESTART_FAULT = {"FAULT": "raise", "FAULT_STEP": 8}
 RESTART_EPOCHS = 5
 
@@ -402,8 +404,9 @@ def test_max_restarts_restarts_once_from_the_last_checkpoint(start_run, tmp_path
                                                              exit_code):
     out = tmp_path / "out"
     run = start_run("hogwild", ["--epochs", str(RESTART_EPOCHS), "--max-restarts", "1",
-                                "--out", str(out)],
-                    env={**RESTART_FAULT, "FAULT_MODE": mode}, quiet=False, gated=False)
+                                "--checkpoint-every", "1", "--out", str(out)],
+                    env={**RESTART_FAULT, "FAULT_MODE": mode,
+                         "FAULT_GATE": out / checkpoints.FILENAME}, quiet=False, gated=False)
     run.finish(timeout=120)
     run.record_tree()  # the workers of both attempts still alive, from their started markers
 

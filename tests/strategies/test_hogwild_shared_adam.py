@@ -153,6 +153,8 @@ def test_after_a_run_the_adam_step_counter_counts_every_workers_steps(tmp_path, 
     else:
         stepped = [states for states in per_rank if states]
         assert all(len(states) == parameters for states in stepped)
+        assert all(state["exp_avg"].abs().sum() > 0 for states in stepped
+                   for state in states.values())
         for index in range(parameters):
             assert sum(states[index]["step"].item() for states in stepped) == total
     for index in per_rank[0] if all(per_rank) else ():

@@ -87,7 +87,8 @@ class GroupedHelp(click.Command):
 @click.option("--start-method", type=click.Choice(START_METHODS),
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--steps-per-epoch", type=int,
-              help="Cut every epoch after N steps per worker (quick looks).")
+              help="Cut every epoch after N steps per worker (quick looks; hogwild: N x workers "
+                   "batches in all, taken as the workers come).")
 @click.option("--sharing-strategy", type=click.Choice(SHARING_STRATEGIES),
               help="How tensors are shared between processes (auto: from the open-file "
                    "limit).")

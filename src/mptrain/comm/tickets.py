@@ -19,6 +19,7 @@ then.
 from __future__ import annotations
 
 import ctypes
+import os
 
 import torch
 
@@ -45,13 +46,10 @@ class SharedTickets:
         libc = _load_or_refuse()
         lock = _shared_bytes(_SEM_BYTES)
         if libc.init(lock.data_ptr(), 1, 1) != 0:
-            raise RuntimeError("process-shared semaphores are not available here (sem_init "
-                               "failed); hogwild's shared batch queue needs one")
+            raise RuntimeError("process-shared semaphores are not available here (sem_init: "
+                               f"{os.strerror(ctypes.get_errno())}); hogwild's shared batch "
+                               "queue needs one")
         return cls(_shared_bytes(max(1, slots) * 8).view(torch.int64), lock)
-
-    @property
-    def slots(self) -> int:
-        return self._counters.numel()
 
     def take(self, slot: int) -> int:
         """The next number of counter ``slot``; no other caller, in any process, gets it."""

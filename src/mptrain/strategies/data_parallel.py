@@ -1,4 +1,5 @@
-"""The data-parallel strategies' worker program: one round is one epoch over this rank's shard.
+"""The data-parallel strategies' worker program: one round is one epoch over this rank's
+batches (its shard, or for hogwild what it takes from a shared queue).
 
 ``single``, ``hogwild``, ``sync`` and ``ddp`` all run this loop; they differ only at the few
 points a :class:`DataParallelStrategy` names (which replica a worker trains, what happens
@@ -32,12 +33,14 @@ from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tenso
 class EpochBatches:
     """What one rank trains in one epoch."""
 
-    steps: int          # the epoch's length in this rank's steps (the schedule anneals over it)
+    steps: int          # the epoch's length in one rank's steps (the schedule anneals over
+                        # it): a shard's, or what a shard's would be
     batches: Iterable   # (step, sample indices) pairs, in training order
 
 
 class DataParallelStrategy(Strategy):
-    """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics)."""
+    """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics), unless
+    the strategy hands batches out otherwise (``epoch_batches``)."""
 
     settings = frozenset({"epochs", "steps_per_epoch", "max_restarts"})
     instead = {"rounds": "--epochs"}
@@ -122,7 +125,7 @@ class DataParallelStrategy(Strategy):
 
 
 class EpochProgram(WorkerProgram):
-    """A plain PyTorch training loop over this rank's shard of one epoch."""
+    """A plain PyTorch training loop over this rank's batches of one epoch."""
 
     def __init__(self, strategy: DataParallelStrategy, setup):
         self.strategy, self.setup = strategy, setup
@@ -146,7 +149,7 @@ class EpochProgram(WorkerProgram):
         model, optimizer, train_data = self.model, self.optimizer, setup.data.train
         if self.layout is not None:
             self.layout.resume()
-        plan = strategy.epoch_batches(len(train_data), group, epoch)
+        mine = strategy.epoch_batches(len(train_data), group, epoch)
         started = time.monotonic()
         # On the step's device: adding a GPU loss to a CPU sum would fail (or, moved,
         # wait for the GPU every step); one read at the end of the epoch.
@@ -158,9 +161,9 @@ class EpochProgram(WorkerProgram):
         after_backward = clock.timed(self.after_backward, "collective")
         after_step = clock.timed(strategy.after_step, "collective")
         try:
-            for step, indices in plan.batches:
+            for step, indices in mine.batches:
                 lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
-                                   plan.steps)
+                                   mine.steps)
                 for param_group in optimizer.param_groups:  # a function of (epoch, step)
                     param_group["lr"] = lr
                 inputs, targets = train_data.batch(indices)

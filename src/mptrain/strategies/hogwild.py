@@ -1,6 +1,6 @@
 """Hogwild!: lock-free asynchronous SGD on parameters in shared memory (Recht et al., 2011).
 
-Every worker trains on its own shard and applies its updates straight to the one shared
+Every worker trains batches of the epoch and applies its updates straight to the one shared
 copy of the parameters, without locks: updates may interleave, which is the point. Gradients
 are allocated lazily by autograd inside each worker, so they stay private.
 
@@ -60,7 +60,7 @@ class HogwildStrategy(DataParallelStrategy):
         # One counter per epoch, fresh for every attempt (a restarted attempt trains its
         # first epoch again from a full queue).
         self.batch_queue = SharedTickets.create(self.config.units) \
-            if plan is not None and plan.workers > 1 else None
+            if plan is not None and _queued(plan.workers) else None
         if self.config.share_optimizer_state:
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
@@ -81,14 +81,14 @@ class HogwildStrategy(DataParallelStrategy):
         return EpochBatches(steps=-(-count // world), batches=taken())
 
     def samples_per_round(self, data, workers):
-        if workers == 1:
+        if not _queued(workers):
             return super().samples_per_round(data, workers)
         size, total = self.config.batch_size, len(data.train)
         return min(total, _queued_batches(-(-total // size), self.config.steps_per_epoch,
                                           workers) * size)
 
     def batch_sizes(self, data, workers):
-        if workers == 1:
+        if not _queued(workers):
             return super().batch_sizes(data, workers)
         size, samples = self.config.batch_size, self.samples_per_round(data, workers)
         return sorted({min(samples, size), samples % size} - {0})
@@ -146,6 +146,12 @@ class HogwildStrategy(DataParallelStrategy):
         if plan.workers > 1:
             lines.append("each worker takes the epoch's next batch from a shared queue")
         return lines
+
+
+def _queued(workers: int) -> bool:
+    """Whether ``workers`` take their batches from a queue: one worker has nobody to wait
+    for, and keeps its plain shard."""
+    return workers > 1
 
 
 def _queued_batches(batches_in_epoch: int, steps_per_epoch: int | None, workers: int) -> int:
