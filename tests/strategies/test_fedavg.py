@@ -3,8 +3,6 @@ to a plain sequential FedAvg loop, client failures stopped or dropped, bitwise r
 
 import copy
 import json
-import multiprocessing
-import time
 
 import pytest
 import torch
@@ -96,45 +94,6 @@ def test_same_seed_gives_the_bitwise_same_model_whatever_the_workers(partition):
     assert [r["round"] for r in rows] == [1, 2, 3]
     assert all(r["clients"] == RUN["clients_per_round"] for r in rows)
     assert all(r["mean_client_loss"] > 0 and r["failed_clients"] == [] for r in rows)
-
-
-class SlowOnRank1(nn.Module):
-    """Sleeps in worker rank 1's training steps and counts each worker's training steps in
-    shared memory: a core the host slowed, seen from the round. The counts are the class's
-    (forked workers inherit them): an instance's would be copied with each client's model."""
-
-    counts = torch.zeros(2, dtype=torch.int64).share_memory_()
-
-    def __init__(self):
-        super().__init__()
-        self.net = make_model()
-
-    def forward(self, x):
-        name = multiprocessing.current_process().name
-        if self.training and name.startswith("mptrain-worker-"):
-            rank = int(name.rsplit("-", 1)[1])
-            self.counts[rank] += 1   # one writer per element
-            if rank == 1:
-                time.sleep(0.02)
-        return self.net(x)
-
-
-@pytest.mark.timeout(120)
-def test_a_slowed_worker_trains_fewer_clients_and_the_model_is_the_same():
-    """The round's clients go to whichever worker is free, and who trains a client changes
-    nothing: the model is bitwise the one worker's."""
-    counts = SlowOnRank1.counts
-    counts.zero_()
-    slowed = fit(SlowOnRank1(), workers=2, start_method=fork_or_skip())  # counts by fork
-    one = fit(make_model(), workers=1)
-
-    steps = RUN["rounds"] * RUN["clients_per_round"] * (SAMPLES // RUN["clients"]
-                                                          // RUN["batch_size"] + 1)
-    assert int(counts.sum()) == steps
-    assert counts[0] > counts[1], counts   # a fixed split by size would give 18 and 18
-    for name, tensor in state_of(one.model).items():
-        assert torch.equal(tensor, state_of(slowed.model.net)[name]), name
-    assert all(m.as_dict()["clients"] == RUN["clients_per_round"] for m in slowed.rounds)
 
 
 @pytest.mark.timeout(120)

@@ -5,8 +5,7 @@ evaluation.
 
 Clients are not processes and not model copies: a client is an index slice of the one shared
 data set. Every round the same seeded sample of clients is drawn on every worker; each worker
-trains its share of them one after the other (``fedavg_worker``) -- with a shared table, the
-next client, largest first, that nobody has taken yet -- reusing one model and one
+trains its share of them one after the other (``fedavg_worker``), reusing one model and one
 optimizer, and writes each client's result into its row of a shared table. After a barrier
 every worker aggregates one slice of the columns in client-id order and applies the server
 step to that slice of the shared global parameters (a reduce-scatter through shared memory;
@@ -30,7 +29,6 @@ from pathlib import Path
 
 import torch
 
-from ..comm.tickets import SharedTickets
 from ..errors import UserError
 from ..federated.accounting import PrivacyAccountant, require_dp_accounting
 from ..federated.sampling import poisson_capacity
@@ -88,9 +86,6 @@ class FedAvgStrategy(Strategy):
         self.controls_path: Path | None = None           # c_i in a file, not /dev/shm
         #: Whether one round's results go through ``table`` (decided by ``prepare``).
         self.shared_table = True
-        #: With the table and 2+ workers: each round's clients, handed out largest first to
-        #: whichever worker is free (``prepare``).
-        self.client_queue: SharedTickets | None = None
         #: The parent's view of the last round's privacy spent (for summary.json).
         self.last_epsilon: float | None = None
         self.stopped_for_privacy_at: int | None = None
@@ -197,12 +192,6 @@ class FedAvgStrategy(Strategy):
             self.table = shared_zeros((rows, flat.numel()))
             self.weights = torch.zeros(rows, dtype=torch.float64)
             shared.append(self.weights)
-        # A fixed split, however balanced by size, makes the whole round wait for the worker
-        # whose core the host slowed; taken from a queue, the clients go to whoever is free.
-        # A client's result does not depend on who trains it (its own seed, its own row).
-        # One counter per round, fresh for every attempt.
-        self.client_queue = SharedTickets.create(c.units) \
-            if self.shared_table and plan.workers > 1 else None
         if c.dp_clip is not None:
             self.within = torch.zeros(rows, dtype=torch.float64)
             self.clip = torch.tensor([float(c.dp_clip)], dtype=torch.float64)

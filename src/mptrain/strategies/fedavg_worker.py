@@ -1,7 +1,6 @@
 """One fedavg worker's program. A round reads top to bottom as the algorithm does:
 
-1. sample the round's clients (fixed-size, or Poisson with DP) and take my share of them
-   (from the shared queue when there is one, so a slowed core trains fewer);
+1. sample the round's clients (fixed-size, or Poisson with DP) and take my share of them;
 2. train each from the global model -- FedProx's or SCAFFOLD's correction, stragglers doing
    part of their steps -- and put its result in its row of the shared table, unless it
    dropped out, failed or sent a non-finite update (then its row weighs 0); with DP the row
@@ -101,13 +100,12 @@ class FedAvgProgram(WorkerProgram):
         c, group, strategy = self.config, self.group, self.strategy
         sampled = self._sample(round_index)
         slots = {client: slot for slot, client in enumerate(sampled)}
+        mine = assign_clients(sampled, self.sizes, group.world_size)[group.rank]
         clip = float(strategy.clip[0]) if strategy.clip is not None else None
         started = time.monotonic()
         tally = RoundTally()
         partial_sum, partial_weight = None, 0.0
-        trained = 0
-        for client in self._my_clients(sampled, round_index):
-            trained += 1
+        for client in mine:
             row = strategy.table[slots[client]] if strategy.shared_table else None
             weight = self._run_client(client, round_index, clip, row, slots[client], tally)
             if strategy.shared_table:
@@ -127,24 +125,11 @@ class FedAvgProgram(WorkerProgram):
         if c.client_eval_every and ((round_index + 1) % c.client_eval_every == 0
                                     or round_index + 1 == c.rounds):
             server.update(self._evaluate_clients())
-        extras = {"clients": trained, **tally.as_extras(), **server}
+        extras = {"clients": len(mine), **tally.as_extras(), **server}
         return RoundWork(steps=tally.steps, samples=tally.samples, loss_sum=tally.loss_sum,
                          started=started, ended=ended, extras=extras,
                          last=bool(server.get("privacy_stop")) if group.rank == 0
                          else self._privacy_stop())
-
-    def _my_clients(self, sampled: list[int], round_index: int):
-        """The round's clients this rank trains: taken one by one from the shared queue,
-        largest first (those take longest, so the round ends evenly), or without one this
-        rank's fixed share."""
-        queue = self.strategy.client_queue
-        if queue is None:
-            yield from assign_clients(sampled, self.sizes, self.group.world_size)[
-                self.group.rank]
-            return
-        largest_first = sorted(sampled, key=lambda client: (-self.sizes[client], client))
-        while (ticket := queue.take(round_index)) < len(largest_first):
-            yield largest_first[ticket]
 
     def _sample(self, round_index: int) -> list[int]:
         c = self.config
