@@ -143,7 +143,7 @@ class HogwildStrategy(DataParallelStrategy):
     def describe(self, plan, model):
         state = "shared" if self.config.share_optimizer_state else "per worker"
         lines = [f"lock-free updates to shared parameters; optimizer state {state}"]
-        if plan.workers > 1:
+        if _queued(plan.workers):
             lines.append("each worker takes the epoch's next batch from a shared queue")
         return lines
 
