@@ -103,10 +103,11 @@ def stop_before_the_barrier(rank, channel, state, board, stopped_rank):
     group.barrier()
 
 
-def count_siblings(rank, channel, all_counted):
-    # The workers of the run, as the parent has them when this one starts working; nobody
-    # exits (and is reaped) before everyone has counted.
-    channel.send(len(psutil.Process(os.getppid()).children()))
+def report_siblings(rank, channel, all_counted):
+    # The parent's children when this one starts working (the run's workers, and whatever else
+    # the test process started before: a GPU machine's suite left two); nobody exits (and is
+    # reaped) before everyone has counted.
+    channel.send(sorted(child.pid for child in psutil.Process(os.getppid()).children()))
     all_counted.wait()
 
 
@@ -310,10 +311,14 @@ def test_no_worker_starts_working_before_every_worker_is_started():
     workers = 6
     seen = {}
     all_counted = FORK.Barrier(workers, timeout=30)
-    result = Supervisor("fork", on_message=seen.__setitem__).run(count_siblings,
+    result = Supervisor("fork", on_message=seen.__setitem__).run(report_siblings,
                                                                   [(all_counted,)] * workers)
     assert result.ok, [f.describe() for f in result.failures]
-    assert seen == {rank: workers for rank in range(workers)}
+    assert sorted(seen) == list(range(workers))
+    run_workers = set(result.pids.values())
+    assert len(run_workers) == workers
+    for rank, children in seen.items():
+        assert run_workers <= set(children), f"rank {rank} started before all its siblings"
     assert leftover_processes(result) == []
 
 
