@@ -1,6 +1,8 @@
 """Evaluation on a channels-last twin: the same answers as the model itself, the twin
 follows the live model's values, and a network that needs NCHW falls back to itself."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
@@ -162,6 +164,40 @@ def test_a_private_network_that_needs_nchw_goes_back_to_it_before_training():
     output = layout.forward(inputs)          # the first batch fails, then runs in NCHW
     assert not layout.active and output.shape == (4, 3)
     assert model.conv.weight.is_contiguous()
+
+
+class NeedsNCHWAfterStatsAndDropout(nn.Module):
+    """Fails in channels-last only after BatchNorm has updated its statistics and dropout
+    has drawn its mask."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3)
+        self.norm = nn.BatchNorm2d(2)
+        self.drop = nn.Dropout(0.5)
+        self.fc = nn.Linear(2 * 6 * 6, 3)
+
+    def forward(self, x):
+        return self.fc(self.drop(F.relu(self.norm(self.conv(x)))).view(-1, 2 * 6 * 6))
+
+
+def test_a_failed_channels_last_batch_leaves_no_trace_in_buffers_or_randomness():
+    torch.manual_seed(0)
+    model = NeedsNCHWAfterStatsAndDropout()
+    reference = copy.deepcopy(model)
+    inputs = torch.randn(4, 1, 8, 8)
+
+    torch.manual_seed(1)
+    expected = reference(inputs)
+    expected_next_draw = torch.rand(3)
+    torch.manual_seed(1)
+    output = ChannelsLastTraining(model, CPU).forward(inputs)
+
+    assert torch.equal(output, expected)                      # the same dropout mask
+    assert torch.equal(torch.rand(3), expected_next_draw)      # nothing else drawn
+    for name, buffer in reference.named_buffers():             # statistics updated once
+        assert torch.equal(dict(model.named_buffers())[name], buffer), name
+    assert int(model.norm.num_batches_tracked) == 1
 
 
 class FailsOnDemand(nn.Module):

@@ -44,6 +44,11 @@ class _FirstBatchProbe:
     that are not images, and from the moment the network has failed before ever working
     (it needs NCHW; ``usable`` turns False). After one batch has worked, errors are the
     model's own and are raised.
+
+    A network that fails in train mode may already have drawn dropout masks and updated
+    BatchNorm statistics before the failing line: until a batch has worked, the module's
+    buffers and the random generator are put back as they were, so that the batch's rerun
+    in NCHW is the only pass that counts (what a run without the probe would do).
     """
 
     def __init__(self):
@@ -53,11 +58,17 @@ class _FirstBatchProbe:
     def run(self, module: nn.Module, inputs: torch.Tensor):
         if not self.usable or inputs.dim() != 4:
             return None
+        if self._proven:
+            return module(_channels_last(inputs))
+        buffers = [(buffer, buffer.clone()) for buffer in module.buffers()]
+        rng_state = torch.get_rng_state()
         try:
             output = module(_channels_last(inputs))
         except RuntimeError:
-            if self._proven:
-                raise
+            with torch.no_grad():
+                for buffer, before in buffers:
+                    buffer.copy_(before)
+            torch.set_rng_state(rng_state)
             self.usable = False
             return None
         self._proven = True
@@ -133,8 +144,8 @@ class ChannelsLastTraining:
     """Trains a worker's private convolutional model in channels-last on CPU.
 
     ``forward(inputs)`` replaces ``model(inputs)``. A network that needs NCHW fails on its
-    first batch; the model goes back to NCHW and that batch runs again, so nothing was
-    trained in between. After one batch has worked, errors are the model's own.
+    first batch; its buffers and the random generator are restored, the model goes back to
+    NCHW and that batch runs again, so nothing was trained or drawn in between. After one batch has worked, errors are the model's own.
     """
 
     def __init__(self, model: nn.Module, device: torch.device):
