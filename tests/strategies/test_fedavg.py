@@ -96,6 +96,26 @@ def test_same_seed_gives_the_bitwise_same_model_whatever_the_workers(partition):
     assert all(r["mean_client_loss"] > 0 and r["failed_clients"] == [] for r in rows)
 
 
+def make_cumulative_norm_model():
+    # momentum=None: the running statistics are averages over num_batches_tracked batches,
+    # so a count carried from one client to the next changes the floating buffers too.
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16, momentum=None), nn.Tanh(),
+                         nn.Linear(16, CLASSES))
+
+
+@pytest.mark.timeout(120)
+def test_every_client_starts_from_the_global_models_integer_buffers():
+    initial = make_cumulative_norm_model()
+    one = fit(copy.deepcopy(initial), workers=1)
+    two = fit(copy.deepcopy(initial), workers=2)
+    for name, tensor in state_of(one.model).items():
+        assert torch.equal(tensor, state_of(two.model)[name]), name
+    # The server does not average counts: the global model keeps its own.
+    assert int(one.model[1].num_batches_tracked) == 0
+    assert not torch.equal(one.model[1].running_mean, initial[1].running_mean)  # it trained
+
+
 @pytest.mark.timeout(120)
 def test_metrics_and_outputs_are_per_round(tmp_path):
     result = fit(make_model(), workers=2, rounds=4, eval_every=2, out=tmp_path / "run")

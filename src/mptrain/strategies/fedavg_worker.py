@@ -63,6 +63,11 @@ class FedAvgProgram(WorkerProgram):
         # Private to this worker: it may change layout (the global model stays as it is).
         self.layout = ChannelsLastTraining(self.model, setup.device)
         self.tensors = floating_state(self.model)
+        # The server averages floating state only; integer buffers (BatchNorm's
+        # num_batches_tracked) keep the global model's values, so every client starts from
+        # them rather than from the count its worker's previous clients left.
+        self.integer_buffers = [(buffer, buffer.clone()) for buffer in self.model.buffers()
+                                if not buffer.is_floating_point()]
         self.params = list(self.model.parameters())
         c = self.config
         self.optimizer = build_optimizer(self.params, c.optimizer, c.lr, c.momentum,
@@ -336,10 +341,12 @@ class FedAvgProgram(WorkerProgram):
         return flat.cpu() if out is None else out.copy_(flat)
 
     def _load_global(self) -> None:
-        """Make the worker's model the global model (parameters and floating buffers)."""
+        """Make the worker's model the global model (parameters and all buffers)."""
         with torch.no_grad():
             for tensor, view in zip(self.tensors, self.global_views):
                 tensor.copy_(view)
+            for buffer, global_value in self.integer_buffers:
+                buffer.copy_(global_value)
             if self.config.prox_mu and not self.on_host:
                 for anchor, param in zip(self.global_params, self.params):
                     anchor.copy_(param)
