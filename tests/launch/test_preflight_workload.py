@@ -8,6 +8,9 @@ import psutil
 import pytest
 import torch
 import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+import mptrain
 
 from mptrain.data.sources import load_data
 from mptrain.errors import UserError
@@ -156,3 +159,26 @@ def test_the_sharded_ddp_step_and_hogwild_say_how_many_copies_a_rank_holds(digit
     assert copies("hogwild", optimizer="adam") == 3
     assert copies("hogwild", optimizer="adam", share_optimizer_state=True) == 1
     assert copies("hogwild", optimizer="sgd", momentum=0.0) == 1
+
+
+def test_workers_taking_batches_from_a_queue_need_a_batch_each_not_a_shard(digits):
+    samples = len(digits.train)
+    batch = -(-samples // 4) + 1      # 4 batches, though a shard of a quarter is smaller
+    assert check_workload(settings(batch), digits, 4, 4, queued_batches=True) == []
+    with pytest.raises(UserError) as info:
+        check_workload(settings(batch), digits, 5, 5, queued_batches=True)
+    message = str(info.value)
+    largest = (samples - 1) // 4
+    assert message == (f"5 workers share the epoch's 4 batch(es) of {batch}: 1 would have "
+                       f"nothing to train; use --workers 4 or fewer, or --batch-size "
+                       f"{largest} or less")
+    assert -(-samples // largest) >= 5 > -(-samples // (largest + 1))
+
+
+@pytest.mark.timeout(60)
+def test_hogwild_runs_where_each_worker_gets_a_batch_but_no_full_shard():
+    torch.manual_seed(0)
+    data = TensorDataset(torch.randn(10, 3), torch.randint(0, 2, (10,)))
+    result = mptrain.fit(nn.Linear(3, 2), data, data, strategy="hogwild", workers=2,
+                         epochs=1, batch_size=6, quiet=True)   # batches of 6 and 4
+    assert result.summary["train_samples"] == 10

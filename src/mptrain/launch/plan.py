@@ -100,7 +100,8 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
                               local_workers=plan.local_workers, processes=plan.processes,
                               parameter_copies=strategy.needs(model, bundle, plan)
-                              .private_parameter_copies)
+                              .private_parameter_copies,
+                              queued_batches=strategy.batches_from_a_queue(plan.workers))
     strategy.check(bundle, model, plan)
     check_shared_memory(bundle, model, strategy, plan)
     return warnings

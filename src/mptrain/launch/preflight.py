@@ -53,7 +53,7 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
                    cores: int, model: nn.Module | None = None,
                    local_workers: int | None = None, processes: int | None = None,
-                   parameter_copies: int = 4) -> list[str]:
+                   parameter_copies: int = 4, queued_batches: bool = False) -> list[str]:
     """Refuse impossible splits; return warnings for legal but surprising ones.
 
     ``workers`` split the data; ``local_workers`` of them (default: all) share this
@@ -62,6 +62,8 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
     ``model`` refines the memory check with what a worker holds of its own for it
     (``parameter_copies`` copies of its parameters -- replica, gradients, optimizer state --
     and one batch's activations); without it only the interpreter's share counts.
+    ``queued_batches``: the workers take the epoch's batches from one queue (hogwild), so
+    what must suffice is the number of batches, not a shard per worker.
     """
     samples = len(bundle.train)
     if workers > samples:
@@ -69,7 +71,9 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
                         f"needs at least one; use --workers {samples} or fewer")
     warnings = []
     shard = -(-samples // workers)
-    if workers > 1 and config.batch_size > shard:
+    if queued_batches:
+        _check_batches_for_every_worker(samples, config.batch_size, workers)
+    elif workers > 1 and config.batch_size > shard:
         most = (samples - 1) // (config.batch_size - 1)  # the most with ceil(s / w) >= batch
         raise UserError(f"{workers} workers leave each a shard of {shard} samples, less than "
                         f"one batch of {config.batch_size}; use --workers {most} or fewer, or "
@@ -81,6 +85,15 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
         warnings.append(f"{here} workers on {cores} usable cores: they time-share the "
                         f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
     return warnings
+
+
+def _check_batches_for_every_worker(samples: int, batch_size: int, workers: int) -> None:
+    count = -(-samples // batch_size)
+    if workers > count:
+        largest = (samples - 1) // (workers - 1)   # the largest with ceil(s / b) >= workers
+        raise UserError(f"{workers} workers share the epoch's {count} batch(es) of "
+                        f"{batch_size}: {workers - count} would have nothing to train; use "
+                        f"--workers {count} or fewer, or --batch-size {largest} or less")
 
 
 # What a forked worker takes of its own before its model and batch: the pages of the

@@ -155,6 +155,11 @@ class Strategy(ABC):
             return CommKind.NCCL
         return CommKind.GLOO if torchrun_local_ranks <= 1 else CommKind.SHM_GLOO
 
+    def batches_from_a_queue(self, workers: int) -> bool:
+        """True when ``workers`` take an epoch's batches from one shared queue rather than
+        each a fixed shard (hogwild): what the workload check counts."""
+        return False
+
     # -- the parent's side of a run ------------------------------------------------------------
     def check(self, data, model: nn.Module, plan) -> None:
         """Refuse, in the parent and before anything starts, what this strategy cannot do

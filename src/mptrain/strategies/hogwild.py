@@ -65,6 +65,9 @@ class HogwildStrategy(DataParallelStrategy):
             self.shared_optimizer_state = shared_optimizer_state(
                 list(model.parameters()), self.config.optimizer, self.config.momentum)
 
+    def batches_from_a_queue(self, workers):
+        return _queued(workers)
+
     def epoch_batches(self, num_samples, group, epoch):
         if self.batch_queue is None:
             return super().epoch_batches(num_samples, group, epoch)
