@@ -33,6 +33,8 @@ FEDAVG = ["--strategy", "fedavg", "--workers", "2", "--rounds", "10", "--device"
 CASES = [
     ("single cpu", EPOCH + ["--strategy", "single", "--device", "cpu"]),
     ("single cuda", EPOCH + ["--strategy", "single", "--device", "cuda"]),
+    ("single cuda bf16", EPOCH + ["--strategy", "single", "--device", "cuda",
+                                  "--precision", "bf16"]),
     ("hogwild x2 cuda", EPOCH + ["--strategy", "hogwild", "--workers", "2", "--device", "cuda"]),
     ("hogwild x4 cuda", EPOCH + ["--strategy", "hogwild", "--workers", "4", "--device", "cuda"]),
     ("sync x2 cuda", EPOCH + ["--strategy", "sync", "--workers", "2", "--device", "cuda"]),

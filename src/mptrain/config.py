@@ -29,6 +29,7 @@ OPTIMIZERS = ("sgd", "adam")
 LR_SCHEDULES = ("step", "cosine")
 DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
+PRECISIONS = ("32", "bf16")   # engine.precision: float32, or bfloat16 autocast
 START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
@@ -102,6 +103,7 @@ class TrainConfig:
     share_optimizer_state: bool = False
     ddp_backend: str = "auto"
     device: str = "cpu"
+    precision: str = "32"                   # or "bf16": forward passes under autocast
     start_method: str | None = None         # None: chosen per run (launch.start_method)
     worker_timeout: float = 300.0
     sharing_strategy: str = "auto"
@@ -335,7 +337,7 @@ _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_s
                   "clients_per_round", "local_epochs", "client_eval_every")
 _FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
-            "device": DEVICES, "start_method": START_METHODS,
+            "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
             "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS}
 #: Settings that may be None (left to the run or off).

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
-                      ONCE_PER_EPOCH, OPTIMIZERS, SERVER_OPTIMIZERS, SHARING_STRATEGIES,
-                      PARTITION_HELP, START_METHODS, check_setting, load_config_file)
+                      ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
+                      load_config_file)
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
@@ -84,6 +85,10 @@ class GroupedHelp(click.Command):
 @click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),
               help="ddp: how gradients are averaged (auto: shared memory on one CPU machine).")
 @click.option("--device", type=click.Choice(DEVICES), help="Where to train (cpu).")
+@click.option("--precision", type=click.Choice(PRECISIONS),
+              help="32: float32 throughout (default); bf16: forward passes in bfloat16 "
+                   "under autocast, parameters and gradients float32 (fast on GPUs from "
+                   "Ampere on and CPUs with AVX512-BF16/AMX, emulated and slower elsewhere).")
 @click.option("--start-method", type=click.Choice(START_METHODS),
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--steps-per-epoch", type=int,

@@ -73,7 +73,7 @@ class TestSetEvaluation(RoundEvaluation):
         loss_sum, correct, count = evaluate(
             program.eval_model(), test_data, indices, setup.data.task,
             setup.config.eval_batch_size, setup.device, beat=setup.progress.beat,
-            layout=self.layout)
+            layout=self.layout, precision=setup.config.precision)
         return Evaluation(loss_sum=loss_sum, correct=correct, count=count)
 
     def reached_target(self, evaluation: Evaluation) -> bool:

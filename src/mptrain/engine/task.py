@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.sources import CLASSIFICATION
+from .precision import FULL, in_precision
 
 
 def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -21,14 +22,17 @@ def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tens
 
 @torch.no_grad()
 def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
-             device: torch.device, beat=None, layout=None) -> tuple[float, int, int]:
+             device: torch.device, beat=None, layout=None,
+             precision: str = FULL) -> tuple[float, int, int]:
     """Sum of losses, number correct (classification) and count over ``indices`` of ``data``.
 
-    ``layout`` (a ChannelsLastEvaluation) may run the forward passes on a faster twin.
+    ``layout`` (a ChannelsLastEvaluation) may run the forward passes on a faster twin;
+    ``precision``: the run's, so that the model is scored as it trains.
     """
     was_training = model.training
     model.eval()
-    forward = layout.forward_for(model) if layout is not None else model
+    forward = in_precision(layout.forward_for(model) if layout is not None else model,
+                           precision, device)
     loss_sum, correct, count = 0.0, 0, 0
     for chunk in torch.split(indices, batch_size):
         inputs, targets = data.batch(chunk)

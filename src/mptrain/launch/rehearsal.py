@@ -28,6 +28,7 @@ import torch.nn as nn
 
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
+from ..engine.precision import in_precision
 from ..engine.step import train_step
 from ..models import model_bytes
 from . import openmp
@@ -82,6 +83,7 @@ def rehearse_first_steps(model: nn.Module, data, config, threads: int, channels_
             if channels_last:
                 layout = ChannelsLastTraining(replica, torch.device("cpu"))
                 forward = layout.forward if layout.active else replica
+            forward = in_precision(forward, config.precision, torch.device("cpu"))
             replica.train()
             optimizer = build_optimizer(replica.parameters(), config.optimizer, config.lr,
                                         config.momentum, config.weight_decay)

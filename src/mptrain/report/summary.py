@@ -12,6 +12,7 @@ import torch
 import torch.nn as nn
 
 from ..data.sources import CLASSIFICATION
+from ..engine.precision import FULL, describe as describe_precision
 from ..engine.profile import PHASES, describe, shares
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
@@ -41,6 +42,8 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
              f"lr {config.lr:g}" + (f" momentum {config.momentum:g}" if config.momentum else "")
              + f" · batch {config.batch_size} · {config.units} {config.unit}s · seed "
              f"{config.seed}"]
+    if config.precision != FULL:
+        lines.append(f"precision {describe_precision(config.precision)}")
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
     return lines
@@ -58,6 +61,7 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
         "threads_per_worker": plan.threads,
         "start_method": plan.start_method,
         "device": config.device,
+        "precision": config.precision,
         "epochs": config.epochs if config.unit == "epoch" else None,
         "unit": config.unit,
         "rounds_done": len(epochs),

@@ -23,6 +23,7 @@ from ..comm.base import Group
 from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
 from ..engine.optim import build_optimizer
+from ..engine.precision import in_precision
 from ..engine.profile import RoundClock
 from ..engine.schedule import learning_rate
 from ..engine.step import first_nonfinite, train_step
@@ -137,8 +138,9 @@ class EpochProgram(WorkerProgram):
         # usual order.
         self.layout = (ChannelsLastTraining(self.model, setup.device)
                        if strategy.may_change_layout(self.model) else None)
-        self.forward = self.layout.forward if self.layout is not None \
-            else forward_in_its_layout(self.model)
+        self.forward = in_precision(self.layout.forward if self.layout is not None
+                                    else forward_in_its_layout(self.model),
+                                    strategy.config.precision, setup.device)
         self.optimizer = strategy.optimizer(self.model)
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)

@@ -34,6 +34,7 @@ from ..checkpoint import model_snapshot
 from ..data.sources import CLASSIFICATION
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
+from ..engine.precision import in_precision
 from ..engine.schedule import learning_rate
 from ..engine.seeding import seed_global_generator
 from ..engine.step import train_step
@@ -62,6 +63,8 @@ class FedAvgProgram(WorkerProgram):
         self.model = copy.deepcopy(setup.model).to(setup.device)
         # Private to this worker: it may change layout (the global model stays as it is).
         self.layout = ChannelsLastTraining(self.model, setup.device)
+        self.forward = in_precision(self.layout.forward, strategy.config.precision,
+                                    setup.device)
         self.tensors = floating_state(self.model)
         # The server averages floating state only; integer buffers (BatchNorm's
         # num_batches_tracked) keep the global model's values, so every client starts from
@@ -214,7 +217,7 @@ class FedAvgProgram(WorkerProgram):
                     break   # a straggler stops here
                 inputs, targets = setup.data.train.batch(batch)
                 inputs, targets = inputs.to(setup.device), targets.to(setup.device)
-                loss = train_step(self.layout.forward, self.optimizer, inputs, targets,
+                loss = train_step(self.forward, self.optimizer, inputs, targets,
                                   setup.data.task, self.correct_gradients)
                 loss_sum += loss * len(batch)
                 setup.progress.advance(len(batch))
@@ -325,7 +328,7 @@ class FedAvgProgram(WorkerProgram):
             indices = strategy.client_index[offsets[client]:offsets[client + 1]]
             _, correct, count = evaluate(self.model, setup.data.train, indices,
                                          setup.data.task, c.eval_batch_size, setup.device,
-                                         beat=setup.progress.beat)
+                                         beat=setup.progress.beat, precision=c.precision)
             strategy.client_accuracy[client] = correct / count if count else float("nan")
         group.barrier()
         return summarize(strategy.client_accuracy) if group.rank == 0 else {}

@@ -1,0 +1,49 @@
+"""Mixed precision: forward passes in bfloat16 under ``torch.autocast``, everything else in
+float32.
+
+Why bfloat16 and not float16: it has float32's exponent range, so gradients neither
+underflow nor overflow and no loss scaling is needed -- nothing changes in the steps the
+strategies take after backward (gradient averaging, FedProx's and SCAFFOLD's corrections, DP
+clipping all see ordinary float32 gradients), and ranks cannot disagree about skipping a
+step the way float16's per-rank overflow checks can. Parameters, gradients, optimizer state
+and everything that travels between workers stay float32: only the arithmetic of the
+layers autocast lists (convolutions, linear layers, matrix products) runs in bfloat16.
+
+It pays where the hardware computes bfloat16 natively (GPUs from Ampere on; CPUs with
+AVX512-BF16 or AMX); elsewhere torch emulates it and a step is slower than in float32
+(``benchmarks/README.md`` has the figures).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..config import PRECISIONS
+
+FULL = PRECISIONS[0]   # "32": float32 throughout
+
+
+def in_precision(forward: Callable, precision: str, device: torch.device) -> Callable:
+    """``forward`` run under autocast for ``precision`` (the same function for ``32``).
+
+    The output comes back as float32, so the loss and its reduction are computed in full
+    precision whatever the last layer's dtype.
+    """
+    if precision == FULL:
+        return forward
+    device_type = device.type
+
+    def forward_in_bfloat16(inputs: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=device_type, dtype=torch.bfloat16):
+            output = forward(inputs)
+        return output.float()
+
+    return forward_in_bfloat16
+
+
+def describe(precision: str) -> str:
+    """The banner's words for ``precision``."""
+    return "float32" if precision == FULL else \
+        "bf16 autocast (parameters, gradients and optimizer state float32)"
