@@ -9,7 +9,7 @@ from torch.utils.data import TensorDataset
 import mptrain
 from mptrain.config import TrainConfig
 from mptrain.data.shared import SharedTensorDataset
-from mptrain.engine.precision import in_precision
+from mptrain.engine.precision import in_precision, precision_warnings
 from mptrain.engine.task import evaluate
 from mptrain.errors import UserError
 
@@ -84,3 +84,17 @@ def test_precision_is_a_choice_said_in_one_line():
         TrainConfig(precision="fp16")
     assert "--precision" in str(info.value) and "bf16" in str(info.value)
     assert "\n" not in str(info.value)
+
+
+AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
+WITH_AMX = "processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile\n"
+
+
+def test_an_emulated_bf16_cpu_gets_a_warning_and_nothing_else_does():
+    assert precision_warnings("bf16", "cpu", AVX2_ONLY) == [
+        "--precision bf16 on a CPU without AVX512-BF16 or AMX: torch emulates bfloat16 and "
+        "a step is several times slower than with --precision 32"]
+    assert precision_warnings("bf16", "cpu", WITH_AMX) == []
+    assert precision_warnings("bf16", "cpu", "no flags here") == []   # cannot tell: quiet
+    assert precision_warnings("bf16", "cuda", AVX2_ONLY) == []
+    assert precision_warnings("32", "cpu", AVX2_ONLY) == []

@@ -43,6 +43,32 @@ def in_precision(forward: Callable, precision: str, device: torch.device) -> Cal
     return forward_in_bfloat16
 
 
+#: /proc/cpuinfo flags of x86 CPUs that compute bfloat16 natively.
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_computes_bf16(cpuinfo: str | None = None) -> bool | None:
+    """Whether this CPU computes bfloat16 natively (True/False), None where it cannot be
+    told (no /proc/cpuinfo, or no x86 flags line in it)."""
+    if cpuinfo is None:
+        try:
+            with open("/proc/cpuinfo") as info:
+                cpuinfo = info.read()
+        except OSError:
+            return None
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
+                  if line.startswith("flags")), None)
+    return None if flags is None else bool(NATIVE_BF16_FLAGS & set(flags))
+
+
+def precision_warnings(precision: str, device: str, cpuinfo: str | None = None) -> list[str]:
+    """What to tell a user whose bf16 run will be emulated (slower than float32)."""
+    if precision == FULL or device != "cpu" or cpu_computes_bf16(cpuinfo) is not False:
+        return []
+    return ["--precision bf16 on a CPU without AVX512-BF16 or AMX: torch emulates bfloat16 "
+            "and a step is several times slower than with --precision 32"]
+
+
 def describe(precision: str) -> str:
     """The banner's words for ``precision``."""
     return "float32" if precision == FULL else \

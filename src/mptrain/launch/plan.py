@@ -15,6 +15,7 @@ from ..comm.kind import CommKind
 from ..comm.shm import ShmGroupState
 from ..comm.solo import SoloSpec
 from ..config import TrainConfig
+from ..engine.precision import precision_warnings
 from ..models import model_bytes
 from .preflight import check_device, check_model_fits_data, check_workload
 from .sharing import check_shm_space, choose_sharing_strategy
@@ -102,6 +103,7 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
                               parameter_copies=strategy.needs(model, bundle, plan)
                               .private_parameter_copies,
                               queued_batches=strategy.batches_from_a_queue(plan.workers))
+    warnings += precision_warnings(config.precision, config.device)
     strategy.check(bundle, model, plan)
     check_shared_memory(bundle, model, strategy, plan)
     return warnings
