@@ -45,6 +45,7 @@ CASES = [
                                     "--ddp-backend", "gloo"]),
     ("ddp x2 cuda (nccl asked)", EPOCH + ["--strategy", "ddp", "--workers", "2",
                                           "--device", "cuda", "--ddp-backend", "nccl"]),
+    ("dp cuda (all visible GPUs)", EPOCH + ["--strategy", "dp", "--device", "cuda"]),
     ("fedavg x2 cuda", FEDAVG),
     ("fedavg x2 cuda fedprox", FEDAVG + ["--prox-mu", "0.01"]),
     ("fedavg x2 cuda scaffold", FEDAVG + ["--scaffold"]),

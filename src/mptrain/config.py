@@ -166,7 +166,7 @@ class TrainConfig:
         strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
         values = strategy.recommended(defaults or TrainingDefaults())
         values = {k: v for k, v in values.items() if k in SETTING_NAMES}
-        values["workers"] = strategy.default_workers
+        values["workers"] = strategy.default_worker_count()
         if "client_fraction" in given:
             values.pop("clients_per_round", None)  # the user chose the other way to say it
         values.update(given)

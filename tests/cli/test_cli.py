@@ -212,7 +212,7 @@ def write_config(tmp_path, text):
     (lambda t: ["--data", "bogus"], "unknown data set 'bogus'"),
     (lambda t: ["--model", "bogus"], "unknown model 'bogus'"),
     (lambda t: ["--strategy", "bogus"], "Invalid value for '--strategy'"),
-    (lambda t: ["--strategy", "dp"], "Invalid value for '--strategy'"),
+    (lambda t: ["--strategy", "dp", "--device", "cpu"], "needs --device cuda; on CPU use"),
     (lambda t: ["--strategy", "fedavg", "--epochs", "2"], "use --rounds"),
     (lambda t: ["--strategy", "fedavg", "--partition", "shards:0"], "shards:K"),
     (lambda t: ["--strategy", "fedavg", "--clients", "5000"], "clients"),

@@ -63,7 +63,9 @@ class GroupedHelp(click.Command):
                               "or module:factory "
                               "(default: the data set's own).")
 @click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
-@click.option("--workers", type=int, help="Worker processes (default 2 for parallel strategies).")
+@click.option("--workers", type=int,
+              help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
+                   "all visible).")
 @click.option("--epochs", type=int, help="Passes over the training set.")
 @click.option("--batch-size", type=int, help="Samples per step and worker.")
 @click.option("--lr", type=float, help="Learning rate.")

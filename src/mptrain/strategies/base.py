@@ -136,6 +136,11 @@ class Strategy(ABC):
         return values
 
     @classmethod
+    def default_worker_count(cls) -> int:
+        """Workers when the user does not say (``dp``: the visible GPUs)."""
+        return cls.default_workers
+
+    @classmethod
     def check_config(cls, config: TrainConfig) -> None:
         """Refuse combinations of settings this strategy cannot run (a ``UserError``)."""
 

@@ -16,6 +16,7 @@ _HOMES = {
     "sync": ".sync:SyncStrategy",
     "ddp": ".ddp:DDPStrategy",
     "fedavg": ".fedavg:FedAvgStrategy",
+    "dp": ".dp:DataParallelGPUsStrategy",
 }
 
 STRATEGIES = tuple(_HOMES)

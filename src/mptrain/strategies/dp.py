@@ -1,0 +1,102 @@
+"""``nn.DataParallel``: one process, the model replicated on several GPUs at every step.
+
+Each step's batch is scattered over the GPUs, every GPU runs forward on its part with a
+replica broadcast from GPU 0, outputs are gathered on GPU 0, and backward sums the gradients
+there (replicate / scatter / parallel_apply / gather). It is the simplest way to use the
+GPUs of one machine -- and PyTorch recommends DistributedDataParallel over it, since one
+Python process drives every GPU and GPU 0 does the gathering; mptrain offers both so that
+the two can be measured one switch apart (``--strategy ddp --device cuda``).
+
+``--workers`` counts GPUs (the first N visible; default all) and ``--batch-size`` is per
+GPU, as it is per worker elsewhere: a step trains ``batch_size x workers`` samples, as a
+ddp step of the same flags does. There is no CPU form: ``nn.DataParallel`` without GPUs only
+calls the module.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from ..data.sharding import batches, shard_indices
+from ..errors import UserError
+from .data_parallel import DataParallelStrategy, EpochBatches
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use; asks NVML, so CUDA is not initialised by asking."""
+    return torch.cuda.device_count()
+
+
+class DataParallelGPUsStrategy(DataParallelStrategy):
+    name = "dp"
+    in_process = True
+    settings = frozenset({"epochs", "steps_per_epoch"})
+    instead = {"rounds": "--epochs", "max_restarts": "--strategy sync or ddp"}
+
+    @classmethod
+    def recommended(cls, defaults):
+        values = super().recommended(defaults)
+        values["device"] = "cuda"
+        return values
+
+    @classmethod
+    def default_worker_count(cls) -> int:
+        return max(1, visible_gpus())
+
+    @classmethod
+    def check_config(cls, config):
+        if config.device != "cuda":
+            raise UserError("strategy 'dp' (nn.DataParallel) splits each batch over GPUs and "
+                            "needs --device cuda; on CPU use --strategy ddp or sync")
+        gpus = visible_gpus()
+        if gpus == 0:
+            raise UserError("strategy 'dp' (nn.DataParallel) needs GPUs and no CUDA device is "
+                            "visible; on CPU use --strategy ddp or sync")
+        if config.workers > gpus:
+            raise UserError(f"strategy 'dp' over --workers {config.workers} GPUs, but {gpus} "
+                            f"are visible; use --workers {gpus} or fewer")
+
+    def _step_size(self) -> int:
+        return self.config.batch_size * self.config.workers
+
+    def epoch_batches(self, num_samples, group, epoch):
+        config = self.config
+        order = shard_indices(num_samples, 1, 0, config.seed, epoch)
+        if config.steps_per_epoch is not None:
+            order = order[:config.steps_per_epoch * self._step_size()]
+        return EpochBatches(steps=-(-len(order) // self._step_size()),
+                            batches=enumerate(batches(order, self._step_size())))
+
+    def samples_per_round(self, data, workers):
+        total = len(data.train)
+        if self.config.steps_per_epoch is not None:
+            total = min(total, self.config.steps_per_epoch * self._step_size())
+        return total
+
+    def batch_sizes(self, data, workers):
+        total, size = self.samples_per_round(data, workers), self._step_size()
+        return sorted({min(total, size), total % size} - {0})
+
+    def replica(self, model, group, device):
+        # The caller's model itself on GPU 0; DataParallel broadcasts it every step.
+        model.to(device)
+        return nn.DataParallel(model, device_ids=list(range(self.config.workers)),
+                               output_device=device.index or 0)
+
+    def unwrap(self, replica):
+        return replica.module
+
+    def may_change_layout(self, replica):
+        return False   # channels-last is a CPU speed-up; dp trains on GPUs only
+
+    def publish(self, replica, shared_model, group):
+        pass   # the caller's model is the one trained
+
+    def summary_fields(self):
+        return {"gpus": self.config.workers}
+
+    def describe(self, plan, model):
+        workers = self.config.workers
+        return [f"nn.DataParallel over GPU(s) 0-{workers - 1}: each step's batch of "
+                f"{self._step_size()} scattered {workers} way(s), gradients summed on GPU 0"]
