@@ -8,6 +8,7 @@ from torch.utils.data import TensorDataset
 
 import mptrain
 from mptrain.config import TrainConfig
+from mptrain.data.device_feed import DeviceFeed
 from mptrain.data.shared import SharedTensorDataset
 from mptrain.engine.precision import in_precision, precision_warnings
 from mptrain.engine.task import evaluate
@@ -54,7 +55,7 @@ def test_bf16_computes_in_bfloat16_and_hands_back_float32():
 
 
 def test_evaluation_scores_the_model_in_the_runs_precision():
-    model, data = AutocastOnly(), SharedTensorDataset(*tiny_data().tensors)
+    model, data = AutocastOnly(), DeviceFeed(SharedTensorDataset(*tiny_data().tensors))
     evaluate(model, data, torch.arange(10), "classification", 4, CPU, precision="bf16")
     assert set(model.seen) == {torch.bfloat16}
     model.seen.clear()

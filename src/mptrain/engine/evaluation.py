@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import torch
 
+from ..data.device_feed import feed_for
 from ..data.sharding import eval_shard
 from ..data.sources import CLASSIFICATION
 from .channels_last import ChannelsLastEvaluation
@@ -61,6 +62,8 @@ class TestSetEvaluation(RoundEvaluation):
     def __init__(self, setup):
         super().__init__(setup)
         self.layout = ChannelsLastEvaluation(setup.device)
+        self.feed = feed_for(setup.data.test, setup.device) \
+            if setup.data.test is not None else None
 
     def due(self, index: int, last: bool) -> bool:
         return self.setup.data.test is not None and \
@@ -71,7 +74,7 @@ class TestSetEvaluation(RoundEvaluation):
         test_data = setup.data.test
         indices = eval_shard(len(test_data), group.world_size, group.rank)
         loss_sum, correct, count = evaluate(
-            program.eval_model(), test_data, indices, setup.data.task,
+            program.eval_model(), self.feed, indices, setup.data.task,
             setup.config.eval_batch_size, setup.device, beat=setup.progress.beat,
             layout=self.layout, precision=setup.config.precision)
         return Evaluation(loss_sum=loss_sum, correct=correct, count=count)

@@ -21,10 +21,11 @@ def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tens
 
 
 @torch.no_grad()
-def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
+def evaluate(model, feed, indices: torch.Tensor, task: str, batch_size: int,
              device: torch.device, beat=None, layout=None,
              precision: str = FULL) -> tuple[float, int, int]:
-    """Sum of losses, number correct (classification) and count over ``indices`` of ``data``.
+    """Sum of losses, number correct (classification) and count over ``indices`` of the data
+    ``feed`` (a ``data.device_feed.DeviceFeed``) puts on ``device``.
 
     ``layout`` (a ChannelsLastEvaluation) may run the forward passes on a faster twin;
     ``precision``: the run's, so that the model is scored as it trains.
@@ -35,8 +36,7 @@ def evaluate(model, data, indices: torch.Tensor, task: str, batch_size: int,
                            precision, device)
     loss_sum, correct, count = 0.0, 0, 0
     for chunk in torch.split(indices, batch_size):
-        inputs, targets = data.batch(chunk)
-        inputs, targets = inputs.to(device, non_blocking=True), targets.to(device)
+        inputs, targets = feed.batch(chunk)
         output = forward(inputs)
         loss_sum += loss_fn(task, output, targets).item() * len(chunk)
         if task == CLASSIFICATION:

@@ -11,6 +11,7 @@ import psutil
 import torch
 import torch.nn as nn
 
+from ..data.device_feed import RESIDENT_SHARE
 from ..data.sources import CLASSIFICATION
 from ..engine.precision import FULL, describe as describe_precision
 from ..engine.profile import PHASES, describe, shares
@@ -44,6 +45,10 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
              f"{config.seed}"]
     if config.precision != FULL:
         lines.append(f"precision {describe_precision(config.precision)}")
+    if config.device == "cuda":
+        lines.append(f"batches: each data set resident on the GPU where it takes at most "
+                     f"{RESIDENT_SHARE:.0%} of the free memory, else gathered in pinned memory "
+                     "and copied one batch ahead on a side stream")
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
     return lines

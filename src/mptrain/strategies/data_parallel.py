@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from ..checkpoint import model_snapshot
 from ..comm.base import Group
+from ..data.device_feed import feed_for
 from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
 from ..engine.optim import build_optimizer
@@ -142,6 +143,7 @@ class EpochProgram(WorkerProgram):
                                     else forward_in_its_layout(self.model),
                                     strategy.config.precision, setup.device)
         self.optimizer = strategy.optimizer(self.model)
+        self.feed = feed_for(setup.data.train, setup.device)
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)
 
@@ -163,13 +165,11 @@ class EpochProgram(WorkerProgram):
         after_backward = clock.timed(self.after_backward, "collective")
         after_step = clock.timed(strategy.after_step, "collective")
         try:
-            for step, indices in mine.batches:
+            for step, indices, inputs, targets in self.feed.batches(mine.batches):
                 lr = learning_rate(config.lr_schedule, config.lr, config.lr_decay, epoch, step,
                                    mine.steps)
                 for param_group in optimizer.param_groups:  # a function of (epoch, step)
                     param_group["lr"] = lr
-                inputs, targets = train_data.batch(indices)
-                inputs, targets = inputs.to(setup.device), targets.to(setup.device)
                 clock.add("data", clock.lap())
                 loss = train_step(self.forward, optimizer, inputs, targets,
                                   setup.data.task, after_backward, clock)

@@ -32,6 +32,7 @@ import torch.nn as nn
 
 from ..checkpoint import model_snapshot
 from ..data.sources import CLASSIFICATION
+from ..data.device_feed import feed_for
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.precision import in_precision
@@ -65,6 +66,7 @@ class FedAvgProgram(WorkerProgram):
         self.layout = ChannelsLastTraining(self.model, setup.device)
         self.forward = in_precision(self.layout.forward, strategy.config.precision,
                                     setup.device)
+        self.feed = feed_for(setup.data.train, setup.device)
         self.tensors = floating_state(self.model)
         # The server averages floating state only; integer buffers (BatchNorm's
         # num_batches_tracked) keep the global model's values, so every client starts from
@@ -215,8 +217,7 @@ class FedAvgProgram(WorkerProgram):
             for batch in torch.split(order, c.batch_size):
                 if steps == budget:
                     break   # a straggler stops here
-                inputs, targets = setup.data.train.batch(batch)
-                inputs, targets = inputs.to(setup.device), targets.to(setup.device)
+                inputs, targets = self.feed.batch(batch)
                 loss = train_step(self.forward, self.optimizer, inputs, targets,
                                   setup.data.task, self.correct_gradients)
                 loss_sum += loss * len(batch)
@@ -326,7 +327,7 @@ class FedAvgProgram(WorkerProgram):
         offsets = strategy.client_offsets
         for client in range(mine.start, mine.stop):
             indices = strategy.client_index[offsets[client]:offsets[client + 1]]
-            _, correct, count = evaluate(self.model, setup.data.train, indices,
+            _, correct, count = evaluate(self.model, self.feed, indices,
                                          setup.data.task, c.eval_batch_size, setup.device,
                                          beat=setup.progress.beat, precision=c.precision)
             strategy.client_accuracy[client] = correct / count if count else float("nan")
