@@ -33,8 +33,6 @@ class DeviceFeed:
     """``batches(pairs)`` turns ``(key, indices)`` pairs into ``(key, indices, inputs,
     targets)`` with the tensors on the feed's device. This one: CPU, no copy."""
 
-    kind = "host"
-
     def __init__(self, data: SharedTensorDataset):
         self.data = data
 
@@ -50,8 +48,6 @@ class DeviceFeed:
 
 class ResidentFeed(DeviceFeed):
     """The data set copied to the device once; batches gathered there."""
-
-    kind = "resident"
 
     def __init__(self, data: SharedTensorDataset, device: torch.device):
         super().__init__(data)
@@ -91,8 +87,6 @@ class Lookahead:
 class PrefetchFeed(DeviceFeed):
     """Batches gathered into pinned host memory and copied to the GPU on a side stream, one
     batch ahead of the step."""
-
-    kind = "prefetched"
 
     def __init__(self, data: SharedTensorDataset, device: torch.device):
         super().__init__(data)

@@ -31,8 +31,8 @@ import torch
 import torch.nn as nn
 
 from ..checkpoint import model_snapshot
-from ..data.sources import CLASSIFICATION
 from ..data.device_feed import feed_for
+from ..data.sources import CLASSIFICATION
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
 from ..engine.precision import in_precision
