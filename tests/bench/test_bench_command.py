@@ -4,7 +4,9 @@ import csv
 import json
 
 import pytest
+import torch
 
+from mptrain.bench import session
 from mptrain.cli import main
 
 
@@ -100,8 +102,24 @@ def test_fedavg_cells_run_rounds_against_their_own_reference(tmp_path, capsys):
     (["--data", "nope"], "unknown data set"),
     (["--clients", "10"], "--clients applies to fedavg cells only"),
     (["--strategies", "fedavg", "--steps", "3"], "--steps cannot be used with fedavg"),
+    pytest.param(["--device", "cuda"], "no CUDA device is visible; use --device cpu",
+                 marks=pytest.mark.skipif(torch.cuda.device_count() > 0,
+                                          reason="a GPU is visible: it would bench")),
 ])
 def test_bad_bench_input_is_one_line(args, message, capsys):
     assert bench(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("mptrain: error:") and message in err and "\n" not in err
+
+
+class Captured(Exception):
+    pass
+
+
+def test_device_and_precision_reach_every_run(monkeypatch):
+    def capture(settings, console):
+        raise Captured(settings.run_options)
+    monkeypatch.setattr(session, "run_bench", capture)
+    with pytest.raises(Captured) as caught:
+        bench(["--device", "cpu", "--precision", "bf16", "--lr", "0.1"])
+    assert caught.value.args[0] == ("--lr", "0.1", "--device", "cpu", "--precision", "bf16")

@@ -7,7 +7,7 @@ import time
 
 import click
 
-from ..config import OPTIMIZERS
+from ..config import DEVICES, OPTIMIZERS, PRECISIONS
 from ..errors import UserError
 from .app import cli
 
@@ -34,6 +34,10 @@ from .app import cli
 @click.option("--batch-size", type=int)
 @click.option("--lr", type=float)
 @click.option("--optimizer", type=click.Choice(OPTIMIZERS))
+@click.option("--device", type=click.Choice(DEVICES),
+              help="Where every run trains (cpu; with cuda the cells' workers share the "
+                   "visible GPUs as `mptrain run --device cuda` deals them).")
+@click.option("--precision", type=click.Choice(PRECISIONS), help="Every run's --precision.")
 @click.option("--clients", type=int, help="fedavg cells: simulated clients (default: the "
                                           "data set's).")
 @click.option("--clients-per-round", type=int, help="fedavg cells: clients sampled per round.")
@@ -46,7 +50,7 @@ from .app import cli
                    "slows a run, so the timed runs are not sampled).")
 @click.option("--out", help="Write bench.json, bench.csv and bench.png here.")
 def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeats,
-          threads_per_worker, time_to_accuracy, batch_size, lr, optimizer,
+          threads_per_worker, time_to_accuracy, batch_size, lr, optimizer, device, precision,
           clients, clients_per_round, local_epochs, partition, timeout, memory, out):
     """Compare strategies x worker counts on the same work: time, throughput, speed-up,
     scaling efficiency, accuracy and whole-tree memory.
@@ -63,9 +67,15 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     from ..report.outputs import prepare_out_dir
 
     run_options = []
-    for flag, value in (("--batch-size", batch_size), ("--lr", lr), ("--optimizer", optimizer)):
+    for flag, value in (("--batch-size", batch_size), ("--lr", lr), ("--optimizer", optimizer),
+                        ("--device", device), ("--precision", precision)):
         if value is not None:
             run_options += [flag, str(value)]
+    if device == "cuda":
+        import torch   # device_count asks NVML: CUDA stays uninitialised in this process
+        if torch.cuda.device_count() == 0:
+            raise UserError("--device cuda was asked for but no CUDA device is visible; "
+                            "use --device cpu")
     settings = BenchSettings(
         data=data, data_dir=data_dir, model=model,
         strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
