@@ -53,7 +53,7 @@ CASES = [
 ]
 
 FIGURES = ("train_samples_per_s", "test_accuracy", "wall_s", "process_start_to_first_step_s",
-           "start_method")
+           "start_method", "gpu_peak_bytes")
 
 
 def run_case(label: str, extra: list[str], timeout_s: float) -> dict:
@@ -111,14 +111,18 @@ def gpu_facts() -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = ["| case | exit | samples/s | test acc. | wall s | first step s |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| case | exit | samples/s | test acc. | wall s | first step s | GPU peak MiB |",
+             "|---|---|---|---|---|---|---|"]
     for r in results:
+        if r.get("gpu_peak_bytes") is not None:
+            r = {**r, "gpu_peak_mib": r["gpu_peak_bytes"] / 2**20}
+
         def cell(key, fmt):
             return fmt.format(r[key]) if r.get(key) is not None else "-"
         lines.append(f"| {r['case']} | {r['exit']} | {cell('train_samples_per_s', '{:,.0f}')} "
                      f"| {cell('test_accuracy', '{:.2%}')} | {cell('wall_s', '{:.1f}')} "
-                     f"| {cell('process_start_to_first_step_s', '{:.1f}')} |")
+                     f"| {cell('process_start_to_first_step_s', '{:.1f}')} "
+                     f"| {cell('gpu_peak_mib', '{:,.0f}')} |")
     return "\n".join(lines)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .evaluation import Evaluation, TestSetEvaluation
+from .gpu_memory import device_memory
 from .seeding import seed_global_generator
 
 
@@ -99,7 +100,7 @@ def train(setup: WorkerSetup) -> None:
             eval_loss_sum=score.loss_sum, eval_correct=score.correct, eval_count=score.count,
             minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
             evaluated_at=evaluated_at, checkpoint=checkpoint,
-            extras={**work.extras, **score.extras}))
+            extras={**work.extras, **score.extras, **device_memory(setup.device)}))
         if work.last:
             break  # the program's own stop (fedavg's privacy budget); every rank says the same
         if evaluating and evaluation.reached_target(score):

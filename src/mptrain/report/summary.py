@@ -14,6 +14,7 @@ import torch.nn as nn
 from ..data.device_feed import RESIDENT_SHARE
 from ..data.sources import CLASSIFICATION
 from ..engine.precision import FULL, describe as describe_precision
+from ..engine.gpu_memory import GPU_PEAK
 from ..engine.profile import PHASES, describe, shares
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
@@ -102,6 +103,9 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
     profile = run_profile(epochs)
     if profile is not None:
         summary["time_shares"] = shares(profile)
+    peaks = [m.extras[GPU_PEAK] for m in epochs if GPU_PEAK in m.extras]
+    if peaks:
+        summary[GPU_PEAK] = max(peaks)
     if config.target_accuracy is not None:
         reached = next((m.epoch for m in epochs if m.test_accuracy is not None
                         and m.test_accuracy >= config.target_accuracy), None)

@@ -1,0 +1,62 @@
+"""The fullest rank's peak GPU memory: reported per round on a GPU, kept in summary.json,
+absent on CPU."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+import mptrain
+from mptrain.api import bundle_from_datasets
+from mptrain.config import TrainConfig
+from mptrain.engine.gpu_memory import GPU_PEAK, device_memory
+from mptrain.report.metrics import EpochMetrics, combine
+from mptrain.report.summary import build_summary
+
+PLAN = SimpleNamespace(workers=2, processes=None, threads=1, start_method="fork", cores=2)
+
+
+class Report:
+    def __init__(self, rank, extras):
+        self.index, self.rank, self.steps, self.train_samples = 0, rank, 4, 64
+        self.train_loss_sum, self.train_started, self.train_ended = 64.0, 1.0, 2.0
+        self.eval_loss_sum, self.eval_correct, self.eval_count = 0.0, 0, 0
+        self.minor_faults, self.evaluated_at, self.extras = 0, 2.0, extras
+
+
+def test_a_cpu_rank_reports_no_gpu_memory():
+    assert device_memory(torch.device("cpu")) == {}
+
+
+def test_a_round_keeps_the_fullest_ranks_peak_and_the_summary_the_runs():
+    row = combine([Report(0, {GPU_PEAK: 300}), Report(1, {GPU_PEAK: 500})],
+                  "classification")
+    assert row.as_dict()[GPU_PEAK] == 500
+    assert GPU_PEAK not in combine([Report(0, {}), Report(1, {})], "classification").as_dict()
+
+    def epoch(number, peak):
+        return EpochMetrics(epoch=number, train_loss=0.5, test_loss=0.4, test_accuracy=0.9,
+                            test_mse=None, samples_per_s=50.0, epoch_s=2.0, train_samples=100,
+                            steps=4, minor_faults=0, extras={GPU_PEAK: peak})
+    inputs, targets = torch.randn(20, 4), torch.randint(0, 3, (20,))
+    bundle = bundle_from_datasets(TensorDataset(inputs, targets), None)
+    summary = build_summary(TrainConfig(), bundle, nn.Linear(4, 3), "mine", PLAN,
+                            [epoch(1, 700), epoch(2, 600)], wall_s=5.0, startup_s=1.0)
+    assert summary[GPU_PEAK] == 700
+    on_cpu = build_summary(TrainConfig(), bundle, nn.Linear(4, 3), "mine", PLAN,
+                           [EpochMetrics(epoch=1, train_loss=0.5, test_loss=None,
+                                         test_accuracy=None, test_mse=None, samples_per_s=1.0,
+                                         epoch_s=1.0, train_samples=1, steps=1,
+                                         minor_faults=0)], wall_s=1.0, startup_s=1.0)
+    assert GPU_PEAK not in on_cpu
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(torch.cuda.device_count() == 0, reason="needs a CUDA device")
+def test_a_gpu_run_says_how_much_memory_its_fullest_rank_held():
+    inputs = torch.randn(256, 4)
+    data = TensorDataset(inputs, (inputs[:, 0] > 0).long())
+    result = mptrain.fit(nn.Linear(4, 2), data, data, epochs=1, device="cuda", quiet=True)
+    assert result.summary[GPU_PEAK] > 256 * 4 * 4   # the resident data set at least
