@@ -59,14 +59,16 @@ def test_a_loop_that_stops_early_started_at_most_one_batch_more():
     assert started == [0, 1, 2]
 
 
-@pytest.mark.parametrize("free, kind", [(10_000, "resident"), (1_000, "prefetched")])
-def test_resident_where_a_quarter_of_the_free_memory_holds_it(monkeypatch, free, kind):
+@pytest.mark.parametrize("sharers, kind", [(1, "resident"), (2, "resident"),
+                                           (3, "prefetched")])
+def test_resident_where_a_fifth_of_the_free_memory_holds_every_ranks_copy(monkeypatch,
+                                                                          sharers, kind):
     made = []
     monkeypatch.setattr(device_feed, "ResidentFeed", lambda d, dev: made.append("resident"))
     monkeypatch.setattr(device_feed, "PrefetchFeed", lambda d, dev: made.append("prefetched"))
     dataset = data()
-    assert dataset.nbytes * 4 <= 10_000 and dataset.nbytes * 4 > 1_000
-    feed_for(dataset, torch.device("cuda", 0), free_bytes=lambda device: free)
+    free = dataset.nbytes * 2 * 5    # a fifth of it holds two copies, not three
+    feed_for(dataset, torch.device("cuda", 0), sharers, free_bytes=lambda device: free)
     assert made == [kind]
 
 

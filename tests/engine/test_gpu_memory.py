@@ -1,5 +1,5 @@
-"""The fullest rank's peak GPU memory: reported per round on a GPU, kept in summary.json,
-absent on CPU."""
+"""The fullest GPU's peak memory (its ranks' peaks together): reported per round on a GPU,
+kept in summary.json, absent on CPU."""
 
 from types import SimpleNamespace
 
@@ -30,10 +30,14 @@ def test_a_cpu_rank_reports_no_gpu_memory():
     assert device_memory(torch.device("cpu")) == {}
 
 
-def test_a_round_keeps_the_fullest_ranks_peak_and_the_summary_the_runs():
-    row = combine([Report(0, {GPU_PEAK: 300}), Report(1, {GPU_PEAK: 500})],
-                  "classification")
-    assert row.as_dict()[GPU_PEAK] == 500
+def test_a_round_keeps_the_fullest_gpus_peak_and_the_summary_the_runs():
+    apart = combine([Report(0, {GPU_PEAK: 300, "gpu_index": 0}),
+                     Report(1, {GPU_PEAK: 500, "gpu_index": 1})], "classification")
+    assert apart.as_dict()[GPU_PEAK] == 500
+    sharing = combine([Report(0, {GPU_PEAK: 300, "gpu_index": 0}),
+                       Report(1, {GPU_PEAK: 500, "gpu_index": 0}),
+                       Report(2, {GPU_PEAK: 600, "gpu_index": 1})], "classification")
+    assert sharing.as_dict()[GPU_PEAK] == 800
     assert GPU_PEAK not in combine([Report(0, {}), Report(1, {})], "classification").as_dict()
 
     def epoch(number, peak):

@@ -1,6 +1,8 @@
 """``--precision bf16``: forward passes under bfloat16 autocast in every strategy's training
 and in evaluation, while parameters, gradients and what workers exchange stay float32."""
 
+import threading
+
 import pytest
 import torch
 import torch.nn as nn
@@ -10,7 +12,8 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.data.device_feed import DeviceFeed
 from mptrain.data.shared import SharedTensorDataset
-from mptrain.engine.precision import in_precision, precision_warnings
+from mptrain.engine.precision import (AutocastModule, autocast_module, in_precision,
+                                     precision_warnings, without_autocast_module)
 from mptrain.engine.task import evaluate
 from mptrain.errors import UserError
 
@@ -99,3 +102,17 @@ def test_an_emulated_bf16_cpu_gets_a_warning_and_nothing_else_does():
     assert precision_warnings("bf16", "cpu", "no flags here") == []   # cannot tell: quiet
     assert precision_warnings("bf16", "cuda", AVX2_ONLY) == []
     assert precision_warnings("32", "cpu", AVX2_ONLY) == []
+
+
+def test_a_module_that_enters_autocast_itself_computes_bf16_in_a_fresh_thread():
+    # nn.DataParallel runs replicas in threads of their own: the dtype a caller set for
+    # autocast does not reach them, so dp wraps the model in this.
+    model = AutocastOnly()
+    wrapped = autocast_module(model, "bf16", "cpu")
+    assert isinstance(wrapped, AutocastModule) and without_autocast_module(wrapped) is model
+    assert autocast_module(model, "32", "cpu") is model is without_autocast_module(model)
+    outputs = []
+    thread = threading.Thread(target=lambda: outputs.append(wrapped(torch.randn(2, 4))))
+    thread.start()
+    thread.join(timeout=30)
+    assert model.seen == [torch.bfloat16] and outputs[0].dtype == torch.bfloat16

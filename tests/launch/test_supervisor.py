@@ -104,9 +104,10 @@ def stop_before_the_barrier(rank, channel, state, board, stopped_rank):
 
 
 def report_siblings(rank, channel, all_counted):
-    # The parent's children when this one starts working (the run's workers, and whatever else
-    # the test process started before: a GPU machine's suite left two); nobody exits (and is
-    # reaped) before everyone has counted.
+    # The parent's children when this one starts working: the run's workers, and whatever
+    # else the test process runs (on a GPU machine multiprocessing's fork server and resource
+    # tracker, which stay up for the life of the process, were two more); nobody exits (and
+    # is reaped) before everyone has counted.
     channel.send(sorted(child.pid for child in psutil.Process(os.getppid()).children()))
     all_counted.wait()
 

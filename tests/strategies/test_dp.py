@@ -80,3 +80,26 @@ def test_dp_trains_the_callers_model_on_the_gpus():
     assert result.summary["gpus"] == torch.cuda.device_count()
     assert result.test_accuracy > 0.8
     assert not torch.equal(result.model[0].weight.detach().cpu(), before)
+
+
+class RecordsAutocastDtype(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 2)
+        self.dtypes = []
+
+    def forward(self, x):
+        self.dtypes.append(torch.get_autocast_dtype("cuda")
+                           if torch.is_autocast_enabled("cuda") else None)
+        return self.layer(x)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_dp_replicas_on_several_gpus_compute_in_bf16_not_float16():
+    inputs = torch.randn(128, 4)
+    data = TensorDataset(inputs, (inputs[:, 0] > 0).long())
+    model = RecordsAutocastDtype()
+    mptrain.fit(model, data, None, strategy="dp", workers=2, epochs=1, batch_size=16,
+                precision="bf16", quiet=True)
+    assert model.dtypes and set(model.dtypes) == {torch.bfloat16}

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .matrix import Cell, in_process
+from .matrix import Cell, one_worker
 from .memory import TreeMemorySampler
 from .stats import time_to_accuracy
 
@@ -59,7 +59,7 @@ def command_for(cell: Cell, workload: Workload, out: Path) -> list[str]:
     command = [sys.executable, "-m", "mptrain", "run", *workload.run_options,
                "--strategy", cell.strategy, unit, str(workload.epochs),
                "--quiet", "--out", str(out)]
-    if not in_process(cell.strategy):
+    if not one_worker(cell.strategy):
         command += ["--workers", str(cell.workers)]
     if cell.threads is not None:
         command += ["--threads-per-worker", str(cell.threads)]

@@ -19,8 +19,9 @@ def counts_rounds(strategy: str) -> bool:
     return strategy_class(strategy).unit == "round"
 
 
-def in_process(strategy: str) -> bool:
-    return strategy_class(strategy).in_process
+def one_worker(strategy: str) -> bool:
+    """Whether a strategy always runs one worker (``single``): one cell per workload."""
+    return not strategy_class(strategy).takes_worker_count
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,10 @@ def expand(strategies: list[str], workers: list[int], threads: int | None) -> li
     for strategy in [*epoch_strategies, *(s for s in strategies if counts_rounds(s))]:
         if counts_rounds(strategy):
             cells.append(Cell(strategy, 1, threads=1, reference=True))
-        counts = [1] if in_process(strategy) else workers
+        counts = [1] if one_worker(strategy) else workers
         for count in counts:
             if count == 1 and (threads or 0) == 1 and \
-                    (in_process(strategy) or counts_rounds(strategy)):
+                    (one_worker(strategy) or counts_rounds(strategy)):
                 continue  # identical to the reference
             cells.append(Cell(strategy, count, threads))
     return cells

@@ -71,11 +71,9 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
                         ("--device", device), ("--precision", precision)):
         if value is not None:
             run_options += [flag, str(value)]
-    if device == "cuda":
-        import torch   # device_count asks NVML: CUDA stays uninitialised in this process
-        if torch.cuda.device_count() == 0:
-            raise UserError("--device cuda was asked for but no CUDA device is visible; "
-                            "use --device cpu")
+    if device is not None:
+        from ..launch.preflight import check_device
+        check_device(device)
     settings = BenchSettings(
         data=data, data_dir=data_dir, model=model,
         strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),

@@ -5,8 +5,10 @@ ordinary (pageable) host memory is synchronous, so a small model's step would wa
 every batch to cross the bus; two ways out, chosen per worker and data set:
 
 - **resident**: the data set is copied to the GPU once, when it fits comfortably in the
-  memory still free there (``RESIDENT_SHARE`` of it); batches are then gathered on the GPU.
-  The MNIST training set is 188 MB: resident on any GPU, for every worker on it.
+  memory still free there: ``RESIDENT_SHARE`` of it, divided among the ranks that may share
+  the GPU (they all look at once, before any has copied), for the training set and for the
+  test set each; batches are then gathered on the GPU. The MNIST training set is 188 MB:
+  resident on any current GPU, for every worker on it.
 - **prefetched**: otherwise each batch is gathered into pinned host memory and copied on a
   side stream while the previous step computes; the step's stream waits for that copy only
   (an event), and the tensors are marked as used by it (``record_stream``) so the caching
@@ -24,9 +26,10 @@ import torch
 
 from .shared import SharedTensorDataset
 
-#: The largest share of a GPU's free memory one worker's resident copy of a data set may
-#: take: the rest is for the model, activations, other workers' copies and the allocator.
-RESIDENT_SHARE = 0.25
+#: The largest share of a GPU's free memory the resident copies of one data set may take,
+#: all ranks on it together (training and test set: twice that); the rest is for models,
+#: activations and the allocator.
+RESIDENT_SHARE = 0.2
 
 
 class DeviceFeed:
@@ -125,11 +128,13 @@ def free_device_bytes(device: torch.device) -> int:
     return free
 
 
-def feed_for(data: SharedTensorDataset, device: torch.device,
+def feed_for(data: SharedTensorDataset, device: torch.device, sharers: int = 1,
              free_bytes: Callable[[torch.device], int] = free_device_bytes) -> DeviceFeed:
-    """The feed a worker on ``device`` reads ``data`` through (see the module doc)."""
+    """The feed a worker on ``device`` reads ``data`` through (see the module doc);
+    ``sharers``: the ranks that may keep a copy on the same GPU (the run's ranks: an upper
+    bound, exact where they all train on one GPU as hogwild's do)."""
     if device.type != "cuda":
         return DeviceFeed(data)
-    if data.nbytes <= RESIDENT_SHARE * free_bytes(device):
+    if data.nbytes * sharers <= RESIDENT_SHARE * free_bytes(device):
         return ResidentFeed(data, device)
     return PrefetchFeed(data, device)

@@ -145,7 +145,8 @@ class ChannelsLastTraining:
 
     ``forward(inputs)`` replaces ``model(inputs)``. A network that needs NCHW fails on its
     first batch; its buffers and the random generator are restored, the model goes back to
-    NCHW and that batch runs again, so nothing was trained or drawn in between. After one batch has worked, errors are the model's own.
+    NCHW and that batch runs again, so nothing was trained or drawn in between. After one
+    batch has worked, errors are the model's own.
     """
 
     def __init__(self, model: nn.Module, device: torch.device):

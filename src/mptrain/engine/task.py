@@ -35,8 +35,8 @@ def evaluate(model, feed, indices: torch.Tensor, task: str, batch_size: int,
     forward = in_precision(layout.forward_for(model) if layout is not None else model,
                            precision, device)
     loss_sum, correct, count = 0.0, 0, 0
-    for chunk in torch.split(indices, batch_size):
-        inputs, targets = feed.batch(chunk)
+    chunks = ((None, chunk) for chunk in torch.split(indices, batch_size))
+    for _, chunk, inputs, targets in feed.batches(chunks):
         output = forward(inputs)
         loss_sum += loss_fn(task, output, targets).item() * len(chunk)
         if task == CLASSIFICATION:

@@ -96,7 +96,7 @@ def turn_taking_processes(config: TrainConfig, strategy, comm: CommKind, workers
 
 def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     """Everything that can be checked before a process starts; returns warnings to show."""
-    check_device(config)
+    check_device(config.device)
     check_model_fits_data(model, bundle)
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
                               local_workers=plan.local_workers, processes=plan.processes,

@@ -23,8 +23,9 @@ GUARD_HELP = (
 
 
 
-def check_device(config: TrainConfig) -> None:
-    if config.device == "cuda" and torch.cuda.device_count() == 0:
+def check_device(device: str) -> None:
+    """Refuse ``--device cuda`` where no GPU is visible (NVML: CUDA stays uninitialised)."""
+    if device == "cuda" and torch.cuda.device_count() == 0:
         raise UserError("--device cuda was asked for but no CUDA device is visible; "
                         "use --device cpu")
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Sequence
 
 from ..data.sources import CLASSIFICATION
-from ..engine.gpu_memory import GPU_PEAK
+from ..engine.gpu_memory import GPU_PEAK, fullest_gpu
 from ..engine.profile import mean_over_ranks
 
 
@@ -65,9 +65,9 @@ def combine(reports: Sequence, task: str, run_started: float | None = None,
     # columns beside the strategy's own.
     profile = mean_over_ranks([r.extras.get("profile") for r in reports])
     columns = {f"time_{phase}": seconds for phase, seconds in (profile or {}).items()}
-    peaks = [r.extras[GPU_PEAK] for r in reports if GPU_PEAK in r.extras]
-    if peaks:
-        columns[GPU_PEAK] = max(peaks)   # the fullest rank's: what has to fit
+    fullest = fullest_gpu([r.extras for r in reports])
+    if fullest is not None:
+        columns[GPU_PEAK] = fullest
     return EpochMetrics(
         epoch=reports[0].index + 1,
         train_loss=sum(r.train_loss_sum for r in reports) / samples if samples else None,

@@ -13,8 +13,8 @@ import torch.nn as nn
 
 from ..data.device_feed import RESIDENT_SHARE
 from ..data.sources import CLASSIFICATION
-from ..engine.precision import FULL, describe as describe_precision
 from ..engine.gpu_memory import GPU_PEAK
+from ..engine.precision import FULL, describe as describe_precision
 from ..engine.profile import PHASES, describe, shares
 from .outputs import save_state_dict, write_json, write_jsonl
 from .plots import plot_curves
@@ -47,9 +47,9 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
     if config.precision != FULL:
         lines.append(f"precision {describe_precision(config.precision)}")
     if config.device == "cuda":
-        lines.append(f"batches: each data set resident on the GPU where it takes at most "
-                     f"{RESIDENT_SHARE:.0%} of the free memory, else gathered in pinned memory "
-                     "and copied one batch ahead on a side stream")
+        lines.append(f"batches: each data set resident on the GPU where every rank's copy "
+                     f"together takes at most {RESIDENT_SHARE:.0%} of its free memory, else "
+                     "gathered in pinned memory and copied one batch ahead on a side stream")
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
     return lines

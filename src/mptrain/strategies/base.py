@@ -104,8 +104,11 @@ class Strategy(ABC):
     instead: ClassVar[Mapping[str, str]] = {}
     #: Workers when the user does not say.
     default_workers: ClassVar[int] = 2
-    #: True for strategies that train in the calling process (``single``).
+    #: True for strategies that train in the calling process (``single``, ``dp``).
     in_process: ClassVar[bool] = False
+    #: False for strategies that are always one worker (``single``): the bench runs them once
+    #: per workload and passes them no --workers (``dp``'s count is its GPUs).
+    takes_worker_count: ClassVar[bool] = True
     #: True for strategies whose ranks may be processes torchrun starts (hogwild needs one
     #: machine's shared memory).
     runs_under_torchrun: ClassVar[bool] = False

@@ -40,6 +40,12 @@ class EpochBatches:
     batches: Iterable   # (step, sample indices) pairs, in training order
 
 
+def batch_shapes(samples: int, size: int) -> list[int]:
+    """The batch sizes ``samples`` cut in batches of ``size`` make: a full one and the
+    shorter last one (each a new shape for the kernels a worker generates)."""
+    return sorted({min(samples, size), samples % size} - {0})
+
+
 class DataParallelStrategy(Strategy):
     """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics), unless
     the strategy hands batches out otherwise (``epoch_batches``)."""
@@ -70,8 +76,8 @@ class DataParallelStrategy(Strategy):
     def batch_sizes(self, data, workers):
         """A full batch and the shorter last one of a shard (every rank's shard has the same
         length, padded as DistributedSampler pads)."""
-        shard, size = self.samples_per_round(data, workers) // workers, self.config.batch_size
-        return sorted({min(shard, size), shard % size} - {0})
+        return batch_shapes(self.samples_per_round(data, workers) // workers,
+                            self.config.batch_size)
 
     def program(self, setup) -> WorkerProgram:
         return EpochProgram(self, setup)
@@ -143,7 +149,7 @@ class EpochProgram(WorkerProgram):
                                     else forward_in_its_layout(self.model),
                                     strategy.config.precision, setup.device)
         self.optimizer = strategy.optimizer(self.model)
-        self.feed = feed_for(setup.data.train, setup.device)
+        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)
 

@@ -1,8 +1,10 @@
 """``nn.DataParallel``: one process, the model replicated on several GPUs at every step.
 
 Each step's batch is scattered over the GPUs, every GPU runs forward on its part with a
-replica broadcast from GPU 0, outputs are gathered on GPU 0, and backward sums the gradients
-there (replicate / scatter / parallel_apply / gather). It is the simplest way to use the
+replica broadcast from the first (the current GPU, which holds the model), outputs are
+gathered there, and backward sums the gradients there (replicate / scatter / parallel_apply
+/ gather). BatchNorm's running statistics come from the first GPU's part of the batch only,
+as with any DataParallel model. It is the simplest way to use the
 GPUs of one machine -- and PyTorch recommends DistributedDataParallel over it, since one
 Python process drives every GPU and GPU 0 does the gathering; mptrain offers both so that
 the two can be measured one switch apart (``--strategy ddp --device cuda``).
@@ -19,8 +21,9 @@ import torch
 import torch.nn as nn
 
 from ..data.sharding import batches, shard_indices
+from ..engine.precision import autocast_module, without_autocast_module
 from ..errors import UserError
-from .data_parallel import DataParallelStrategy, EpochBatches
+from .data_parallel import DataParallelStrategy, EpochBatches, batch_shapes
 
 
 def visible_gpus() -> int:
@@ -75,17 +78,20 @@ class DataParallelGPUsStrategy(DataParallelStrategy):
         return total
 
     def batch_sizes(self, data, workers):
-        total, size = self.samples_per_round(data, workers), self._step_size()
-        return sorted({min(total, size), total % size} - {0})
+        return batch_shapes(self.samples_per_round(data, workers), self._step_size())
 
     def replica(self, model, group, device):
-        # The caller's model itself on GPU 0; DataParallel broadcasts it every step.
-        model.to(device)
-        return nn.DataParallel(model, device_ids=list(range(self.config.workers)),
-                               output_device=device.index or 0)
+        # The caller's model itself on the current GPU (where the batches and the loss are
+        # too), the first of the replicas DataParallel broadcasts it to every step.
+        first = device.index if device.index is not None else torch.cuda.current_device()
+        others = [index for index in range(visible_gpus()) if index != first]
+        model.to(torch.device("cuda", first))
+        return nn.DataParallel(
+            autocast_module(model, self.config.precision, "cuda"),
+            device_ids=[first, *others[:self.config.workers - 1]], output_device=first)
 
     def unwrap(self, replica):
-        return replica.module
+        return without_autocast_module(replica.module)
 
     def may_change_layout(self, replica):
         return False   # channels-last is a CPU speed-up; dp trains on GPUs only
@@ -98,5 +104,6 @@ class DataParallelGPUsStrategy(DataParallelStrategy):
 
     def describe(self, plan, model):
         workers = self.config.workers
-        return [f"nn.DataParallel over GPU(s) 0-{workers - 1}: each step's batch of "
-                f"{self._step_size()} scattered {workers} way(s), gradients summed on GPU 0"]
+        return [f"nn.DataParallel over {workers} GPU(s) from the current one: each step's "
+                f"batch of {self._step_size()} scattered {workers} way(s), gradients summed "
+                "on the first; BatchNorm's running statistics from the first GPU's part only"]

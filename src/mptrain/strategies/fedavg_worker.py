@@ -66,11 +66,12 @@ class FedAvgProgram(WorkerProgram):
         self.layout = ChannelsLastTraining(self.model, setup.device)
         self.forward = in_precision(self.layout.forward, strategy.config.precision,
                                     setup.device)
-        self.feed = feed_for(setup.data.train, setup.device)
+        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
         self.tensors = floating_state(self.model)
-        # The server averages floating state only; integer buffers (BatchNorm's
-        # num_batches_tracked) keep the global model's values, so every client starts from
-        # them rather than from the count its worker's previous clients left.
+        # The server averages floating state only and never changes integer buffers
+        # (BatchNorm's num_batches_tracked): the global model's are those of the model it
+        # started from, taken here, and every client starts from them rather than from the
+        # count its worker's previous clients left.
         self.integer_buffers = [(buffer, buffer.clone()) for buffer in self.model.buffers()
                                 if not buffer.is_floating_point()]
         self.params = list(self.model.parameters())
@@ -214,10 +215,10 @@ class FedAvgProgram(WorkerProgram):
         loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
         for _ in range(c.local_epochs):
             order = indices[torch.randperm(len(indices), generator=generator)]
-            for batch in torch.split(order, c.batch_size):
+            for _, batch, inputs, targets in self.feed.batches(
+                    enumerate(torch.split(order, c.batch_size))):
                 if steps == budget:
                     break   # a straggler stops here
-                inputs, targets = self.feed.batch(batch)
                 loss = train_step(self.forward, self.optimizer, inputs, targets,
                                   setup.data.task, self.correct_gradients)
                 loss_sum += loss * len(batch)

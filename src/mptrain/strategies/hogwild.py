@@ -31,7 +31,7 @@ from ..comm.tickets import SharedTickets
 from ..data.sharding import batches, epoch_permutation
 from ..engine.channels_last import hand_back_layout, lay_out_shared_model
 from ..engine.optim import fresh_scalar_state, state_like_params
-from .data_parallel import DataParallelStrategy, EpochBatches
+from .data_parallel import DataParallelStrategy, EpochBatches, batch_shapes
 
 
 class HogwildStrategy(DataParallelStrategy):
@@ -93,8 +93,7 @@ class HogwildStrategy(DataParallelStrategy):
     def batch_sizes(self, data, workers):
         if not _queued(workers):
             return super().batch_sizes(data, workers)
-        size, samples = self.config.batch_size, self.samples_per_round(data, workers)
-        return sorted({min(samples, size), samples % size} - {0})
+        return batch_shapes(self.samples_per_round(data, workers), self.config.batch_size)
 
     def replica(self, model, group, device):
         # The shared model itself: that is the algorithm.

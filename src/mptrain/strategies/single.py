@@ -10,6 +10,7 @@ from .data_parallel import DataParallelStrategy
 class SingleStrategy(DataParallelStrategy):
     name = "single"
     in_process = True
+    takes_worker_count = False
     default_workers = 1
     settings = frozenset({"epochs", "steps_per_epoch"})
     instead = {"rounds": "--epochs", "max_restarts": "--strategy sync or ddp"}
