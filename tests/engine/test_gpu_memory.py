@@ -15,15 +15,9 @@ from mptrain.engine.gpu_memory import GPU_PEAK, device_memory
 from mptrain.report.metrics import EpochMetrics, combine
 from mptrain.report.summary import build_summary
 
+from round_reports import Report
+
 PLAN = SimpleNamespace(workers=2, processes=None, threads=1, start_method="fork", cores=2)
-
-
-class Report:
-    def __init__(self, rank, extras):
-        self.index, self.rank, self.steps, self.train_samples = 0, rank, 4, 64
-        self.train_loss_sum, self.train_started, self.train_ended = 64.0, 1.0, 2.0
-        self.eval_loss_sum, self.eval_correct, self.eval_count = 0.0, 0, 0
-        self.minor_faults, self.evaluated_at, self.extras = 0, 2.0, extras
 
 
 def test_a_cpu_rank_reports_no_gpu_memory():

@@ -13,6 +13,8 @@ from mptrain.engine.profile import RoundClock, describe, mean_over_ranks, shares
 from mptrain.report.metrics import EpochMetrics, combine
 from mptrain.report.summary import CUDA_HOST_TIME, result_lines, run_profile
 
+from round_reports import Report
+
 
 class FakeClock:
     def __init__(self):
@@ -87,14 +89,6 @@ def test_ranks_are_averaged_and_shares_are_of_the_steps_time():
     assert describe(shares(timed(7.0, 1.0, 2.0, 1.5))) == \
         "compute 70%, data 10%, collective 20% (waiting for peers 15%)"
     assert mean_over_ranks([ranks[0], None]) is None   # a rank that did not time its round
-
-
-class Report:
-    def __init__(self, rank, extras):
-        self.index, self.rank, self.steps, self.train_samples = 0, rank, 4, 64
-        self.train_loss_sum, self.train_started, self.train_ended = 64.0, 1.0, 2.0
-        self.eval_loss_sum, self.eval_correct, self.eval_count = 0.0, 0, 0
-        self.minor_faults, self.evaluated_at, self.extras = 0, 2.0, extras
 
 
 def test_a_rounds_row_gets_the_ranks_mean_seconds_per_phase():
