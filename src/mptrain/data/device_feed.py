@@ -41,8 +41,7 @@ class DeviceFeed:
 
     def batches(self, pairs: Iterable) -> Iterator:
         for key, indices in pairs:
-            inputs, targets = self.data.batch(indices)
-            yield key, indices, inputs, targets
+            yield (key, indices, *self.batch(indices))
 
     def batch(self, indices: torch.Tensor):
         """One batch on the device, for loops that take no pairs (evaluation)."""
@@ -61,10 +60,6 @@ class ResidentFeed(DeviceFeed):
     def batch(self, indices):
         on_device = indices.to(self.device, non_blocking=True)
         return self.inputs.index_select(0, on_device), self.targets.index_select(0, on_device)
-
-    def batches(self, pairs):
-        for key, indices in pairs:
-            yield (key, indices, *self.batch(indices))
 
 
 class Lookahead:

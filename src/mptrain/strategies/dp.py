@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..data.sharding import batches, shard_indices
+from ..data.sharding import batches, epoch_permutation
 from ..engine.precision import autocast_module, without_autocast_module
 from ..errors import UserError
 from .data_parallel import DataParallelStrategy, EpochBatches, batch_shapes
@@ -65,7 +65,7 @@ class DataParallelGPUsStrategy(DataParallelStrategy):
 
     def epoch_batches(self, num_samples, group, epoch):
         config = self.config
-        order = shard_indices(num_samples, 1, 0, config.seed, epoch)
+        order = epoch_permutation(num_samples, config.seed, epoch)
         if config.steps_per_epoch is not None:
             order = order[:config.steps_per_epoch * self._step_size()]
         return EpochBatches(steps=-(-len(order) // self._step_size()),
