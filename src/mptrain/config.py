@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .data.defaults import TrainingDefaults
+from .engine.precision import PRECISIONS
 from .errors import UserError
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
@@ -30,7 +32,6 @@ OPTIMIZERS = ("sgd", "adam")
 LR_SCHEDULES = ("step", "cosine")
 DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
-PRECISIONS = ("32", "bf16")   # engine.precision: float32, or bfloat16 autocast
 START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
@@ -40,9 +41,6 @@ ACCOUNTANTS = ("rdp", "pld")                             # federated.accounting'
 #: config holds None for it, but None in settings means "not said" -- and a data set may
 #: recommend every step (MNIST's recipe does).
 ONCE_PER_EPOCH = "epoch"
-
-PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
-                     "'package.module:function' / 'path/to/file.py:function'")
 
 PARTITION_HELP = (
     "How samples are split among clients: 'iid' (random, equal sizes); 'dirichlet:ALPHA' "
@@ -57,31 +55,6 @@ PARTITION_HELP = (
 MAX_THREADS_PER_WORKER = 1024
 MAX_WORKER_TIMEOUT_S = 1e6      # about 11 days: more overflows timeouts in the libraries
 MAX_SEED = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class TrainingDefaults:
-    """What a data set recommends when the user does not say (see ``data.sources``)."""
-
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 0.01
-    momentum: float = 0.0
-    optimizer: str = "sgd"
-    lr_decay: float = 1.0  # learning rate multiplied by this after every epoch
-    lr_schedule: str = "step"
-    sync_every: int | None = None  # None: once per epoch
-    #: fedavg's own recipe (McMahan et al. 2017: plain client SGD, small batches); the
-    #: epoch strategies' recipe (Adam halved every epoch) does not fit rounds.
-    federated: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {
-        "rounds": 20, "clients": 100, "clients_per_round": 10, "batch_size": 32,
-        "lr": 0.05, "momentum": 0.0, "optimizer": "sgd", "lr_decay": 1.0})
-
-    def common(self) -> dict:
-        """The recipe for epochs of data-parallel training (a strategy adjusts it:
-        ``Strategy.recommended``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "federated"}
 
 
 @dataclass(frozen=True, init=False)   # its own __init__ files the flat names into sections

@@ -11,7 +11,7 @@ import torch
 from ...data.device_feed import feed_for
 from ...engine.channels_last import ChannelsLastTraining
 from ...engine.optim import build_optimizer
-from ...engine.precision import in_precision
+from ...engine.autocast import in_precision
 from ...engine.schedule import learning_rate
 from ...engine.seeding import seed_global_generator
 from ...engine.step import train_step

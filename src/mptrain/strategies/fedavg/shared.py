@@ -19,8 +19,8 @@ from pathlib import Path
 import torch
 
 from ...errors import UserError
+from ...data.shared import shared_zeros
 from ...federated.sampling import poisson_capacity
-from ...launch.sharing import shared_zeros
 from ..data_parallel import floating_state
 from .settings import server_optimizer
 
