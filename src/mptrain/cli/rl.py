@@ -40,8 +40,10 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--eps-steps", type=int,
               help="dqn: steps over which epsilon falls from 1 to 0.05 (20,000).")
 @click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="TOML file with any of these options; flags override it.")
 @supervised_run_options("actor", "rounds")
-def rl(out, resume, quiet, logger, tb_dir, **flags):
+def rl(config_file, out, resume, quiet, logger, tb_dir, **flags):
     """Reinforcement learning with parallel actor processes on a Gymnasium environment.
 
     a3c runs --workers actor-learners, each stepping its own environment and applying
@@ -50,9 +52,25 @@ def rl(out, resume, quiet, logger, tb_dir, **flags):
     learner (double DQN, target network, epsilon schedule). Both end with a greedy
     evaluation over --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
     """
+    from ..config import load_config_file
     from ..launch import openmp
-    from ..rl import fit
+    from ..rl.api import train
+    from ..rl.config import rl_setting_names
+    from ..settings import config_file as file_layer
+    from ..settings import flags as flag_layer
 
+    file = load_config_file(config_file, rl_setting_names() | _NOT_SETTINGS) \
+        if config_file else {}
+    where = {k: v for k, v in file.items() if k in _NOT_SETTINGS}
+    layers = [file_layer(file, leave_out=_NOT_SETTINGS) if file else None,
+              flag_layer({**flags, "quiet": quiet})]
+    out = out if out is not None else where.get("out")
+    logger = joined_loggers(logger) or where.get("logger")
+    tb_dir = tb_dir if tb_dir is not None else where.get("tb_dir")
     openmp.keep_this_process_on_one_thread()   # so actors with several threads can fork
-    fit(out=out, resume=resume, quiet=bool(quiet), loggers=joined_loggers(logger),
-        tb_dir=tb_dir, **flags)
+    train([layer for layer in layers if layer is not None], out=out, resume=resume,
+          loggers=logger, tb_dir=tb_dir)
+
+
+#: Config-file keys of `mptrain rl` that are not settings: where outputs go, who is told.
+_NOT_SETTINGS = frozenset({"out", "logger", "tb_dir"})

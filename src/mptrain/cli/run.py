@@ -8,12 +8,16 @@ import click
 
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
-                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
-                      load_config_file)
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, load_config_file)
+from ..settings import config_file as config_file_layer
+from ..settings import flags as flags_layer
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
 RUN_FLAGS = ("data", "data_dir", "model", "out")
+#: Options that say where things are and who is told, not how to train: a resumed run may
+#: change them, and a checkpoint does not keep them as settings.
+NOT_SETTINGS = frozenset(RUN_FLAGS) | {"logger", "tb_dir"}
 
 
 class StepsOrEpoch(click.ParamType):
@@ -168,19 +172,21 @@ def run(config_file, resume, **flags):
     from ..trackers import parse_loggers
 
     flags["logger"] = joined_loggers(flags["logger"])
-    given = load_config_file(config_file) if config_file else {}
-    given.update({k: v for k, v in flags.items() if v is not None})
-    quiet = given.pop("quiet", False)
-    check_setting("quiet", quiet)
-    loggers, tb_dir = parse_loggers(given.pop("logger", None)), given.pop("tb_dir", None)
-    if given.get("data") == "mnist" and given.get("data_dir"):
-        idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
+    file = load_config_file(config_file) if config_file else {}
+    given = {**file, **{k: v for k, v in flags.items() if v is not None}}
+    where = {k: given.get(k) for k in NOT_SETTINGS}
+    loggers = parse_loggers(where["logger"])
+    if where["data"] == "mnist" and where["data_dir"]:
+        idx.read_ahead(where["data_dir"])  # while torch imports, on the other core
+    layers = [config_file_layer(file, leave_out=NOT_SETTINGS) if file else None,
+              flags_layer({k: v for k, v in flags.items() if k not in NOT_SETTINGS})]
     # Until its workers start this process only loads the data and builds the model: kept
     # on one thread, it can fork workers that run several (launch.openmp); `single` and
     # torchrun ranks set their own count before they train.
     openmp.keep_this_process_on_one_thread()
     try:
-        model, bundle, locations, settings, checkpoint, launcher = _prepare(given, resume)
+        model, bundle, locations, config, checkpoint, launcher = _prepare(
+            [layer for layer in layers if layer is not None], where, resume)
     finally:
         idx.finish_read_ahead()  # no thread may be left running when workers fork
     from ..api import train
@@ -188,36 +194,38 @@ def run(config_file, resume, **flags):
     model_name = locations["model"] or bundle.default_model
     source = {"data": bundle.name if locations["data"] is None else locations["data"],
               "data_dir": locations["data_dir"], "model": model_name}
-    train(settings, bundle, model, model_name, launcher, out=locations["out"], quiet=quiet,
-          checkpoint=checkpoint, run_info=source, loggers=loggers, tb_dir=tb_dir)
+    train(config, bundle, model, model_name, launcher, out=locations["out"],
+          checkpoint=checkpoint, run_info=source, loggers=loggers, tb_dir=where["tb_dir"])
     launcher.finish()
 
 
-def _prepare(given: dict, resume):
-    """The run's model and data set, where they came from, the settings left for the run,
-    the checkpoint to resume from and the run's launcher (which refused the settings it
-    owns before any data is built)."""
-    from ..api import launcher_for
+def _prepare(layers, where: dict, resume):
+    """The run's model and data set, where they came from, its config, the checkpoint to
+    resume from and the run's launcher -- the settings resolved and refused before any data
+    is built."""
+    from ..api import launcher_for, resolved_config
     from ..checkpoint import load as load_checkpoint
     from ..checkpoint import user_code_in
+    from ..data.recipes import recipe_for
     from ..data.sources import load_data
     from ..launch import warmup
     from ..models import build_model
 
     warmup.start_in_background()
     checkpoint = load_checkpoint(resume) if resume else None
-    locations = {k: given.pop(k, None) for k in RUN_FLAGS}
+    locations = {k: where[k] for k in RUN_FLAGS}
     if checkpoint is not None:
         user_code_in(checkpoint, {k: locations[k] for k in ("data", "model")})
         resumed = _resumed_locations(checkpoint, resume)
         locations = {k: locations[k] if locations[k] is not None else resumed.get(k)
                      for k in RUN_FLAGS}
-    launcher = launcher_for(given, checkpoint)
+    config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
+    said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
+    launcher = launcher_for(config, said)
     bundle = load_data(locations["data"] or "digits", locations["data_dir"])
-    seed = given.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
-                        bundle.output_size, seed)
-    return model, bundle, locations, given, checkpoint, launcher
+                        bundle.output_size, config.seed)
+    return model, bundle, locations, config, checkpoint, launcher
 
 
 def _resumed_locations(checkpoint, resume_path) -> dict:
