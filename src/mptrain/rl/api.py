@@ -65,10 +65,10 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     ``mptrain rl`` and :func:`fit`."""
     from ..api import telling_whom
 
+    checkpoint, out = resolve_resume(resume, out)
+    config = resolved_config(layers, checkpoint, resume)   # a typo first, gymnasium or not
     require_gymnasium()
     telling = telling_whom(loggers, tb_dir, callbacks)
-    checkpoint, out = resolve_resume(resume, out)
-    config = resolved_config(layers, checkpoint, resume)
     strategy_class = algorithm_class(config.algo)
     launcher = choose_launcher(strategy_class)
     shape = env_shape(config.env)
