@@ -11,6 +11,7 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, load_config_file)
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer
+from ..data.recipes import RECIPES, default_text
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
@@ -61,7 +62,7 @@ class GroupedHelp(click.Command):
 
 
 @cli.command(cls=GroupedHelp)
-@click.option("--data", help="digits (default), linreg, mnist, or module:factory.")
+@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory.")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
 @click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
                               "or module:factory "
@@ -70,11 +71,19 @@ class GroupedHelp(click.Command):
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
                    "all visible).")
-@click.option("--epochs", type=int, help="Passes over the training set.")
-@click.option("--batch-size", type=int, help="Samples per step and worker.")
-@click.option("--lr", type=float, help="Learning rate.")
-@click.option("--momentum", type=float, help="SGD momentum (Adam: beta1).")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="sgd or adam.")
+@click.option("--epochs", type=int,
+              help=f"Passes over the training set ({default_text('epochs')}).")
+@click.option("--batch-size", type=int,
+              help=f"Samples per step and worker ({default_text('batch_size')}; fedavg "
+                   f"{default_text('batch_size', True)}).")
+@click.option("--lr", type=float,
+              help=f"Learning rate ({default_text('lr')}; fedavg {default_text('lr', True)}).")
+@click.option("--momentum", type=float,
+              help=f"SGD momentum; Adam's beta1 ({default_text('momentum')}; fedavg "
+                   f"{default_text('momentum', True)}).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS),
+              help=f"sgd or adam ({default_text('optimizer')}; fedavg "
+                   f"{default_text('optimizer', True)}).")
 @click.option("--lr-decay", type=float,
               help="Multiply the learning rate by this after every epoch (1: constant).")
 @click.option("--lr-schedule", type=click.Choice(LR_SCHEDULES),
@@ -105,15 +114,22 @@ class GroupedHelp(click.Command):
                    "limit).")
 @click.option("--eval-every", type=int,
               help="Evaluate on the test set every N epochs/rounds and at the end (1).")
+@click.option("--eval-batch-size", type=int,
+              help="Samples per evaluation batch (64; larger is faster where memory allows).")
 @click.option("--target-accuracy", type=float,
               help="Stop at the first evaluation whose test accuracy reaches this (0-1).")
-@click.option("--rounds", type=int, help="fedavg: rounds of federated training.")
-@click.option("--clients", type=int, help="fedavg: simulated clients (default 100).")
+@click.option("--rounds", type=int,
+              help=f"fedavg: rounds of federated training ({default_text('rounds', True)}).")
+@click.option("--clients", type=int,
+              help=f"fedavg: simulated clients ({default_text('clients', True)}).")
 @click.option("--clients-per-round", type=int,
-              help="fedavg: clients sampled each round (default 10).")
+              help=f"fedavg: clients sampled each round "
+                   f"({default_text('clients_per_round', True)}).")
 @click.option("--client-fraction", type=float,
               help="fedavg: fraction of the clients sampled each round (instead of a count).")
-@click.option("--local-epochs", type=int, help="fedavg: epochs each client trains per round (1).")
+@click.option("--local-epochs", type=int,
+              help=f"fedavg: epochs each client trains per round "
+                   f"({default_text('local_epochs', True)}).")
 @click.option("--partition", help="fedavg: " + PARTITION_HELP)
 @click.option("--prox-mu", type=float, help="fedavg: FedProx proximal term (0: plain FedAvg).")
 @click.option("--server-optimizer", "--server-opt", "server_optimizer",

@@ -43,17 +43,26 @@ def recipe_for(data: str | None) -> TrainingDefaults:
     return RECIPES.get(data or "digits", GENERIC_DEFAULTS)
 
 
-def federated_default(name: str) -> str:
-    """fedavg's default for setting ``name`` per data set, as ``--help`` says it
-    (``digits 20, linreg 8, mnist/digits-60k/your data 100``)."""
+def default_text(name: str, federated: bool = False) -> str:
+    """What the run uses for setting ``name`` when it is not said, per data set where it
+    depends on it, as ``--help`` shows it: ``default: digits 20, linreg 8, digits-60k/mnist/
+    your data 100`` (``federated``: under fedavg, whose recipe is its own)."""
     by_value: dict = {}
     for data, recipe in [*RECIPES.items(), ("your data", GENERIC_DEFAULTS)]:
-        value = recipe.federated.get(name, _generic(name))
-        by_value.setdefault(value, []).append(data)
-    return ", ".join(f"{'/'.join(names)} {_shown(value)}" for value, names in by_value.items())
+        value = _recipe_value(recipe, name, federated)
+        by_value.setdefault(_shown(value), []).append(data)
+    if len(by_value) == 1:
+        return f"default {next(iter(by_value))}"
+    return "default: " + ", ".join(f"{'/'.join(names)} {value}"
+                                   for value, names in by_value.items())
 
 
-def _generic(name: str):
+def _recipe_value(recipe: TrainingDefaults, name: str, federated: bool):
+    if federated and name in recipe.federated:
+        return recipe.federated[name]
+    common = recipe.common()
+    if name in common:
+        return common[name]
     from ..config import TrainConfig
 
     return getattr(TrainConfig, name)
