@@ -232,9 +232,8 @@ def strategy_class(name: str):
 def check_given(settings: Mapping[str, Any]) -> dict:
     """What the user said (``None`` = not said) as a whole: no unknown name, a known
     strategy, and nothing the chosen strategy would ignore. Each value on its own is checked
-    where it enters (:func:`check_said`, called by ``mptrain.settings`` once per layer) and
-    by the config itself; this is the check of the layers together. Returns the said
-    settings."""
+    as its layer enters (``mptrain.settings``) and by the config itself; this is the check
+    of the layers together. Returns the said settings."""
     from .strategies.registry import restricted_settings
 
     given = {k: v for k, v in settings.items() if v is not None}
@@ -250,18 +249,6 @@ def check_given(settings: Mapping[str, Any]) -> dict:
     if isinstance(given.get("sync_every"), str):
         _check_steps_or_epoch(given["sync_every"])
     return given
-
-
-def check_said(settings: Mapping[str, Any], known=None) -> dict:
-    """One layer of what the user said (``None`` = not said): unknown names refused in one
-    line listing the known ones, then each value checked on its own, named as the caller
-    wrote it (``errors.spelled``). Returns the said settings."""
-    said = {k: v for k, v in settings.items() if v is not None}
-    refuse_unknown(said, SETTING_NAMES if known is None else known)
-    for name, value in said.items():
-        if name in SETTING_NAMES:
-            check_setting(name, value)
-    return said
 
 
 def refuse_unknown(said: Mapping[str, Any], known, what: str = "setting") -> None:

@@ -57,7 +57,6 @@ class Family:
     value is checked, what a checkpoint hands on, how the complete config is built, and
     which setting asks for more work when a resume has none left."""
 
-    command: str                          # `mptrain run`, `mptrain rl`
     strategy_key: str                     # strategy, algo
     known: Callable[[], frozenset]
     check: Callable[[str, Any], None]
@@ -135,7 +134,7 @@ def _supervised() -> Family:
     def more_work(config, done):
         return ("rounds" if config.unit == "round" else "epochs"), done + 1
 
-    return Family(command="mptrain run", strategy_key="strategy",
+    return Family(strategy_key="strategy",
                   known=lambda: frozenset(SETTING_NAMES), check=check_setting,
                   resumable=applicable_settings,
                   build=lambda said, defaults: TrainConfig.from_settings(said, defaults),
@@ -152,7 +151,7 @@ def _reinforcement() -> Family:
     def more_work(config, done):
         return "steps", done * config.round_steps + 1
 
-    return Family(command="mptrain rl", strategy_key="algo", known=rl_setting_names,
+    return Family(strategy_key="algo", known=rl_setting_names,
                   check=check_rl_setting, resumable=resumable,
                   build=lambda said, _defaults: RLConfig.from_dict(said),
                   more_work=more_work)
