@@ -11,6 +11,6 @@ def count(number: int, word: str, plural: str | None = None) -> str:
 
 
 def _plural(word: str) -> str:
-    if word.endswith(("s", "x", "ch", "sh")):
+    if word.endswith(("s", "x")):   # process, box; epoch takes a plain s
         return word + "es"
     return word + "s"
