@@ -41,7 +41,7 @@ def partitions(data, data_dir, clients, partition, seed, out):
 
     \b
     Train on them: mptrain run --strategy fedavg --clients N --partition P, with
-    the federated workbench one flag away (README "Federated workbench"):
+    the federated workbench one flag away (docs/federated.md):
       --clients-per-round K, --local-epochs E    FedAvg (McMahan et al. 2017)
       --prox-mu MU                               FedProx
       --server-optimizer adam|yogi|adagrad       FedAdam, FedYogi, FedAdagrad

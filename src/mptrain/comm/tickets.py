@@ -2,9 +2,10 @@
 
 Ranks that train from fixed, equal shards finish an epoch together only if their cores give
 them equal time; on a VM one vCPU routinely gets 5-8% less than the other over an epoch, and
-the faster rank then waits for the slower one at the epoch's end (benchmarks/README,
-issue 24). A rank that takes the epoch's next batch from a shared counter instead trains as
-many batches as its core allows, and the ranks finish within one batch of each other.
+the faster rank then waits for the slower one at the epoch's end
+(benchmarks/results/notebook-2026-11-26.md, issue 24). A rank that takes the epoch's next
+batch from a shared counter instead trains as many batches as its core allows, and the
+ranks finish within one batch of each other.
 
 A counter is read and incremented under a lock: a process-shared POSIX semaphore that lives
 in the same shared memory (``comm.shm`` explains why those are available to processes

@@ -8,7 +8,7 @@ from ..config import TrainingDefaults
 
 # Adam with a high rate halved every epoch, parameters averaged every step: chosen so that
 # `sync` with 4 workers reaches 97% on MNIST after one epoch (SGD 0.01 with momentum 0.5,
-# averaged once per epoch, reaches ~85%). See benchmarks/README.md.
+# averaged once per epoch, reaches ~85%). See benchmarks/results/notebook-2026-11-22.md.
 MNIST_DEFAULTS = TrainingDefaults(epochs=3, batch_size=64, lr=0.006, momentum=0.9,
                                   optimizer="adam", lr_decay=0.5, sync_every=1)
 

@@ -15,9 +15,10 @@ it is why the checkpointed step count can be a little below the steps taken.
 With several workers, nobody owns a shard: each takes the epoch's next batch from a queue
 in shared memory (``comm.tickets``), so a worker whose core gives it more time trains more
 batches, and none waits at the epoch's end for a slower one -- fixed equal shards made the
-faster rank wait 2-7% of every epoch on a 2-vCPU VM (benchmarks/README, issue 24). Every
-sample is still trained exactly once per epoch, in the epoch's seeded order; which worker
-trains it is decided at run time, as the order of Hogwild's writes already is.
+faster rank wait 2-7% of every epoch on a 2-vCPU VM (issue 24;
+benchmarks/results/notebook-2026-11-26.md). Every sample is still trained exactly once per
+epoch, in the epoch's seeded order; which worker trains it is decided at run time, as the
+order of Hogwild's writes already is.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class HogwildStrategy(DataParallelStrategy):
     def prepare(self, model: nn.Module, data=None, plan=None) -> None:
         # The shared parameters are the caller's model: they can take the fast layout only
         # here, before any worker maps them (a worker's new layout would be a private copy,
-        # and Hogwild would train N models). Measured: benchmarks/README, "hogwild".
+        # and Hogwild would train N models). Measured: benchmarks/results/notebook-2026-11-25.md.
         if self.config.device == "cpu" and data is not None and len(data.train):
             sample, _ = data.train.batch(torch.arange(min(2, len(data.train))))
             self.laid_out = lay_out_shared_model(model, sample) or self.laid_out
