@@ -12,6 +12,7 @@ runs before any data is built or any process starts.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from .errors import UserError, as_keyword, setting_name, spelled
@@ -167,3 +168,26 @@ def supervised_config(layers: list[Layer], *, checkpoint=None, defaults=None,
 def rl_config(layers: list[Layer], *, checkpoint=None, resume_from: str | None = None):
     """An RL run's :class:`~mptrain.rl.config.RLConfig`."""
     return resolve(_reinforcement(), layers, checkpoint=checkpoint, resume_from=resume_from)
+
+
+# -- where a supervised run's data, model and outputs are ---------------------------------------
+
+#: Not settings (a checkpoint keeps them as run entries, and a resumed run may move them).
+RUN_LOCATIONS = ("data", "data_dir", "model", "out")
+
+
+def run_locations(said: Mapping[str, Any], checkpoint=None, resume=None) -> dict:
+    """Where the run's data and model come from and where its outputs go: what was said
+    (config file < flags) over, when resuming, the checkpoint's run entries and the folder
+    it was resumed from. The checkpoint's user code must have been named again
+    (``checkpoint.user_code_in``)."""
+    locations = {k: said.get(k) for k in RUN_LOCATIONS}
+    if checkpoint is None:
+        return locations
+    resumed = {k: v for k, v in checkpoint.run.items()
+               if k in RUN_LOCATIONS and isinstance(v, str)}
+    if "data_dir" in resumed and resumed.get("data") != "mnist":
+        resumed.pop("data_dir")
+    resumed["out"] = str(resume if Path(resume).is_dir() else Path(resume).parent)
+    return {k: locations[k] if locations[k] is not None else resumed.get(k)
+            for k in RUN_LOCATIONS}

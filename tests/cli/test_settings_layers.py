@@ -152,3 +152,16 @@ def test_a_resume_with_nothing_to_do_rewrites_nothing_and_one_that_trains_says_s
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
     assert main(["run", "--resume", str(out), "--epochs", "3"]) == 0
     assert "resuming from epoch 2 of 3" in capsys.readouterr().out
+
+
+def test_run_locations_take_the_checkpoints_where_nothing_is_said(tmp_path):
+    from mptrain.settings import run_locations
+
+    resumed = Checkpoint(epoch=1, strategy="single", config={}, run={
+        "data": "digits", "data_dir": "/old/mnist", "model": "mlp"}, model={}, ranks=[{}],
+        metrics=[])
+    assert run_locations({"model": "digits-cnn"}, resumed, tmp_path) == {
+        "data": "digits", "data_dir": None,   # a data dir only goes with mnist
+        "model": "digits-cnn", "out": str(tmp_path)}
+    assert run_locations({"data": "linreg"}) == {"data": "linreg", "data_dir": None,
+                                                 "model": None, "out": None}

@@ -9,16 +9,16 @@ import click
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, load_config_file)
+from ..settings import RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer
 from ..data.recipes import RECIPES, default_text
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
-RUN_FLAGS = ("data", "data_dir", "model", "out")
 #: Options that say where things are and who is told, not how to train: a resumed run may
 #: change them, and a checkpoint does not keep them as settings.
-NOT_SETTINGS = frozenset(RUN_FLAGS) | {"logger", "tb_dir"}
+NOT_SETTINGS = frozenset(RUN_LOCATIONS) | {"logger", "tb_dir"}
 
 
 class StepsOrEpoch(click.ParamType):
@@ -226,15 +226,13 @@ def _prepare(layers, where: dict, resume):
     from ..data.sources import load_data
     from ..launch import warmup
     from ..models import build_model
+    from ..settings import run_locations
 
     warmup.start_in_background()
     checkpoint = load_checkpoint(resume) if resume else None
-    locations = {k: where[k] for k in RUN_FLAGS}
     if checkpoint is not None:
-        user_code_in(checkpoint, {k: locations[k] for k in ("data", "model")})
-        resumed = _resumed_locations(checkpoint, resume)
-        locations = {k: locations[k] if locations[k] is not None else resumed.get(k)
-                     for k in RUN_FLAGS}
+        user_code_in(checkpoint, {k: where[k] for k in ("data", "model")})
+    locations = run_locations(where, checkpoint, resume)
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
     launcher = launcher_for(config, said)
@@ -242,14 +240,3 @@ def _prepare(layers, where: dict, resume):
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
                         bundle.output_size, config.seed)
     return model, bundle, locations, config, checkpoint, launcher
-
-
-def _resumed_locations(checkpoint, resume_path) -> dict:
-    """Where the resumed run's data and model come from, and its --out folder."""
-    settings = {k: v for k, v in checkpoint.run.items()
-                if k in RUN_FLAGS and isinstance(v, str)}
-    if "data_dir" in settings and settings.get("data") != "mnist":
-        settings.pop("data_dir")
-    settings["out"] = str(resume_path if Path(resume_path).is_dir()
-                          else Path(resume_path).parent)
-    return settings
