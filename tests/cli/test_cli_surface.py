@@ -58,14 +58,18 @@ def test_fedavg_help_defaults_are_what_runs_on_each_data_set(name):
         assert shown[data] == str(value), (data, shown)
 
 
-@pytest.mark.parametrize("name", ["epochs", "batch_size", "lr", "momentum", "optimizer"])
+@pytest.mark.parametrize("name", ["epochs", "batch_size", "lr", "momentum", "optimizer",
+                                  "sync_every"])
 def test_help_defaults_are_what_runs_on_each_data_set(name):
     text = help_of(run_command, name)
     shown = defaults_in_help(text)
     for data in RECIPES:
-        config = supervised_config([flags({})], defaults=recipe_for(data))
+        strategy = "sync" if name == "sync_every" else "single"
+        config = supervised_config([flags({"strategy": strategy})], defaults=recipe_for(data))
         value = getattr(config, name)
-        assert shown[data] == (f"{value:g}" if isinstance(value, float) else str(value)), data
+        expected = "epoch" if value is None else \
+            f"{value:g}" if isinstance(value, float) else str(value)
+        assert shown[data] == expected, data
 
 
 @pytest.mark.parametrize("data", ["digits", "digits-60k", "linreg"])

@@ -93,8 +93,8 @@ class GroupedHelp(click.Command):
 @click.option("--threads-per-worker", type=int,
               help="torch threads per worker (default: usable cores // workers).")
 @click.option("--sync-every", type=StepsOrEpoch(),
-              help="sync: average parameters every N steps, or 'epoch' for once per epoch "
-                   "(default: the data set's, else once per epoch).")
+              help=f"sync: average parameters every N steps, or 'epoch' for once per epoch "
+                   f"({default_text('sync_every')}).")
 @click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
               help="hogwild: one optimizer state in shared memory for all workers.")
 @click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),

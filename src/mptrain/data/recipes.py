@@ -69,4 +69,6 @@ def _recipe_value(recipe: TrainingDefaults, name: str, federated: bool):
 
 
 def _shown(value) -> str:
+    if value is None:   # sync_every: once per epoch (config.ONCE_PER_EPOCH)
+        return "epoch"
     return f"{value:g}" if isinstance(value, float) else str(value)
