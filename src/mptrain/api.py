@@ -33,8 +33,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
     ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,
     ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
-    command line's names with underscores); what is not given comes from the checkpoint
-    when resuming, else from the data set's defaults. ``resume`` is the --out folder of an
+    command line's names with underscores; an unknown one is refused, and refusals name
+    them as written here); what is not given comes from the checkpoint when resuming,
+    else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint).
 
     ``loggers``: experiment trackers that get every round live (``"tensorboard"``,
