@@ -80,10 +80,10 @@ def resolve(family: Family, layers: list[Layer], *, checkpoint=None, defaults=No
     with spelled(spelling):
         if checkpoint is not None:
             _refuse_other_strategy(family, said, checkpoint, resume_from)
-            said = {**family.resumable(checkpoint.config), **said}
-        config = family.build(said, defaults)
+        config = family.build({**(family.resumable(checkpoint.config) if checkpoint else {}),
+                               **said}, defaults)
         if checkpoint is not None:
-            _refuse_finished(family, config, checkpoint, resume_from)
+            _refuse_finished(family, config, checkpoint, resume_from, said)
     return config
 
 
@@ -115,15 +115,16 @@ def _refuse_other_strategy(family: Family, said: dict, checkpoint, resume_from) 
                         f"{chosen} in a new run (no {setting_name('resume')})")
 
 
-def _refuse_finished(family: Family, config, checkpoint, resume_from) -> None:
+def _refuse_finished(family: Family, config, checkpoint, resume_from, said: dict) -> None:
     """A resume with no work left would run nothing and rewrite the outputs."""
     if config.units > checkpoint.epoch:
         return
     name, minimum = family.more_work(config, checkpoint.epoch)
     where = f"the run in {resume_from}" if resume_from else "the checkpoint's run"
-    raise UserError(f"{where} is already at {config.unit} {checkpoint.epoch} and "
-                    f"{setting_name(name)} {getattr(config, name)} asks for no more; give "
-                    f"{setting_name(name)} above {minimum - 1} to train on (e.g. "
+    asked = f"{setting_name(name)} {getattr(config, name)} asks for no more" if name in said \
+        else f"its own {setting_name(name)} {getattr(config, name)} is done"
+    raise UserError(f"{where} is already at {config.unit} {checkpoint.epoch} and {asked}; "
+                    f"give {setting_name(name)} above {minimum - 1} to train on (e.g. "
                     f"{setting_name(name)} {2 * (minimum - 1) or 1})")
 
 

@@ -93,7 +93,8 @@ def test_a_resume_with_no_epochs_left_is_refused(epochs):
 
 def test_a_resume_without_epochs_that_is_done_is_refused():
     resumed = checkpoint_of(TrainConfig(epochs=4), epoch=4)
-    with pytest.raises(UserError, match="already at epoch 4"):
+    with pytest.raises(UserError, match="already at epoch 4 and its own --epochs 4 is done; "
+                                        "give --epochs above 4"):
         supervised_config([flags({})], checkpoint=resumed)
 
 
