@@ -8,18 +8,17 @@ from pathlib import Path
 import torch.nn as nn
 
 from .checkpoint import Checkpoint, resolve_resume, user_code_in
-from .config import (TrainConfig, TrainingDefaults, applicable_settings, check_given,
-                     strategy_class)
+from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
 from .data.sources import DataBundle, infer_task
-from .errors import UserError
+from .errors import UserError, as_keyword, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
 from .result import FitResult
 from .runner import RunRequest, run
 from .strategies import make_strategy
-from .strategies.registry import DEFAULT_STRATEGY
 from .supervised import SupervisedTask
+
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
         quiet: bool = True, resume: str | Path | Checkpoint | None = None,
@@ -34,8 +33,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
     ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,
     ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
-    command line's names with underscores); what is not given comes from the checkpoint
-    when resuming, else from the data set's defaults. ``resume`` is the --out folder of an
+    command line's names with underscores; an unknown one is refused, and refusals name
+    them as written here); what is not given comes from the checkpoint when resuming,
+    else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint).
 
     ``loggers``: experiment trackers that get every round live (``"tensorboard"``,
@@ -46,15 +46,34 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     refuse_inside_spawned_import()
     if not isinstance(model, nn.Module):
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
+    from .settings import keywords
+
     checkpoint, out = resolve_resume(resume, out)
     given = {k: v for k, v in settings.items() if v is not None}
-    launcher = launcher_for(given, checkpoint)
-    telling = telling_whom(loggers, tb_dir, callbacks)
-    bundle = train_data if isinstance(train_data, DataBundle) else \
-        bundle_from_datasets(train_data, test_data)
-    result, _ = train(given, bundle, model, type(model).__name__, launcher, out=out,
-                      quiet=quiet, checkpoint=checkpoint, **telling)
-    return result
+    defaults = train_data.defaults if isinstance(train_data, DataBundle) \
+        else TrainingDefaults()
+    if checkpoint is not None:
+        user_code_in(checkpoint, {"partition": given.get("partition")})
+    config = resolved_config([keywords({**given, "quiet": quiet}, "fit()")], checkpoint,
+                             defaults, resume)
+    with spelled(as_keyword):   # what follows names settings as this call does
+        launcher = launcher_for(config, given)
+        telling = telling_whom(loggers, tb_dir, callbacks)
+        bundle = train_data if isinstance(train_data, DataBundle) else \
+            bundle_from_datasets(train_data, test_data)
+        return train(config, bundle, model, type(model).__name__, launcher, out=out,
+                     checkpoint=checkpoint, **telling)
+
+
+def resolved_config(layers, checkpoint: Checkpoint | None, defaults: TrainingDefaults,
+                    resume=None) -> TrainConfig:
+    """The run's config: ``layers`` (``mptrain.settings``) over the checkpoint's settings
+    over the data set's recipe ``defaults``, refused before any data is built."""
+    from .settings import supervised_config
+
+    return supervised_config(layers, checkpoint=checkpoint, defaults=defaults,
+                             resume_from=str(resume) if isinstance(resume, (str, Path))
+                             else None)
 
 
 def telling_whom(loggers, tb_dir, callbacks) -> dict:
@@ -68,43 +87,30 @@ def telling_whom(loggers, tb_dir, callbacks) -> dict:
             "callbacks": list(callbacks or [])}
 
 
-def launcher_for(given: dict, checkpoint: Checkpoint | None) -> Launcher:
-    """Check what the user said (over the checkpoint's settings, before any data is
-    built) and choose the run's launcher, once: it refuses the settings it owns."""
-    if checkpoint is not None:
-        user_code_in(checkpoint, {"partition": given.get("partition")})
-    said = check_given(resumed_settings(given, checkpoint))
-    launcher = choose_launcher(strategy_class(said.get("strategy", DEFAULT_STRATEGY)))
+def launcher_for(config: TrainConfig, given: dict) -> Launcher:
+    """The run's launcher, chosen once; it refuses the settings it owns (of those the user
+    said, ``given``: a checkpoint's are the run's own)."""
+    launcher = choose_launcher(config.strategy_class)
     launcher.refuse_settings(given)
     return launcher
 
 
-def resumed_settings(given: dict, checkpoint: Checkpoint | None) -> dict:
-    """The layers of a run's settings that come from the user, lowest first: the
-    checkpoint's (when resuming), then what was given (config file < flags, or ``fit()``'s
-    keywords); the data set's defaults fill the rest when the config is built."""
-    return {**(applicable_settings(checkpoint.config) if checkpoint else {}), **given}
-
-
-def train(given: dict, bundle: DataBundle, model: nn.Module, model_name: str,
-          launcher: Launcher, *, out: str | Path | None = None, quiet: bool = True,
+def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name: str,
+          launcher: Launcher, *, out: str | Path | None = None,
           checkpoint: Checkpoint | None = None, run_info: dict | None = None,
           loggers: tuple[str, ...] = (), tb_dir: str | Path | None = None,
-          callbacks: list | None = None) -> tuple[FitResult, Launcher]:
-    """Resolve the settings once (over the data set's defaults) and run; the CLI's way in,
-    with where the data and model came from (``run_info``) and who is told as it goes
-    (``loggers``, ``tb_dir``, ``callbacks``)."""
-    config = TrainConfig.from_settings({**resumed_settings(given, checkpoint), "quiet": quiet},
-                                       bundle.defaults)
+          callbacks: list | None = None) -> FitResult:
+    """Run ``config`` (resolved by ``mptrain.settings``); the CLI's way in too, with where
+    the data and model came from (``run_info``) and who is told as it goes (``loggers``,
+    ``tb_dir``, ``callbacks``)."""
     if config.checkpoint_every and out is None:
-        raise UserError("--checkpoint-every needs --out DIR, the folder the checkpoint "
-                        "is written to")
+        raise UserError(f"{setting_name('checkpoint_every')} needs {setting_name('out')} "
+                        "DIR, the folder the checkpoint is written to")
     task = SupervisedTask(bundle, model_name, run_info=dict(run_info or {}))
-    result = run(RunRequest(config=config, strategy=make_strategy(config), launcher=launcher,
-                            model=model, task=task, out=out, resume=checkpoint, quiet=quiet,
-                            loggers=tuple(loggers), tb_dir=tb_dir,
-                            callbacks=list(callbacks or [])))
-    return result, launcher
+    return run(RunRequest(config=config, strategy=make_strategy(config), launcher=launcher,
+                          model=model, task=task, out=out, resume=checkpoint,
+                          quiet=config.quiet, loggers=tuple(loggers), tb_dir=tb_dir,
+                          callbacks=list(callbacks or [])))
 
 
 def bundle_from_datasets(train_data, test_data) -> DataBundle:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .data.defaults import TrainingDefaults
 from .engine.precision import PRECISIONS
-from .errors import UserError
+from .errors import UserError, setting_name
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
 
@@ -189,32 +189,46 @@ def strategy_class(name: str):
 
 
 def check_given(settings: Mapping[str, Any]) -> dict:
-    """What the user said (``None`` = not said), each value checked on its own and against
-    the chosen strategy -- before any data set is built, since the data set's defaults
-    cannot make a bad setting good. Returns the said settings."""
+    """What the user said (``None`` = not said) as a whole: no unknown name, a known
+    strategy, and nothing the chosen strategy would ignore. Each value on its own is checked
+    as its layer enters (``mptrain.settings``) and by the config itself; this is the check
+    of the layers together. Returns the said settings."""
     from .strategies.registry import restricted_settings
 
     given = {k: v for k, v in settings.items() if v is not None}
-    unknown = sorted(set(given) - set(SETTING_NAMES))
-    if unknown:
-        raise UserError(f"unknown setting(s) {', '.join(unknown)}; known: "
-                        f"{', '.join(sorted(SETTING_NAMES))}")
+    refuse_unknown(given, SETTING_NAMES)
     check_setting("strategy", given.get("strategy", DEFAULT_STRATEGY))
     strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
     for name, users in restricted_settings().items():
         if name in given and name not in strategy.settings \
                 and given[name] != SETTING_DEFAULTS.get(name):
             instead = strategy.instead.get(name, "--strategy " + " or ".join(users))
-            raise UserError(f"--{flag_name(name)} does nothing with --strategy "
-                            f"{strategy.name}; use {instead}")
-    for name, value in given.items():
-        if name == "sync_every" and isinstance(value, str):
-            if value != ONCE_PER_EPOCH:
-                raise UserError(f"--sync-every takes a number of steps or "
-                                f"'{ONCE_PER_EPOCH}', got {value!r}")
-            continue
-        check_setting(name, value)
+            raise UserError(f"{setting_name(name)} does nothing with "
+                            f"{setting_name('strategy')} {strategy.name}; use {instead}")
+    if isinstance(given.get("sync_every"), str):
+        _check_steps_or_epoch(given["sync_every"])
     return given
+
+
+def refuse_unknown(said: Mapping[str, Any], known, what: str = "setting") -> None:
+    """Refuse names outside ``known`` in one line that suggests the close one and lists
+    them all (a silently ignored typo is worse than a refusal)."""
+    import difflib
+
+    unknown = sorted(set(said) - set(known))
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], list(known), n=1)
+    hint = f" (did you mean {setting_name(close[0])}?)" if close else ""
+    names = ", ".join(setting_name(k) for k in unknown)
+    raise UserError(f"unknown {what}{'s' if len(unknown) > 1 else ''} {names}{hint}; known: "
+                    f"{', '.join(sorted(setting_name(k) for k in known))}")
+
+
+def _check_steps_or_epoch(value: str) -> None:
+    if value != ONCE_PER_EPOCH:
+        raise UserError(f"{setting_name('sync_every')} takes a number of steps or "
+                        f"'{ONCE_PER_EPOCH}', got {value!r}")
 
 
 def applicable_settings(config: Mapping[str, Any]) -> dict:
@@ -240,13 +254,25 @@ _TRACKING_KEYS = frozenset({"logger", "tb_dir"})
 CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | _LOCATION_KEYS | _TRACKING_KEYS
 
 
-def load_config_file(path: str | Path) -> dict:
-    """Read a TOML config file whose keys are the long flag names (``-`` or ``_``).
+class FileValues(dict):
+    """A config file's values by setting name, with the file's ``path`` and each key as it
+    was ``written`` (``batch-size`` or ``batch_size``), so that messages quote the file."""
+
+    def __init__(self, values, path: Path, written: dict):
+        super().__init__(values)
+        self.path, self.written = path, written
+
+
+def load_config_file(path: str | Path, keys=None) -> FileValues:
+    """Read a TOML config file whose keys are the long flag names (``-`` or ``_``) of the
+    command it configures (``keys``: by default ``mptrain run``'s).
 
     Keys may sit at the top level or under a ``[run]`` table. Unknown keys are an error,
-    because a silently ignored typo (``epoch = 3``) is worse than a refusal.
+    because a silently ignored typo (``epoch = 3``) is worse than a refusal. The values are
+    checked where the settings are resolved (``mptrain.settings``), named as written here.
     """
     path = Path(path)
+    keys = CONFIG_FILE_KEYS if keys is None else frozenset(keys)
     try:
         with path.open("rb") as handle:
             raw = tomllib.load(handle)
@@ -258,15 +284,20 @@ def load_config_file(path: str | Path) -> dict:
         raise UserError(f"config file {path} is not valid TOML: {err}") from None
     if isinstance(raw.get("run"), dict):
         raw = {**{k: v for k, v in raw.items() if k != "run"}, **raw["run"]}
-    values = {}
+    values, written = {}, {}
     for key, value in raw.items():
         name = key.replace("-", "_")
-        if name not in CONFIG_FILE_KEYS:
-            known = ", ".join(sorted(k.replace("_", "-") for k in CONFIG_FILE_KEYS))
-            raise UserError(f"config file {path}: unknown key {key!r}; known keys: {known}")
-        if name in _LOCATION_KEYS | {"tb_dir"} and not isinstance(value, str):
-            raise UserError(f"config file {path}: {key} must be a string (a name or a path), "
-                            f"got {value!r}")
+        if name not in keys:
+            import difflib
+
+            known = sorted(k.replace("_", "-") for k in keys)
+            close = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UserError(f"config file {path}: unknown key {key!r}{hint}; known keys: "
+                            f"{', '.join(known)}")
+        if name in _LOCATION_KEYS | {"tb_dir", "env", "net"} and not isinstance(value, str):
+            raise UserError(f"config file {path}: {key} must be a string (a name or a "
+                            f"path), got {value!r}")
         if name == "logger":
             from .trackers import parse_loggers
 
@@ -274,8 +305,8 @@ def load_config_file(path: str | Path) -> dict:
                 value = ",".join(parse_loggers(value))
             except UserError as err:
                 raise UserError(f"config file {path}: {err}") from None
-        values[name] = value
-    return values
+        values[name], written[name] = value, key
+    return FileValues(values, path, written)
 
 
 def flag_name(name: str) -> str:
@@ -287,8 +318,11 @@ def check_positive_ints(settings, names) -> None:
     """Refuse the first of ``names`` that is set (not None) to anything but an int >= 1."""
     for name in names:
         value = getattr(settings, name)
-        if value is not None and not (_is_int(value) and value >= 1):
-            raise UserError(f"--{flag_name(name)} must be a positive integer, got {value!r}")
+        if value is not None:
+            check_kind(name, value, "a whole number")
+            if value < 1:
+                raise UserError(f"{setting_name(name)} must be a positive integer, "
+                                f"got {value!r}")
 
 
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
@@ -318,43 +352,88 @@ _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
 
 
 def check_setting(name: str, value) -> None:
-    """Refuse ``value`` for setting ``name`` in one line naming the flag (None: not said,
-    accepted where the setting may be left to the run)."""
+    """Refuse ``value`` for setting ``name`` in one line naming the setting as the caller
+    wrote it (None: not said, accepted where the setting may be left to the run). A value
+    of the wrong kind (the string "0.1" from a config file) is named as such first: its
+    range would mislead."""
+    said = setting_name(name)
     if name == "strategy":
-        if not isinstance(value, str):
-            raise UserError(f"--strategy must be a name, got {value!r}")
+        check_kind(name, value, "a name")
         strategy_class(value)
+    elif name == "sync_every" and isinstance(value, str):
+        _check_steps_or_epoch(value)
     elif name in _POSITIVE_INTS:
         check_positive_ints(_One(name, value), (name,))
     elif name == "threads_per_worker":
-        if value is not None and not (_is_int(value) and 1 <= value <= MAX_THREADS_PER_WORKER):
-            raise UserError(f"--threads-per-worker must be an integer from 1 to "
-                            f"{MAX_THREADS_PER_WORKER}, got {value!r}")
+        if value is not None:
+            check_kind(name, value, "a whole number")
+            if not 1 <= value <= MAX_THREADS_PER_WORKER:
+                raise UserError(f"{said} must be an integer from 1 to "
+                                f"{MAX_THREADS_PER_WORKER}, got {value!r}")
     elif name in _FLAGS:
-        if not isinstance(value, bool):
-            raise UserError(f"--{flag_name(name)} is a switch: true or false, got {value!r}")
+        check_kind(name, value, "true or false")
     elif name in _CHOICES:
         if value is not None or name not in _OPTIONAL:
-            _check_choice(value, flag_name(name), _CHOICES[name])
+            check_kind(name, value, "a name")
+            check_choice(value, name, _CHOICES[name])
     elif name in _NUMBERS:
         if value is not None or name not in _OPTIONAL:
             low, high, low_open, high_open = _NUMBERS[name]
-            _check_number(value, flag_name(name), low, high, low_open, high_open)
+            check_number(value, name, low, high, low_open, high_open)
     elif name == "max_restarts":
-        if not _is_int(value) or value < 0:
-            raise UserError(f"--max-restarts must be a non-negative integer, got {value!r}")
+        check_kind(name, value, "a whole number")
+        if value < 0:
+            raise UserError(f"{said} must be a non-negative integer, got {value!r}")
     elif name == "seed":
-        if not _is_int(value) or not 0 <= value <= MAX_SEED:
-            raise UserError(f"--seed must be an integer from 0 to 2**63-1, got {value!r}")
+        check_kind(name, value, "a whole number")
+        if not 0 <= value <= MAX_SEED:
+            raise UserError(f"{said} must be an integer from 0 to 2**63-1, got {value!r}")
     elif name == "server_betas":
         if value is not None:
             parse_betas(value)
     elif name == "partition":
-        if not isinstance(value, str) or not value:
-            raise UserError(f"--partition must be a name such as iid, got {value!r}")
+        check_kind(name, value, "a name")
+        if not value:
+            raise UserError(f"{said} must be a name such as iid, got {value!r}")
         from .data.partitions import parse_partition   # the data module reads this one
 
         parse_partition(value)
+
+
+#: What each kind of value is, as a config file or a Python call may get it wrong.
+_KINDS = {"a whole number": lambda v: _is_int(v),
+          "a number": lambda v: _is_number(v) or (isinstance(v, float) and not isinstance(v, bool)),
+          "true or false": lambda v: isinstance(v, bool),
+          "a name": lambda v: isinstance(v, str)}
+
+
+def check_kind(name: str, value, kind: str) -> None:
+    """Refuse a value of the wrong kind, saying which kind it is and which was expected."""
+    if _KINDS[kind](value):
+        return
+    if kind == "a whole number" and isinstance(value, float) and not isinstance(value, bool) \
+            and value.is_integer():
+        raise UserError(f"{setting_name(name)} must be a whole number, got {value!r}; write "
+                        f"{int(value)}")
+    raise UserError(f"{setting_name(name)} is {describe_kind(value)} ({value!r}) where "
+                    f"{kind} is expected")
+
+
+def describe_kind(value) -> str:
+    """``a string``, ``true or false``, ``a list``...: what a value is, in a user's words."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, int):
+        return "a whole number"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return f"a {type(value).__name__}"
 
 
 def parse_betas(value) -> tuple[float, float]:
@@ -366,8 +445,8 @@ def parse_betas(value) -> tuple[float, float]:
     except (TypeError, ValueError):
         betas = ()
     if len(betas) != 2 or not all(_is_number(b) and 0 <= b < 1 for b in betas):
-        raise UserError(f"--server-betas must be two numbers in [0, 1) such as 0.9,0.99, "
-                        f"got {value!r}")
+        raise UserError(f"{setting_name('server_betas')} must be two numbers in [0, 1) such "
+                        f"as 0.9,0.99, got {value!r}")
     return betas
 
 
@@ -387,12 +466,14 @@ def _is_number(value) -> bool:
         and math.isfinite(value)
 
 
-def _check_choice(value, flag: str, choices) -> None:
+def check_choice(value, name: str, choices) -> None:
     if value not in choices:
-        raise UserError(f"unknown --{flag} {value!r}; choose one of: {', '.join(choices)}")
+        raise UserError(f"unknown {setting_name(name)} {value!r}; choose one of: "
+                        f"{', '.join(choices)}")
 
 
-def _check_number(value, flag: str, low=None, high=None, low_open=False, high_open=False):
+def check_number(value, name: str, low=None, high=None, low_open=False, high_open=False):
+    check_kind(name, value, "a number")
     ok = _is_number(value)
     if ok and low is not None:
         ok = value > low if low_open else value >= low
@@ -401,8 +482,10 @@ def _check_number(value, flag: str, low=None, high=None, low_open=False, high_op
     if not ok:
         left = "(" if low_open else "["
         right = ")" if high_open else "]"
-        if high is None:
+        if low is None and high is None:
+            bound = "a finite number"
+        elif high is None:
             bound = f"> {low}" if low_open else f">= {low}"
         else:
             bound = f"in {left}{low}, {high}{right}"
-        raise UserError(f"--{flag} must be {bound}, got {value!r}")
+        raise UserError(f"{setting_name(name)} must be {bound}, got {value!r}")

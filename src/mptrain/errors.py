@@ -4,6 +4,12 @@ A :class:`UserError` is a mistake the user can fix (bad flag, missing file, bad 
 the CLI prints its message on one line and exits with code 2, never a traceback.
 """
 
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Callable
+
 
 class UserError(Exception):
     """A problem in the user's input, with a message that says what is wrong and how to fix it."""
@@ -52,3 +58,35 @@ class RunInterrupted(Exception):
 class ClientFailedError(RuntimeError):
     """A simulated federated client raised during its local training (names client, round
     and rank; ``--accept-failures`` drops such clients instead)."""
+
+
+# -- how the user wrote a setting ---------------------------------------------------------------
+# The same check serves the command line (``--batch-size``), a config file (``batch-size =``)
+# and Python (``fit(batch_size=...)``): its message names the setting as the caller wrote it,
+# since a Python caller told about ``--workers`` must translate it back. The resolver
+# (``mptrain.settings``) sets the spelling around each layer it checks.
+
+_spelling: ContextVar[Callable[[str], str]] = ContextVar(
+    "mptrain_setting_spelling", default=lambda name: "--" + name.replace("_", "-"))
+
+
+def setting_name(name: str) -> str:
+    """Setting ``name`` (``batch_size``) as the caller wrote it: ``--batch-size`` on the
+    command line (the default), ``batch_size`` from Python, the key as written in a config
+    file."""
+    return _spelling.get()(name)
+
+
+@contextmanager
+def spelled(spelling: Callable[[str], str]):
+    """Name settings with ``spelling`` in the messages raised inside the block."""
+    token = _spelling.set(spelling)
+    try:
+        yield
+    finally:
+        _spelling.reset(token)
+
+
+def as_keyword(name: str) -> str:
+    """Python's spelling: the keyword argument itself."""
+    return name

@@ -109,7 +109,7 @@ def run(request: RunRequest) -> FitResult:
     if resume is not None:
         model.load_state_dict(resume.model)
     presenter.banner(task.banner(config, model, plan) + strategy.describe(plan, model)
-                     + tracker_lines(callbacks))
+                     + tracker_lines(callbacks) + resume_lines(config, resume))
     for note in joined.notes:
         presenter.note(note)
     for warning in machine_warnings:
@@ -164,6 +164,12 @@ def make_callbacks(request: RunRequest, presenter) -> CallbackList:
         trackers = make_trackers(request.loggers, request.out, request.tb_dir,
                                  warn=presenter.note, enabled=enabled)
     return CallbackList(trackers, request.callbacks if enabled else (), warn=presenter.note)
+
+
+def resume_lines(config, resume: Checkpoint | None) -> list[str]:
+    if resume is None:
+        return []
+    return [f"resuming from {config.unit} {resume.epoch} of {config.units}"]
 
 
 def tracker_lines(callbacks: CallbackList) -> list[str]:

@@ -123,3 +123,34 @@ def test_device_and_precision_reach_every_run(monkeypatch):
     with pytest.raises(Captured) as caught:
         bench(["--device", "cpu", "--precision", "bf16", "--lr", "0.1"])
     assert caught.value.args[0] == ("--lr", "0.1", "--device", "cpu", "--precision", "bf16")
+
+
+def test_without_a_terminal_every_finished_run_prints_a_line(monkeypatch):
+    # A log got nothing until the end (86 s and 160 s of silence).
+    import io
+
+    from rich.console import Console
+
+    from mptrain.bench import session
+    from mptrain.bench.execute import RunRecord
+
+    def fake_run(cell, repeat, workload, sample_memory=False):
+        return RunRecord(cell=cell, repeat=repeat, ok=cell.strategy != "sync",
+                         error="worker rank 1 died\ntraceback", wall_s=2.5,
+                         samples_per_s=1234.0, memory_sampled=sample_memory,
+                         peak_pss_bytes=300 * 2**20 if sample_memory else None)
+
+    monkeypatch.setattr(session, "run_cell", fake_run)
+    log = io.StringIO()
+    settings = session.BenchSettings(
+        data="linreg", data_dir=None, model=None, strategies=("single", "sync"),
+        workers=(2,), epochs=1, steps=None, repeats=2, threads=None, target_accuracy=None,
+        run_options=(), memory=True)
+    session.run_bench(settings, Console(file=log, width=200))
+    lines = log.getvalue().splitlines()
+    total = len(lines)                               # every run of the schedule, in order
+    assert total >= 6 and [line.split()[0] for line in lines] == \
+        [f"{i}/{total}" for i in range(1, total + 1)]
+    assert "repeat 1/2: 2.5 s, 1,234 samples/s" in lines[0]
+    assert any("sync" in line and "failed: worker rank 1 died" in line for line in lines)
+    assert any("memory: peak memory 300 MiB" in line for line in lines)

@@ -183,9 +183,15 @@ def test_config_precedence(tmp_path, captured_run, file_text, flags, expected):
 @pytest.mark.parametrize("file_text, words", [
     ("data = 5\n", "data must be a string"),
     ("out = 5\n", "out must be a string"),
-    ('quiet = "no"\n', "--quiet is a switch: true or false, got 'no'"),
+    ('quiet = "no"\n', "quiet is a string ('no') where true or false is expected"),
     ('model = ["x"]\n', "model must be a string"),
-], ids=["data-int", "out-int", "quiet-string", "model-list"])
+    ('lr = "0.1"\n', "lr is a string ('0.1') where a number is expected"),
+    ('[run]\nbatch-size = "32"\n', "batch-size is a string ('32') where a whole number is "
+                                   "expected"),
+    ('epochs = 2.0\n', "epochs must be a whole number, got 2.0; write 2"),
+    ('optimizer = 1\n', "optimizer is a whole number (1) where a name is expected"),
+], ids=["data-int", "out-int", "quiet-string", "model-list", "lr-string", "batch-string",
+        "epochs-float", "optimizer-int"])
 def test_config_file_values_of_the_wrong_type_are_one_line_errors(tmp_path, capsys, file_text,
                                                                   words):
     err = fail(["run", "--config", write_config(tmp_path, file_text)], capsys)
@@ -230,7 +236,7 @@ def write_config(tmp_path, text):
     (lambda t: ["--config", write_config(t, "epochs = \n")], "is not valid TOML"),
     (lambda t: ["--config", write_config(t, "epoch = 3\n")], "unknown key 'epoch'"),
     (lambda t: ["--config", str(t / "missing.toml")], "does not exist"),
-    (lambda t: ["--config", write_config(t, "epochs = 0\n")], "--epochs must be"),
+    (lambda t: ["--config", write_config(t, "epochs = 0\n")], "run.toml: epochs must be"),
     (lambda t: ["--no-such-flag"], "No such option"),
     (lambda t: ["--strategy", "sync", "--sync-every", "often"],
      "'often' is neither a number of steps nor 'epoch'"),

@@ -71,6 +71,6 @@ def test_run_forks_a_two_thread_worker_that_trains(tmp_path):
                            "--steps-per-epoch", "3", "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, cwd=tmp_path, timeout=100)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 workers × 2 thread(s)" in done.stdout
+    assert "1 worker × 2 threads" in done.stdout
     assert "start method fork (2 threads per worker" in done.stdout
     assert "test acc" in done.stdout

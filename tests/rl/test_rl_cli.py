@@ -37,3 +37,40 @@ def test_rl_command_writes_its_outputs(tmp_path, capsys):
     assert summary["eval_episodes"] == 2
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [row["env_steps"] for row in rows] == [2000, 4000]
+
+
+@pytest.fixture
+def captured_rl(monkeypatch):
+    """Replace the RL run by a recorder of the request the command hands over."""
+    import mptrain.rl.api
+
+    calls = []
+    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request))
+    return calls
+
+
+def test_rl_takes_a_config_file_that_flags_override(tmp_path, captured_rl):
+    pytest.importorskip("gymnasium")
+    path = tmp_path / "rl.toml"
+    path.write_text('algo = "dqn"\nsteps = 3000\n[run]\nround-steps = 1000\nlr = 0.002\n'
+                    'out = "from-file"\nquiet = true\n')
+    assert main(["rl", "--config", str(path), "--steps", "5000"]) == 0
+    [request] = captured_rl
+    config = request.config
+    assert (config.algo, config.steps, config.round_steps, config.lr, config.quiet) == \
+        ("dqn", 5000, 1000, 0.002, True)
+    assert str(request.out) == "from-file" and request.quiet
+
+
+@pytest.mark.parametrize("text, words", [
+    ("stepz = 3\n", "unknown key 'stepz' (did you mean 'steps'?); known keys:"),
+    ('lr = "0.1"\n', "rl.toml: lr is a string ('0.1') where a number is expected"),
+    ("epochs = 3\n", "unknown key 'epochs'"),
+])
+def test_rl_config_file_mistakes_are_one_line(tmp_path, capsys, text, words):
+    pytest.importorskip("gymnasium")
+    from user_errors import fail
+
+    path = tmp_path / "rl.toml"
+    path.write_text(text)
+    assert words in fail(["rl", "--config", str(path)], capsys)

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from mptrain.errors import UserError
@@ -23,4 +25,34 @@ def test_bad_settings_are_refused(changes):
 
 def test_round_trip_through_a_dict():
     config = RLConfig(algo="dqn", seed=4, eval_every=2)
-    assert RLConfig.from_dict({**config.as_dict(), "unknown": 1}) == config
+    assert RLConfig.from_dict(config.as_dict()) == config
+
+
+def test_an_unknown_setting_is_refused_naming_the_close_one():
+    # It used to be dropped: rl.fit(..., stepz=100) ran 200,000 steps.
+    with pytest.raises(UserError) as info:
+        RLConfig.from_dict({"stepz": 100})
+    message = str(info.value)
+    assert "unknown setting --stepz (did you mean --steps?)" in message
+    assert "known:" in message and "--round-steps" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name, value, kind", [
+    ("lr", "0.1", "a string ('0.1') where a number is expected"),
+    ("steps", "100", "a string ('100') where a whole number is expected"),
+    ("gamma", True, "true/false (True) where a number is expected"),
+    ("algo", 3, "a whole number (3) where a name is expected"),
+    ("quiet", "yes", "a string ('yes') where true or false is expected"),
+])
+def test_a_value_of_the_wrong_kind_is_named_as_such(name, value, kind):
+    with pytest.raises(UserError, match=re.escape(kind)):
+        RLConfig(**{name: value})
+
+
+@pytest.mark.parametrize("changes", [dict(seed=-1), dict(entropy_coef=-0.1),
+                                     dict(max_grad_norm=0.0), dict(worker_timeout=0),
+                                     dict(start_method="thread"),
+                                     dict(target_return=float("nan")), dict(env="")])
+def test_settings_that_went_unchecked_are_refused(changes):
+    with pytest.raises(UserError):
+        RLConfig(**changes)

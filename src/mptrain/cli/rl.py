@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from ..config import START_METHODS
 from ..rl.algorithms import ALGOS
 from .app import cli, joined_loggers, supervised_run_options
 
@@ -31,17 +32,26 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--n-steps", type=int, help="a3c: rollout length per update (20).")
 @click.option("--gae-lambda", type=float, help="a3c: GAE lambda (1: n-step advantages).")
 @click.option("--entropy-coef", type=float, help="a3c: entropy bonus (0.01).")
+@click.option("--value-coef", type=float, help="a3c: weight of the value loss (0.5).")
+@click.option("--max-grad-norm", type=float, help="a3c: clip gradients to this L2 norm (40).")
 @click.option("--buffer-size", type=int, help="dqn: replay transitions in total (100,000).")
 @click.option("--batch-size", type=int, help="dqn: transitions per update (64).")
 @click.option("--learning-starts", type=int, help="dqn: steps before the first update (1,000).")
 @click.option("--train-every", type=int, help="dqn: environment steps per update (2).")
 @click.option("--target-every", type=int,
               help="dqn: updates between target-network copies (100).")
+@click.option("--eps-start", type=float, help="dqn: epsilon at the start (1).")
+@click.option("--eps-end", type=float, help="dqn: epsilon at the end of --eps-steps (0.05).")
 @click.option("--eps-steps", type=int,
-              help="dqn: steps over which epsilon falls from 1 to 0.05 (20,000).")
+              help="dqn: steps over which epsilon falls from --eps-start to --eps-end "
+                   "(20,000).")
+@click.option("--start-method", type=click.Choice(START_METHODS),
+              help="Override the automatic choice of how actors start (fork on Linux).")
 @click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="TOML file with any of these options; flags override it.")
 @supervised_run_options("actor", "rounds")
-def rl(out, resume, quiet, logger, tb_dir, **flags):
+def rl(config_file, out, resume, quiet, logger, tb_dir, **flags):
     """Reinforcement learning with parallel actor processes on a Gymnasium environment.
 
     a3c runs --workers actor-learners, each stepping its own environment and applying
@@ -50,9 +60,25 @@ def rl(out, resume, quiet, logger, tb_dir, **flags):
     learner (double DQN, target network, epsilon schedule). Both end with a greedy
     evaluation over --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
     """
+    from ..config import load_config_file
     from ..launch import openmp
-    from ..rl import fit
+    from ..rl.api import train
+    from ..rl.config import rl_setting_names
+    from ..settings import config_file as file_layer
+    from ..settings import flags as flag_layer
 
+    file = load_config_file(config_file, rl_setting_names() | _NOT_SETTINGS) \
+        if config_file else {}
+    where = {k: v for k, v in file.items() if k in _NOT_SETTINGS}
+    layers = [file_layer(file, leave_out=_NOT_SETTINGS) if file else None,
+              flag_layer({**flags, "quiet": quiet})]
+    out = out if out is not None else where.get("out")
+    logger = joined_loggers(logger) or where.get("logger")
+    tb_dir = tb_dir if tb_dir is not None else where.get("tb_dir")
     openmp.keep_this_process_on_one_thread()   # so actors with several threads can fork
-    fit(out=out, resume=resume, quiet=bool(quiet), loggers=joined_loggers(logger),
-        tb_dir=tb_dir, **flags)
+    train([layer for layer in layers if layer is not None], out=out, resume=resume,
+          loggers=logger, tb_dir=tb_dir)
+
+
+#: Config-file keys of `mptrain rl` that are not settings: where outputs go, who is told.
+_NOT_SETTINGS = frozenset({"out", "logger", "tb_dir"})

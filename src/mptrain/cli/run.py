@@ -8,12 +8,17 @@ import click
 
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
-                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
-                      load_config_file)
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, load_config_file)
+from ..settings import RUN_LOCATIONS
+from ..settings import config_file as config_file_layer
+from ..settings import flags as flags_layer
+from ..data.recipes import RECIPES, default_text
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
-RUN_FLAGS = ("data", "data_dir", "model", "out")
+#: Options that say where things are and who is told, not how to train: a resumed run may
+#: change them, and a checkpoint does not keep them as settings.
+NOT_SETTINGS = frozenset(RUN_LOCATIONS) | {"logger", "tb_dir"}
 
 
 class StepsOrEpoch(click.ParamType):
@@ -57,7 +62,7 @@ class GroupedHelp(click.Command):
 
 
 @cli.command(cls=GroupedHelp)
-@click.option("--data", help="digits (default), linreg, mnist, or module:factory.")
+@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory.")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
 @click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
                               "or module:factory "
@@ -66,11 +71,19 @@ class GroupedHelp(click.Command):
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
                    "all visible).")
-@click.option("--epochs", type=int, help="Passes over the training set.")
-@click.option("--batch-size", type=int, help="Samples per step and worker.")
-@click.option("--lr", type=float, help="Learning rate.")
-@click.option("--momentum", type=float, help="SGD momentum (Adam: beta1).")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS), help="sgd or adam.")
+@click.option("--epochs", type=int,
+              help=f"Passes over the training set ({default_text('epochs')}).")
+@click.option("--batch-size", type=int,
+              help=f"Samples per step and worker ({default_text('batch_size')}; fedavg "
+                   f"{default_text('batch_size', True)}).")
+@click.option("--lr", type=float,
+              help=f"Learning rate ({default_text('lr')}; fedavg {default_text('lr', True)}).")
+@click.option("--momentum", type=float,
+              help=f"SGD momentum; Adam's beta1 ({default_text('momentum')}; fedavg "
+                   f"{default_text('momentum', True)}).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS),
+              help=f"sgd or adam ({default_text('optimizer')}; fedavg "
+                   f"{default_text('optimizer', True)}).")
 @click.option("--lr-decay", type=float,
               help="Multiply the learning rate by this after every epoch (1: constant).")
 @click.option("--lr-schedule", type=click.Choice(LR_SCHEDULES),
@@ -80,8 +93,8 @@ class GroupedHelp(click.Command):
 @click.option("--threads-per-worker", type=int,
               help="torch threads per worker (default: usable cores // workers).")
 @click.option("--sync-every", type=StepsOrEpoch(),
-              help="sync: average parameters every N steps, or 'epoch' for once per epoch "
-                   "(default: the data set's, else once per epoch).")
+              help=f"sync: average parameters every N steps, or 'epoch' for once per epoch "
+                   f"({default_text('sync_every')}).")
 @click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
               help="hogwild: one optimizer state in shared memory for all workers.")
 @click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),
@@ -101,15 +114,22 @@ class GroupedHelp(click.Command):
                    "limit).")
 @click.option("--eval-every", type=int,
               help="Evaluate on the test set every N epochs/rounds and at the end (1).")
+@click.option("--eval-batch-size", type=int,
+              help="Samples per evaluation batch (64; larger is faster where memory allows).")
 @click.option("--target-accuracy", type=float,
               help="Stop at the first evaluation whose test accuracy reaches this (0-1).")
-@click.option("--rounds", type=int, help="fedavg: rounds of federated training.")
-@click.option("--clients", type=int, help="fedavg: simulated clients (default 100).")
+@click.option("--rounds", type=int,
+              help=f"fedavg: rounds of federated training ({default_text('rounds', True)}).")
+@click.option("--clients", type=int,
+              help=f"fedavg: simulated clients ({default_text('clients', True)}).")
 @click.option("--clients-per-round", type=int,
-              help="fedavg: clients sampled each round (default 10).")
+              help=f"fedavg: clients sampled each round "
+                   f"({default_text('clients_per_round', True)}).")
 @click.option("--client-fraction", type=float,
               help="fedavg: fraction of the clients sampled each round (instead of a count).")
-@click.option("--local-epochs", type=int, help="fedavg: epochs each client trains per round (1).")
+@click.option("--local-epochs", type=int,
+              help=f"fedavg: epochs each client trains per round "
+                   f"({default_text('local_epochs', True)}).")
 @click.option("--partition", help="fedavg: " + PARTITION_HELP)
 @click.option("--prox-mu", type=float, help="fedavg: FedProx proximal term (0: plain FedAvg).")
 @click.option("--server-optimizer", "--server-opt", "server_optimizer",
@@ -168,19 +188,21 @@ def run(config_file, resume, **flags):
     from ..trackers import parse_loggers
 
     flags["logger"] = joined_loggers(flags["logger"])
-    given = load_config_file(config_file) if config_file else {}
-    given.update({k: v for k, v in flags.items() if v is not None})
-    quiet = given.pop("quiet", False)
-    check_setting("quiet", quiet)
-    loggers, tb_dir = parse_loggers(given.pop("logger", None)), given.pop("tb_dir", None)
-    if given.get("data") == "mnist" and given.get("data_dir"):
-        idx.read_ahead(given["data_dir"])  # while torch imports, on the other core
+    file = load_config_file(config_file) if config_file else {}
+    given = {**file, **{k: v for k, v in flags.items() if v is not None}}
+    where = {k: given.get(k) for k in NOT_SETTINGS}
+    loggers = parse_loggers(where["logger"])
+    if where["data"] == "mnist" and where["data_dir"]:
+        idx.read_ahead(where["data_dir"])  # while torch imports, on the other core
+    layers = [config_file_layer(file, leave_out=NOT_SETTINGS) if file else None,
+              flags_layer({k: v for k, v in flags.items() if k not in NOT_SETTINGS})]
     # Until its workers start this process only loads the data and builds the model: kept
     # on one thread, it can fork workers that run several (launch.openmp); `single` and
     # torchrun ranks set their own count before they train.
     openmp.keep_this_process_on_one_thread()
     try:
-        model, bundle, locations, settings, checkpoint, launcher = _prepare(given, resume)
+        model, bundle, locations, config, checkpoint, launcher = _prepare(
+            [layer for layer in layers if layer is not None], where, resume)
     finally:
         idx.finish_read_ahead()  # no thread may be left running when workers fork
     from ..api import train
@@ -188,44 +210,33 @@ def run(config_file, resume, **flags):
     model_name = locations["model"] or bundle.default_model
     source = {"data": bundle.name if locations["data"] is None else locations["data"],
               "data_dir": locations["data_dir"], "model": model_name}
-    train(settings, bundle, model, model_name, launcher, out=locations["out"], quiet=quiet,
-          checkpoint=checkpoint, run_info=source, loggers=loggers, tb_dir=tb_dir)
+    train(config, bundle, model, model_name, launcher, out=locations["out"],
+          checkpoint=checkpoint, run_info=source, loggers=loggers, tb_dir=where["tb_dir"])
     launcher.finish()
 
 
-def _prepare(given: dict, resume):
-    """The run's model and data set, where they came from, the settings left for the run,
-    the checkpoint to resume from and the run's launcher (which refused the settings it
-    owns before any data is built)."""
-    from ..api import launcher_for
+def _prepare(layers, where: dict, resume):
+    """The run's model and data set, where they came from, its config, the checkpoint to
+    resume from and the run's launcher -- the settings resolved and refused before any data
+    is built."""
+    from ..api import launcher_for, resolved_config
     from ..checkpoint import load as load_checkpoint
     from ..checkpoint import user_code_in
+    from ..data.recipes import recipe_for
     from ..data.sources import load_data
     from ..launch import warmup
     from ..models import build_model
+    from ..settings import run_locations
 
     warmup.start_in_background()
     checkpoint = load_checkpoint(resume) if resume else None
-    locations = {k: given.pop(k, None) for k in RUN_FLAGS}
     if checkpoint is not None:
-        user_code_in(checkpoint, {k: locations[k] for k in ("data", "model")})
-        resumed = _resumed_locations(checkpoint, resume)
-        locations = {k: locations[k] if locations[k] is not None else resumed.get(k)
-                     for k in RUN_FLAGS}
-    launcher = launcher_for(given, checkpoint)
+        user_code_in(checkpoint, {k: where[k] for k in ("data", "model")})
+    locations = run_locations(where, checkpoint, resume)
+    config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
+    said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
+    launcher = launcher_for(config, said)
     bundle = load_data(locations["data"] or "digits", locations["data_dir"])
-    seed = given.get("seed", checkpoint.config.get("seed", 0) if checkpoint else 0)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
-                        bundle.output_size, seed)
-    return model, bundle, locations, given, checkpoint, launcher
-
-
-def _resumed_locations(checkpoint, resume_path) -> dict:
-    """Where the resumed run's data and model come from, and its --out folder."""
-    settings = {k: v for k, v in checkpoint.run.items()
-                if k in RUN_FLAGS and isinstance(v, str)}
-    if "data_dir" in settings and settings.get("data") != "mnist":
-        settings.pop("data_dir")
-    settings["out"] = str(resume_path if Path(resume_path).is_dir()
-                          else Path(resume_path).parent)
-    return settings
+                        bundle.output_size, config.seed)
+    return model, bundle, locations, config, checkpoint, launcher

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, setting_name
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
 PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
@@ -74,9 +74,44 @@ def parse_partition(spec: str) -> PartitionSpec:
         if len(args) != 1:
             raise UserError(f"--partition {spec!r} is malformed; write shards:K, e.g. shards:2")
         return PartitionSpec("shards", shards=_whole(args[0], spec, "shards:K needs K"))
-    if name and rest:
+    if name and rest and _names_a_function(rest) and not _misspelt_built_in(name):
         return PartitionSpec("function", function=text)
-    raise UserError(f"unknown --partition {spec!r}; choose {PARTITION_CHOICES}")
+    raise UserError(f"unknown {setting_name('partition')} {spec!r}{_close_to(name, rest)}; "
+                    f"choose {PARTITION_CHOICES}")
+
+
+BUILT_IN_PARTITIONS = ("iid", "dirichlet", "shards")
+
+
+def _names_a_function(attribute: str) -> bool:
+    """Whether ``module:ATTRIBUTE`` can name a function: ``dirichlt:0.5`` cannot, and is a
+    typo of a built-in, not a module to import."""
+    return all(part.isidentifier() for part in attribute.split("."))
+
+
+def _misspelt_built_in(name: str) -> bool:
+    """``shard:make``: a name close to a built-in that no module answers to is a typo (a
+    plain name only: a dotted one or a path is clearly the user's module)."""
+    import difflib
+    import importlib.util
+
+    if "." in name or "/" in name or "\\" in name \
+            or not difflib.get_close_matches(name, BUILT_IN_PARTITIONS, n=1, cutoff=0.6):
+        return False
+    try:
+        return importlib.util.find_spec(name) is None
+    except (ImportError, ValueError):
+        return True
+
+
+def _close_to(name: str, rest: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, BUILT_IN_PARTITIONS, n=1, cutoff=0.6)
+    if not close:
+        return ""
+    keep = rest and close[0] != "iid" and not _names_a_function(rest)
+    return f" (did you mean {close[0]}{':' + rest if keep else ''}?)"
 
 
 def partition_clients(spec: str | PartitionSpec, targets: torch.Tensor, clients: int,

@@ -14,6 +14,7 @@ import torch
 from ..errors import UserError
 from ..imports import is_import_string, load_object
 from .defaults import TrainingDefaults
+from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
 from .shared import RowSource, SharedTensorDataset, materialize
 
@@ -21,18 +22,6 @@ BUILTIN_SOURCES = ("digits", "digits-60k", "linreg", "mnist")
 
 CLASSIFICATION = "classification"
 REGRESSION = "regression"
-
-# Adam with a high rate halved every epoch, parameters averaged every step: chosen so that
-# `sync` with 4 workers reaches 97% on MNIST after one epoch (SGD 0.01 with momentum 0.5,
-# averaged once per epoch, reaches ~85%). See benchmarks/results/notebook-2026-11-22.md.
-MNIST_DEFAULTS = TrainingDefaults(epochs=3, batch_size=64, lr=0.006, momentum=0.9,
-                                  optimizer="adam", lr_decay=0.5, sync_every=1)
-
-# 1,438 training digits make small clients: 20 of ~72 samples, 5 per round, two local
-# epochs of batch 10 with momentum reach ~97-99% in 20 rounds (2 workers, a few seconds).
-DIGITS_FEDERATED = {"rounds": 20, "clients": 20, "clients_per_round": 5, "batch_size": 10,
-                    "lr": 0.05, "momentum": 0.9, "optimizer": "sgd", "lr_decay": 1.0,
-                    "local_epochs": 2}
 
 # Fixed, so that the embedded train/test split does not move with --seed.
 SPLIT_SEED = 20240601
@@ -114,8 +103,7 @@ def digits() -> DataBundle:
         train=SharedTensorDataset(images[train_idx], labels[train_idx]),
         test=SharedTensorDataset(images[test_idx], labels[test_idx]),
         task=CLASSIFICATION, output_size=10, default_model="digits-cnn",
-        defaults=TrainingDefaults(epochs=10, batch_size=32, lr=0.05, momentum=0.9,
-                                  optimizer="sgd", federated=DIGITS_FEDERATED),
+        defaults=DIGITS_DEFAULTS,
     )
 
 
@@ -179,8 +167,7 @@ def linreg(num_points: int = 100) -> DataBundle:
         train=SharedTensorDataset(x[train_idx], y[train_idx]),
         test=SharedTensorDataset(x[test_idx], y[test_idx]),
         task=REGRESSION, output_size=1, default_model="linear",
-        defaults=TrainingDefaults(epochs=100, batch_size=10, lr=0.005, momentum=0.9,
-                                  optimizer="sgd"),
+        defaults=LINREG_DEFAULTS,
     )
 
 
@@ -225,7 +212,7 @@ def from_factory(spec: str) -> DataBundle:
     task, output_size = infer_task(train.targets)
     return DataBundle(
         name=spec, train=train, test=test, task=task, output_size=output_size,
-        default_model="mlp", defaults=TrainingDefaults(),
+        default_model="mlp", defaults=GENERIC_DEFAULTS,
     )
 
 

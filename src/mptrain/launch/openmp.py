@@ -25,15 +25,48 @@ OpenMP has more than one thread.
 
 from __future__ import annotations
 
+import os
+
 _the_command = False          # this process is the `mptrain` command's (``cli.console``)
 _kept_on_one_thread = False
+
+# -- how OpenMP's threads wait --------------------------------------------------------------
+# GNU OpenMP's threads spin for a while at the end of every parallel region before they
+# sleep. On a machine whose cores are taken by other work the spinning threads steal the
+# cores the working ones need: a default `mptrain run` (digits, one process x 2 threads,
+# 3 epochs) beside 2 busy processes took 124 s spinning and 30 s waiting passively (medians of
+# 3, interleaved; a second sitting 105 s and 22 s), and 34 s on one thread; with no busy
+# process beside it 14 s and 15 s, within that machine's noise (a 2-core machine shared with
+# other work, issue 43: benchmarks/omp_wait_policy.py, results/omp-wait-policy-2026-11-27).
+# The command therefore waits passively unless the user chose otherwise. libgomp reads the variable once, when torch
+# loads it: only a process that sets it before importing torch can choose, which the
+# `mptrain` command does; ``fit()`` in the user's interpreter keeps the user's choice.
+WAIT_POLICY = "OMP_WAIT_POLICY"
+_chose_passive = False
 
 
 def this_process_is_the_command() -> None:
     """Called by the ``mptrain`` command's entry point, before anything runs (no torch
-    import: ``mptrain --help`` stays fast)."""
-    global _the_command
+    import: ``mptrain --help`` stays fast), so the wait policy chosen here is the one
+    OpenMP reads."""
+    global _the_command, _chose_passive
     _the_command = True
+    if WAIT_POLICY not in os.environ:
+        os.environ[WAIT_POLICY] = "PASSIVE"
+        _chose_passive = True
+
+
+def wait_policy_line() -> str:
+    """How this process's OpenMP threads wait, and who chose it: a line of the banner."""
+    if _chose_passive:
+        return (f"OpenMP threads sleep while they wait ({WAIT_POLICY}=PASSIVE, mptrain's "
+                f"choice: spinning slowed runs on a busy machine ~4x; {WAIT_POLICY}=ACTIVE "
+                "to spin)")
+    value = os.environ.get(WAIT_POLICY)
+    if value:
+        return f"OpenMP threads wait as your {WAIT_POLICY}={value} says"
+    return (f"OpenMP threads spin while they wait (OpenMP's default; on a busy machine set "
+            f"{WAIT_POLICY}=PASSIVE before torch is imported)")
 
 
 def keep_this_process_on_one_thread() -> None:

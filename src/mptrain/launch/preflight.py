@@ -15,12 +15,16 @@ from ..config import TrainConfig
 from ..data.sources import CLASSIFICATION, DataBundle
 from ..errors import UserError
 
-GUARD_HELP = (
-    "mptrain started worker processes with the 'spawn' start method, which re-imports your "
-    "main script in every worker, and the script called mptrain again while being imported. "
-    "Put the training call under  if __name__ == \"__main__\":  (see the Python "
-    "multiprocessing docs, 'Safe importing of main module')")
-
+_SPAWN_REIMPORTS = ("mptrain started worker processes with the 'spawn' start method, which "
+                    "re-imports your main script in every worker")
+_PUT_UNDER_GUARD = ("put the training call under `if __name__ == \"__main__\":` (see the Python "
+                    "multiprocessing docs, 'Safe importing of main module')")
+#: A spawn'd worker re-imported the script and the script called mptrain again.
+GUARD_HELP = (f"{_SPAWN_REIMPORTS}, and the script called mptrain again while being "
+              f"imported; {_PUT_UNDER_GUARD}")
+#: Before any worker starts: the script has no guard at all.
+NO_GUARD_HELP = (f"{_SPAWN_REIMPORTS}: a script without a main guard would train again in each "
+                 f"worker; {_PUT_UNDER_GUARD}")
 
 
 def check_device(device: str) -> None:
@@ -198,5 +202,4 @@ def check_spawn_ready(model: nn.Module, why: str = "") -> None:
     if main_file and main_file.endswith(".py") and Path(main_file).is_file():
         source = Path(main_file).read_text(errors="replace")
         if "__name__" not in source:
-            raise UserError(GUARD_HELP.replace(" and the script called mptrain again while "
-                                               "being imported", ""))
+            raise UserError(NO_GUARD_HELP)

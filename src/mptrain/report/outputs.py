@@ -28,6 +28,19 @@ def prepare_out_dir(path: str | Path) -> Path:
     return out
 
 
+#: What a run may leave in --out, in the order the closing line names them.
+OUTPUT_NAMES = ("summary.json", "metrics.jsonl", "metrics.csv", "model.pt", "curves.png",
+                "checkpoint.pt", "tb")
+
+
+def outputs_line(out_dir: Path) -> str:
+    """``outputs in DIR/: summary.json ...``: the files that are there (``--logger csv``'s
+    metrics.csv, the checkpoint, TensorBoard's folder as they were asked for)."""
+    present = [name + ("/" if (out_dir / name).is_dir() else "") for name in OUTPUT_NAMES
+               if (out_dir / name).exists()]
+    return f"outputs in {out_dir}/: {' '.join(present)}"
+
+
 def write_json(path: Path, data) -> None:
     text = json_text(data, indent=2) + "\n"
     atomic_write(path, lambda handle: handle.write(text.encode()))

@@ -16,7 +16,8 @@ from ..data.sources import CLASSIFICATION
 from ..engine.gpu_memory import GPU_PEAK
 from ..engine.precision import FULL, describe as describe_precision
 from ..engine.profile import PHASES, describe, shares
-from .outputs import save_state_dict, write_json, write_jsonl
+from .outputs import outputs_line, save_state_dict, write_json, write_jsonl
+from .words import count
 from .plots import plot_curves
 
 
@@ -25,25 +26,25 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
     test = f" / {len(bundle.test):,} test" if bundle.test is not None else ""
     first = f"strategy [bold]{config.strategy}[/bold]"
     if plan.start_method:
-        workers = f"{plan.workers} workers" + (
+        workers = count(plan.workers, "worker") + (
             f" taking turns in {plan.processes} processes" if plan.processes else "")
-        first += f" · {workers} × {plan.threads} thread(s) " \
+        first += f" · {workers} × {count(plan.threads, 'thread')} " \
                  f"({plan.cores} usable cores) · start method {plan.start_method} " \
                  f"({plan.start_reason})"
     elif plan.local_workers is not None:
-        first += f" · {plan.workers} ranks {plan.start_reason} × {plan.threads} " \
-                 f"thread(s) each · collectives {plan.comm.describe_for_launcher()}"
+        first += f" · {count(plan.workers, 'rank')} {plan.start_reason} × " \
+                 f"{count(plan.threads, 'thread')} each · collectives " \
+                 f"{plan.comm.describe_for_launcher()}"
     else:
-        first += f" · 1 process × {plan.threads} thread(s) ({plan.cores} usable cores)"
+        first += f" · 1 process × {count(plan.threads, 'thread')} ({plan.cores} usable cores)"
     lines = [first,
              f"data {bundle.name}: {len(bundle.train):,} train{test} samples, "
              f"{bundle.nbytes / 2**20:.1f} MiB"
              + (" in shared memory once" if plan.start_method else
                 " in shared memory once per node" if plan.local_workers is not None else ""),
              f"model {model_name}: {params:,} parameters · optimizer {config.optimizer} "
-             f"lr {config.lr:g}" + (f" momentum {config.momentum:g}" if config.momentum else "")
-             + f" · batch {config.batch_size} · {config.units} {config.unit}s · seed "
-             f"{config.seed}"]
+             f"lr {config.lr:g}{optimizer_terms(config)} · batch {config.batch_size} · "
+             f"{count(config.units, config.unit)} · seed {config.seed}"]
     if config.precision != FULL:
         lines.append(f"precision {describe_precision(config.precision)}")
     if config.device == "cuda":
@@ -52,7 +53,19 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
                      "gathered in pinned memory and copied one batch ahead on a side stream")
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
+    if plan.threads > 1:   # a single thread never waits for another
+        from ..launch.openmp import wait_policy_line
+
+        lines.append(wait_policy_line())
     return lines
+
+
+def optimizer_terms(config) -> str:
+    """What the optimizer takes beside its rate: SGD's momentum, Adam's betas (``--momentum``
+    is Adam's beta1, 0.9 when 0: ``engine.optim``)."""
+    if config.optimizer == "adam":
+        return f" betas {config.momentum or 0.9:g},0.999"
+    return f" momentum {config.momentum:g}" if config.momentum else ""
 
 
 def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
@@ -209,5 +222,5 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
                      f"before --target-epsilon {summary['target_epsilon']:g}")
         lines.append(line)
     if out_dir is not None:
-        lines.append(f"outputs in {out_dir}/: summary.json metrics.jsonl model.pt curves.png")
+        lines.append(outputs_line(out_dir))
     return lines

@@ -17,6 +17,25 @@ from .nets import build_network
 from .task import RLResult, RLTask
 
 
+def resolved_config(layers, resume):
+    """The RL run's config from ``layers`` (``mptrain.settings``) over the checkpoint at
+    ``resume``, whose own code (``env``, ``net``) the user must name again."""
+    from ..settings import rl_config
+
+    checkpoint, _ = resolve_resume(resume, None)
+    if checkpoint is not None:
+        if checkpoint.strategy not in ALGOS:
+            raise UserError(f"the checkpoint was written by `mptrain run --strategy "
+                            f"{checkpoint.strategy}`; resume it with mptrain run --resume")
+        said = {}
+        for layer in layers:
+            said.update({k: v for k, v in layer.values.items() if v is not None})
+        user_code_in(checkpoint, {"env": said.get("env"), "net": said.get("net")})
+    return rl_config(layers, checkpoint=checkpoint,
+                     resume_from=None if resume is None or isinstance(resume, Checkpoint)
+                     else str(resume))
+
+
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,
         resume: str | Path | Checkpoint | None = None, quiet: bool = True,
         loggers=None, tb_dir: str | Path | None = None, callbacks=None,
@@ -26,28 +45,30 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     :class:`~mptrain.rl.task.RLResult` (``model``, ``rounds``, ``summary``).
 
     ``settings`` are those of :class:`~mptrain.rl.config.RLConfig` (``workers``, ``steps``,
-    ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...). ``resume``
-    is the ``out`` folder of an earlier run with ``checkpoint_every``; what is not given
-    then comes from its checkpoint, and the run continues in that folder. ``loggers``,
-    ``tb_dir`` and ``callbacks`` are those of :func:`mptrain.fit`.
+    ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...); an unknown
+    one is refused. ``resume`` is the ``out`` folder of an earlier run with
+    ``checkpoint_every``; what is not given then comes from its checkpoint, and the run
+    continues in that folder. ``loggers``, ``tb_dir`` and ``callbacks`` are those of
+    :func:`mptrain.fit`.
     """
+    from ..settings import keywords
+
+    return train([keywords({"env": env, "algo": algo, **settings, "quiet": quiet},
+                           "rl.fit()")],
+                 out=out, resume=resume, loggers=loggers, tb_dir=tb_dir, callbacks=callbacks)
+
+
+def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
+          callbacks=None) -> RLResult:
+    """One RL run from settings ``layers`` (``mptrain.settings``: a config file and flags,
+    or ``fit()``'s keywords) over the checkpoint at ``resume``: the way in of both
+    ``mptrain rl`` and :func:`fit`."""
     from ..api import telling_whom
 
+    checkpoint, out = resolve_resume(resume, out)
+    config = resolved_config(layers, checkpoint, resume)   # a typo first, gymnasium or not
     require_gymnasium()
     telling = telling_whom(loggers, tb_dir, callbacks)
-    checkpoint, out = resolve_resume(resume, out)
-    given = {k: v for k, v in {"env": env, "algo": algo, **settings}.items() if v is not None}
-    if checkpoint is not None:
-        if checkpoint.strategy not in ALGOS:
-            raise UserError(f"the checkpoint was written by `mptrain run --strategy "
-                            f"{checkpoint.strategy}`; resume it with mptrain run --resume")
-        if given.get("algo", checkpoint.strategy) != checkpoint.strategy:
-            raise UserError(f"the checkpoint was written by --algo {checkpoint.strategy}; "
-                            f"resume with --algo {checkpoint.strategy}")
-        user_code_in(checkpoint, {"env": given.get("env"), "net": given.get("net")})
-        given = {**checkpoint.config, **given}
-    given["quiet"] = quiet
-    config = RLConfig.from_dict(given)
     strategy_class = algorithm_class(config.algo)
     launcher = choose_launcher(strategy_class)
     shape = env_shape(config.env)
@@ -55,5 +76,22 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     model = build_network(config.algo, shape, config.hidden, config.net)
     task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
     return run(RunRequest(config=config, strategy=strategy_class(config), launcher=launcher,
-                          model=model, task=task, out=out, resume=checkpoint, quiet=quiet,
+                          model=model, task=task, out=out, resume=checkpoint, quiet=config.quiet,
                           **telling))
+
+
+def resolved_config(layers, checkpoint: Checkpoint | None, resume) -> RLConfig:
+    """The RL run's config from ``layers`` over ``checkpoint``, whose own code (``env``,
+    ``net``) the user must name again."""
+    from ..settings import rl_config
+
+    if checkpoint is not None:
+        if checkpoint.strategy not in ALGOS:
+            raise UserError(f"the checkpoint was written by `mptrain run --strategy "
+                            f"{checkpoint.strategy}`; resume it with mptrain run --resume")
+        said = {}
+        for layer in layers:
+            said.update({k: v for k, v in layer.values.items() if v is not None})
+        user_code_in(checkpoint, {"env": said.get("env"), "net": said.get("net")})
+    return rl_config(layers, checkpoint=checkpoint,
+                     resume_from=str(resume) if isinstance(resume, (str, Path)) else None)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from ..config import check_positive_ints, flag_name
-from ..errors import UserError
+from ..config import (MAX_SEED, MAX_WORKER_TIMEOUT_S, START_METHODS, check_choice, check_kind,
+                      check_number, check_positive_ints, refuse_unknown)
+from ..errors import UserError, setting_name
 from .algorithms import ALGOS, algorithm_class
 
 
@@ -61,22 +62,11 @@ class RLConfig:
     unit = "round"
 
     def __post_init__(self):
-        if self.algo not in ALGOS:
-            raise UserError(f"unknown --algo {self.algo!r}; choose one of: {', '.join(ALGOS)}")
-        check_positive_ints(self, ("workers", "steps", "round_steps", "hidden",
-                                   "eval_episodes", "eval_every", "n_steps", "buffer_size",
-                                   "batch_size", "train_every", "target_every",
-                                   "threads_per_worker", "checkpoint_every"))
-        for name in ("learning_starts", "eps_steps", "max_restarts"):
-            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 0):
-                raise UserError(f"--{flag_name(name)} must be an integer >= 0")
-        if self.lr is not None and not self.lr > 0:
-            raise UserError(f"--lr must be > 0, got {self.lr}")
-        for name in ("gamma", "gae_lambda", "eps_start", "eps_end"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise UserError(f"--{flag_name(name)} must be in [0, 1]")
+        for name in rl_setting_names():
+            check_rl_setting(name, getattr(self, name))
         if self.round_steps < self.workers:
-            raise UserError("--round-steps must be at least --workers (steps per actor)")
+            raise UserError(f"{setting_name('round_steps')} must be at least "
+                            f"{setting_name('workers')} (steps per actor)")
         algorithm_class(self.algo).check_config(self)   # what only one algorithm needs
 
     @property
@@ -104,5 +94,68 @@ class RLConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "RLConfig":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in known})
+        """The config of ``values`` (``None``: not said); an unknown name is refused in one
+        line listing the known ones -- a silently ignored typo would run the defaults."""
+        said = {k: v for k, v in values.items() if v is not None}
+        refuse_unknown(said, rl_setting_names())
+        return cls(**said)
+
+
+def rl_setting_names() -> frozenset:
+    return frozenset(f.name for f in fields(RLConfig))
+
+
+# -- each setting on its own: kind first (a config file may hold "0.1"), then range --------
+_POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_episodes",
+                            "eval_every", "n_steps", "buffer_size", "batch_size",
+                            "train_every", "target_every", "threads_per_worker",
+                            "checkpoint_every"})
+_COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts"})   # integers >= 0
+#: name: (low, high, low_open, high_open)
+_NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
+            "gae_lambda": (0, 1, False, False), "eps_start": (0, 1, False, False),
+            "eps_end": (0, 1, False, False), "entropy_coef": (0, None, False, False),
+            "value_coef": (0, None, False, False), "max_grad_norm": (0, None, True, False),
+            "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),
+            "target_return": (None, None, False, False)}
+_OPTIONAL = frozenset({"lr", "net", "eval_every", "target_return", "threads_per_worker",
+                       "start_method", "checkpoint_every"})
+
+
+def check_rl_setting(name: str, value) -> None:
+    """Refuse ``value`` for RL setting ``name`` in one line that names it as the caller wrote
+    it (``errors.spelled``). Names without a check here pass: the algorithm checks its own."""
+    if value is None and name in _OPTIONAL:
+        return
+    if name == "algo":
+        check_kind(name, value, "a name")
+        if value not in ALGOS:
+            raise UserError(f"unknown {setting_name(name)} {value!r}; choose one of: "
+                            f"{', '.join(ALGOS)}")
+    elif name in ("env", "net"):
+        check_kind(name, value, "a name")
+        if not value:
+            raise UserError(f"{setting_name(name)} must not be empty")
+    elif name in _POSITIVE_INTS:
+        check_positive_ints(_One(name, value), (name,))
+    elif name in _COUNTS:
+        check_kind(name, value, "a whole number")
+        if value < 0:
+            raise UserError(f"{setting_name(name)} must be an integer >= 0, got {value!r}")
+    elif name in _NUMBERS:
+        check_number(value, name, *_NUMBERS[name])
+    elif name == "seed":
+        check_kind(name, value, "a whole number")
+        if not 0 <= value <= MAX_SEED:
+            raise UserError(f"{setting_name(name)} must be an integer from 0 to 2**63-1, "
+                            f"got {value!r}")
+    elif name == "start_method":
+        check_kind(name, value, "a name")
+        check_choice(value, name, START_METHODS)
+    elif name == "quiet":
+        check_kind(name, value, "true or false")
+
+
+class _One:
+    def __init__(self, name, value):
+        setattr(self, name, value)

@@ -9,18 +9,19 @@ from pathlib import Path
 
 import torch
 
-from ..report.outputs import save_state_dict, write_json, write_jsonl
+from ..report.outputs import outputs_line, save_state_dict, write_json, write_jsonl
+from ..report.words import count
 from ..report.plots import new_figure, save_png
 
 
 def banner_lines(config, shape, model, plan) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
-    return [f"rl [bold]{config.algo}[/bold] · {plan.workers} actor process(es) × "
-            f"{plan.threads} thread(s) ({plan.cores} usable cores) · start method "
+    return [f"rl [bold]{config.algo}[/bold] · {count(plan.workers, 'actor process')} × "
+            f"{count(plan.threads, 'thread')} ({plan.cores} usable cores) · start method "
             f"{plan.start_method} ({plan.start_reason})",
             f"env {shape.name}: {shape.obs_dim} observations, {shape.n_actions} actions · "
-            f"{config.steps:,} steps in {config.units} rounds of {config.round_steps:,} · "
-            f"seed {config.seed}",
+            f"{count(config.steps, 'step')} in {count(config.units, 'round')} of "
+            f"{config.round_steps:,} · seed {config.seed}",
             f"network {config.net or 'built-in'}: {params:,} parameters · adam lr "
             f"{config.learning_rate:g} · gamma {config.gamma:g}"]
 
@@ -71,7 +72,7 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
                      f"{at:,} steps ({summary['target_reached_at_s']:.1f} s)" if at
                      else f"target return {summary['target_return']:g} not reached")
     if out_dir is not None:
-        lines.append(f"outputs in {out_dir}/: summary.json metrics.jsonl model.pt curves.png")
+        lines.append(outputs_line(out_dir))
     return lines
 
 

@@ -40,4 +40,8 @@ class SyncStrategy(EpochStrategy):
 
     def describe(self, plan, model):
         every = self.config.sync_every
-        return [f"parameters averaged {f'every {every} steps' if every else 'once per epoch'}"]
+        from ..report.words import count
+
+        when = ("every step" if every == 1 else f"every {count(every, 'step')}") if every \
+            else "once per epoch"
+        return [f"parameters averaged {when}"]

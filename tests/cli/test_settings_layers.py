@@ -1,0 +1,168 @@
+"""The one settings path (``mptrain.settings``) as each entry point uses it: layers in order,
+each named as its caller writes it, unknown names refused, resumes that name another strategy
+or leave no work refused before anything is built."""
+
+import pytest
+
+import mptrain
+import mptrain.rl
+from mptrain.checkpoint import Checkpoint
+from mptrain.config import TrainConfig, TrainingDefaults
+from mptrain.errors import UserError
+from mptrain.rl.config import RLConfig
+from mptrain.settings import config_file, flags, keywords, rl_config, supervised_config
+from mptrain.config import load_config_file
+
+RECIPE = TrainingDefaults(epochs=7, lr=0.3)
+
+
+def checkpoint_of(config, epoch):
+    return Checkpoint(epoch=epoch, strategy=config.strategy, config=config.as_dict(), run={},
+                      model={}, ranks=[{}], metrics=[])
+
+
+def test_layers_stack_recipe_checkpoint_file_flags(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("lr = 0.2\nbatch-size = 16\nseed = 3\n")
+    resumed = checkpoint_of(TrainConfig(epochs=2, lr=0.1, batch_size=8, seed=1,
+                                        momentum=0.5), epoch=1)
+    config = supervised_config([config_file(load_config_file(path)), flags({"seed": 9})],
+                               checkpoint=resumed, defaults=RECIPE)
+    # recipe < checkpoint < file < flags
+    assert (config.momentum, config.epochs, config.lr, config.batch_size, config.seed) == \
+        (0.5, 2, 0.2, 16, 9)
+
+
+@pytest.mark.parametrize("layer, words", [
+    (flags({"workers": 0}), "--workers must be a positive integer"),
+    (keywords({"workers": 0}, "fit()"), "fit(): workers must be a positive integer"),
+    (keywords({"lr": "0.1"}, "fit()"), "fit(): lr is a string ('0.1') where a number is "
+                                       "expected"),
+    (keywords({"epochz": 1}, "fit()"), "fit(): unknown setting epochz (did you mean epochs?)"),
+])
+def test_each_layer_names_settings_as_its_caller_writes_them(layer, words):
+    with pytest.raises(UserError) as info:
+        supervised_config([layer], defaults=RECIPE)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_config_file_layer_quotes_the_file_and_its_key(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[run]\nlearning-starts = "many"\n')
+    values = load_config_file(path, {f for f in RLConfig.__dataclass_fields__})
+    with pytest.raises(UserError, match=r"run.toml: learning-starts is a string \('many'\) "
+                                        "where a whole number is expected"):
+        rl_config([config_file(values)])
+
+
+def test_fit_refuses_an_unknown_keyword_listing_the_known_ones():
+    with pytest.raises(UserError) as info:
+        mptrain.fit(torch_model(), [], epochz=1)
+    assert "unknown setting epochz (did you mean epochs?); known:" in str(info.value)
+    assert "batch_size" in str(info.value)
+
+
+def test_rl_fit_refuses_a_typo_instead_of_running_the_defaults():
+    # It ran 200,000 steps: RLConfig.from_dict dropped the unknown key.
+    with pytest.raises(UserError) as info:
+        mptrain.rl.fit("CartPole-v1", "a3c", stepz=100)
+    message = str(info.value)
+    assert message.startswith("rl.fit(): unknown setting stepz (did you mean steps?); known:")
+    assert "round_steps" in message and "\n" not in message
+
+
+def test_errors_from_python_name_the_keyword_not_the_flag():
+    with pytest.raises(UserError) as info:
+        mptrain.fit(torch_model(), [], workers=0)
+    assert "workers must be a positive integer" in str(info.value)
+    assert "--workers" not in str(info.value)
+
+
+# -- resuming ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("epochs", [1, 4])
+def test_a_resume_with_no_epochs_left_is_refused(epochs):
+    resumed = checkpoint_of(TrainConfig(epochs=4), epoch=4)
+    with pytest.raises(UserError) as info:
+        supervised_config([flags({"epochs": epochs})], checkpoint=resumed,
+                          resume_from="runs/b")
+    assert str(info.value) == (f"the run in runs/b is already at epoch 4 and --epochs {epochs} "
+                               "asks for no more; give --epochs above 4 to train on (e.g. "
+                               "--epochs 8)")
+
+
+def test_a_resume_without_epochs_that_is_done_is_refused():
+    resumed = checkpoint_of(TrainConfig(epochs=4), epoch=4)
+    with pytest.raises(UserError, match="already at epoch 4 and its own --epochs 4 is done; "
+                                        "give --epochs above 4"):
+        supervised_config([flags({})], checkpoint=resumed)
+
+
+def test_a_fedavg_resume_names_rounds():
+    resumed = checkpoint_of(TrainConfig(strategy="fedavg", rounds=3, clients=4,
+                                        clients_per_round=2), epoch=3)
+    with pytest.raises(UserError, match="already at round 3 .* give --rounds above 3"):
+        supervised_config([flags({"rounds": 2})], checkpoint=resumed)
+
+
+def test_an_rl_resume_with_no_steps_left_is_refused():
+    resumed = checkpoint_of(RLConfig(steps=30_000, round_steps=10_000), epoch=3)
+    with pytest.raises(UserError, match="already at round 3 .* give steps above 30000"):
+        rl_config([keywords({"steps": 30_000}, "rl.fit()")], checkpoint=resumed)
+    assert rl_config([keywords({"steps": 40_000}, "rl.fit()")], checkpoint=resumed).units == 4
+
+
+def test_a_resume_under_another_strategy_names_the_checkpoints():
+    # It blamed --sync-every, which the user never gave: the checkpoint's sync setting.
+    resumed = checkpoint_of(TrainConfig(strategy="sync", workers=2, sync_every=2), epoch=1)
+    with pytest.raises(UserError) as info:
+        supervised_config([flags({"strategy": "hogwild", "epochs": 5})], checkpoint=resumed,
+                          resume_from="runs/b")
+    message = str(info.value)
+    assert message.startswith("the checkpoint in runs/b was written by --strategy sync, not "
+                              "hogwild")
+    assert "sync-every" not in message
+
+
+def test_a_resume_takes_the_checkpoints_strategy_when_none_is_given():
+    resumed = checkpoint_of(TrainConfig(strategy="sync", workers=2, sync_every=2), epoch=1)
+    config = supervised_config([flags({"epochs": 5})], checkpoint=resumed)
+    assert (config.strategy, config.workers, config.sync_every) == ("sync", 2, 2)
+
+
+def torch_model():
+    import torch.nn as nn
+
+    return nn.Linear(1, 1)
+
+
+@pytest.mark.timeout(120)
+def test_a_resume_with_nothing_to_do_rewrites_nothing_and_one_that_trains_says_so(
+        tmp_path, capsys):
+    from user_errors import fail
+
+    from mptrain.cli import main
+
+    out = tmp_path / "b"
+    base = ["run", "--data", "linreg", "--out", str(out), "--checkpoint-every", "1"]
+    assert main(base + ["--epochs", "2", "--quiet"]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    err = fail(["run", "--resume", str(out), "--epochs", "2"], capsys)
+    assert f"the run in {out} is already at epoch 2" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == before
+    assert main(["run", "--resume", str(out), "--epochs", "3"]) == 0
+    assert "resuming from epoch 2 of 3" in capsys.readouterr().out
+
+
+def test_run_locations_take_the_checkpoints_where_nothing_is_said(tmp_path):
+    from mptrain.settings import run_locations
+
+    resumed = Checkpoint(epoch=1, strategy="single", config={}, run={
+        "data": "digits", "data_dir": "/old/mnist", "model": "mlp"}, model={}, ranks=[{}],
+        metrics=[])
+    assert run_locations({"model": "digits-cnn"}, resumed, tmp_path) == {
+        "data": "digits", "data_dir": None,   # a data dir only goes with mnist
+        "model": "digits-cnn", "out": str(tmp_path)}
+    assert run_locations({"data": "linreg"}) == {"data": "linreg", "data_dir": None,
+                                                 "model": None, "out": None}

@@ -1,0 +1,40 @@
+"""The `mptrain` command makes OpenMP's threads wait passively unless the user said
+otherwise, and its banner says which policy runs (issue 43: spinning threads made a default
+run several times slower on a busy machine)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def banner(tmp_path, policy):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if policy is not None:
+        env["OMP_WAIT_POLICY"] = policy
+    done = subprocess.run([sys.executable, "-m", "mptrain", "run", "--data", "linreg",
+                           "--epochs", "1", "--threads-per-worker", "2"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=100)
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("policy, words", [
+    (None, "OpenMP threads sleep while they wait (OMP_WAIT_POLICY=PASSIVE, mptrain's choice"),
+    ("ACTIVE", "OpenMP threads wait as your OMP_WAIT_POLICY=ACTIVE says"),
+])
+def test_the_banner_says_how_openmp_threads_wait(tmp_path, policy, words):
+    assert words in banner(tmp_path, policy)
+
+
+def test_the_command_chooses_before_torch_loads_openmp():
+    # libgomp reads the variable once, as torch loads it.
+    code = ("import os, sys\nos.environ.pop('OMP_WAIT_POLICY', None)\n"
+            "from mptrain.cli import console\nfrom mptrain.launch import openmp\n"
+            "assert 'torch' not in sys.modules\nopenmp.this_process_is_the_command()\n"
+            "print(os.environ['OMP_WAIT_POLICY'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "PASSIVE", done.stderr
