@@ -27,7 +27,7 @@ SOURCE = Path(__file__).resolve().parents[1] / "src" / "mptrain"
 #: The rooms, top first: a room may import the rooms after it, never one before it.
 LAYERS = [
     "__main__", "cli", "rl", "bench", "doctor", "devices", "api", "runner", "supervised",
-    "result", "launch", "config", "trackers", "callbacks", "strategies", "report",
+    "result", "launch", "settings", "config", "trackers", "callbacks", "strategies", "report",
     "federated", "engine", "comm", "data", "models", "checkpoint", "files", "signals",
     # The package's own __init__: lazy exports and the version, nothing that imports more.
     "mptrain", "imports", "environ", "leftovers", "errors",

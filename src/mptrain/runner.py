@@ -17,6 +17,7 @@ import torch.nn as nn
 from .callbacks import CallbackList
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
 from .launch import warmup
+from .launch.openmp import wait_policy_line
 from .launch.attempt import Job
 from .launch.launchers import Launcher
 from .launch.plan import RunPlan
@@ -108,7 +109,10 @@ def run(request: RunRequest) -> FitResult:
                               keep_on_disk=joined.restartable)
     if resume is not None:
         model.load_state_dict(resume.model)
-    presenter.banner(task.banner(config, model, plan) + strategy.describe(plan, model)
+    # How OpenMP threads wait: only where a worker has more than one to wait for.
+    waiting = [wait_policy_line()] if plan.threads > 1 else []
+    presenter.banner(task.banner(config, model, plan) + waiting
+                     + strategy.describe(plan, model)
                      + tracker_lines(callbacks) + resume_lines(config, resume))
     for note in joined.notes:
         presenter.note(note)

@@ -121,8 +121,10 @@ def _refuse_finished(family: Family, config, checkpoint, resume_from, said: dict
         return
     name, minimum = family.more_work(config, checkpoint.epoch)
     where = f"the run in {resume_from}" if resume_from else "the checkpoint's run"
-    asked = f"{setting_name(name)} {getattr(config, name)} asks for no more" if name in said \
-        else f"its own {setting_name(name)} {getattr(config, name)} is done"
+    # A supervised config keeps fedavg's settings in a section of their own.
+    value = config.setting(name) if hasattr(config, "setting") else getattr(config, name)
+    asked = f"{setting_name(name)} {value} asks for no more" if name in said \
+        else f"its own {setting_name(name)} {value} is done"
     raise UserError(f"{where} is already at {config.unit} {checkpoint.epoch} and {asked}; "
                     f"give {setting_name(name)} above {minimum - 1} to train on (e.g. "
                     f"{setting_name(name)} {2 * (minimum - 1) or 1})")
@@ -143,32 +145,11 @@ def _supervised() -> Family:
                   more_work=more_work)
 
 
-def _reinforcement() -> Family:
-    from .rl.config import RLConfig, check_rl_setting, rl_setting_names
-
-    def resumable(config: dict) -> dict:
-        names = rl_setting_names()
-        return {k: v for k, v in config.items() if k in names and k != "quiet"}
-
-    def more_work(config, done):
-        return "steps", done * config.round_steps + 1
-
-    return Family(strategy_key="algo", known=rl_setting_names,
-                  check=check_rl_setting, resumable=resumable,
-                  build=lambda said, _defaults: RLConfig.from_dict(said),
-                  more_work=more_work)
-
-
 def supervised_config(layers: list[Layer], *, checkpoint=None, defaults=None,
                       resume_from: str | None = None):
     """A supervised run's :class:`~mptrain.config.TrainConfig`."""
     return resolve(_supervised(), layers, checkpoint=checkpoint, defaults=defaults,
                    resume_from=resume_from)
-
-
-def rl_config(layers: list[Layer], *, checkpoint=None, resume_from: str | None = None):
-    """An RL run's :class:`~mptrain.rl.config.RLConfig`."""
-    return resolve(_reinforcement(), layers, checkpoint=checkpoint, resume_from=resume_from)
 
 
 # -- where a supervised run's data, model and outputs are ---------------------------------------

@@ -54,7 +54,8 @@ def test_fedavg_help_defaults_are_what_runs_on_each_data_set(name):
     shown = defaults_in_help(help_of(run_command, name))
     for data in RECIPES:
         config = supervised_config([flags({"strategy": "fedavg"})], defaults=recipe_for(data))
-        value = config.sampled_clients if name == "clients_per_round" else getattr(config, name)
+        value = config.fedavg.sampled_clients if name == "clients_per_round" \
+            else config.setting(name)
         assert shown[data] == str(value), (data, shown)
 
 
@@ -83,9 +84,10 @@ def test_every_built_in_data_set_takes_every_strategys_defaults(data, strategy):
     bundle = load_data(data, None)
     assert bundle.defaults is recipe_for(data)
     if strategy == "fedavg":
-        clients = partition_clients(config.partition, bundle.train.targets, config.clients,
+        fedavg = config.fedavg
+        clients = partition_clients(fedavg.partition, bundle.train.targets, fedavg.clients,
                                     config.seed)
-        assert len(clients) == config.clients >= config.sampled_clients
+        assert len(clients) == fedavg.clients >= fedavg.sampled_clients
 
 
 def test_linreg_runs_fedavg_on_its_defaults(tmp_path, capsys):

@@ -10,7 +10,8 @@ from mptrain.checkpoint import Checkpoint
 from mptrain.config import TrainConfig, TrainingDefaults
 from mptrain.errors import UserError
 from mptrain.rl.config import RLConfig
-from mptrain.settings import config_file, flags, keywords, rl_config, supervised_config
+from mptrain.rl.api import rl_config
+from mptrain.settings import config_file, flags, keywords, supervised_config
 from mptrain.config import load_config_file
 
 RECIPE = TrainingDefaults(epochs=7, lr=0.3)

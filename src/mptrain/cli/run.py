@@ -12,7 +12,8 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
 from ..settings import RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer
-from ..data.recipes import RECIPES, default_text
+from ..data.recipes import RECIPES
+from .defaults_help import default_text
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 

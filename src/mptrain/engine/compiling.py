@@ -150,3 +150,31 @@ def warm_up(module: nn.Module, step: Callable[[], torch.Tensor]) -> float:
     if devices:
         torch.cuda.synchronize()
     return time.monotonic() - started
+
+
+def compile_worker_model(module: nn.Module, forward: Callable, inputs: torch.Tensor,
+                         targets: torch.Tensor, task: str, precision: str, mode: str) -> float:
+    """Compile ``module`` in place and run its first compiled step now, on a real batch,
+    in turn with the other workers of this machine (:func:`first_compile_in_turn`), so
+    that the training loop's first step is an ordinary one. ``forward`` is the worker's
+    own (layout and precision included). Returns the seconds the compile took here."""
+    from .task import loss_fn
+
+    key = compile_key(module, inputs, mode, precision)
+    compile_in_place(module, mode)
+
+    def step():
+        loss = loss_fn(task, forward(inputs), targets)
+        loss.backward()
+        return loss
+
+    with first_compile_in_turn(key):
+        return warm_up(module, step)
+
+
+def describe(device_type: str, mode: str, why_no_cuda_graphs: str | None) -> str:
+    """The banner's line for ``--compile``."""
+    line = f"compile: torch.compile, mode {mode}"
+    if device_type == "cuda" and mode != CUDA_GRAPHS and why_no_cuda_graphs:
+        line += f" (no CUDA graphs: {why_no_cuda_graphs})"
+    return line + "; one worker compiles first, the others read its cache"

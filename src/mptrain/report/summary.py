@@ -53,10 +53,6 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
                      "gathered in pinned memory and copied one batch ahead on a side stream")
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
-    if plan.threads > 1:   # a single thread never waits for another
-        from ..launch.openmp import wait_policy_line
-
-        lines.append(wait_policy_line())
     return lines
 
 

@@ -17,23 +17,29 @@ from .nets import build_network
 from .task import RLResult, RLTask
 
 
-def resolved_config(layers, resume):
-    """The RL run's config from ``layers`` (``mptrain.settings``) over the checkpoint at
-    ``resume``, whose own code (``env``, ``net``) the user must name again."""
-    from ..settings import rl_config
+def rl_family():
+    """The RL family as the settings resolver (``mptrain.settings``) sees it."""
+    from ..settings import Family
+    from .config import check_rl_setting, rl_setting_names
 
-    checkpoint, _ = resolve_resume(resume, None)
-    if checkpoint is not None:
-        if checkpoint.strategy not in ALGOS:
-            raise UserError(f"the checkpoint was written by `mptrain run --strategy "
-                            f"{checkpoint.strategy}`; resume it with mptrain run --resume")
-        said = {}
-        for layer in layers:
-            said.update({k: v for k, v in layer.values.items() if v is not None})
-        user_code_in(checkpoint, {"env": said.get("env"), "net": said.get("net")})
-    return rl_config(layers, checkpoint=checkpoint,
-                     resume_from=None if resume is None or isinstance(resume, Checkpoint)
-                     else str(resume))
+    def resumable(config: dict) -> dict:
+        names = rl_setting_names()
+        return {k: v for k, v in config.items() if k in names and k != "quiet"}
+
+    def more_work(config, done):
+        return "steps", done * config.round_steps + 1
+
+    return Family(strategy_key="algo", known=rl_setting_names,
+                  check=check_rl_setting, resumable=resumable,
+                  build=lambda said, _defaults: RLConfig.from_dict(said),
+                  more_work=more_work)
+
+
+def rl_config(layers, *, checkpoint=None, resume_from: str | None = None) -> RLConfig:
+    """An RL run's config from settings ``layers`` over ``checkpoint``."""
+    from ..settings import resolve
+
+    return resolve(rl_family(), layers, checkpoint=checkpoint, resume_from=resume_from)
 
 
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,
@@ -83,8 +89,6 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
 def resolved_config(layers, checkpoint: Checkpoint | None, resume) -> RLConfig:
     """The RL run's config from ``layers`` over ``checkpoint``, whose own code (``env``,
     ``net``) the user must name again."""
-    from ..settings import rl_config
-
     if checkpoint is not None:
         if checkpoint.strategy not in ALGOS:
             raise UserError(f"the checkpoint was written by `mptrain run --strategy "
