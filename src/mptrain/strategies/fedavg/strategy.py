@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import UserError
 from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from ..data_parallel import floating_state
-from . import report
+from . import cohorts, report
 from .refusals import check_fedavg_config
 from .settings import accountant_name, dp_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
@@ -23,7 +23,7 @@ class FedAvgStrategy(Strategy):
         "server_betas", "server_tau", "accept_failures", "max_restarts", "scaffold",
         "sampling", "dropout_rate", "straggler_rate", "dp_clip", "dp_noise", "dp_delta",
         "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
-        "client_eval_every"})
+        "client_eval_every", "vectorize_clients", "vectorize_chunk"})
     instead = {"epochs": "--rounds",
                "steps_per_epoch": "--rounds with fewer --clients-per-round"}
     runs_under_torchrun = True
@@ -40,6 +40,12 @@ class FedAvgStrategy(Strategy):
         self.last_epsilon: float | None = None
         self.stopped_for_privacy_at: int | None = None
         self.divergence = report.DivergenceWatch()
+        #: --vectorize-clients: the parent's dry run of the model (None with off) and the
+        #: cohort size on CPU (None where each worker sizes it).
+        self.cohort_check = None
+        self.cohort_chunk: int | None = None
+        #: Which path the clients trained on, as the workers reported it.
+        self.client_path: str | None = None
 
     # -- facts ---------------------------------------------------------------------------------
     @classmethod
@@ -86,6 +92,9 @@ class FedAvgStrategy(Strategy):
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
         if c.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
+        if self.cohort_check is None:   # once: restarts reuse it
+            self.cohort_check = cohorts.check_model(c, model, data)
+            self.cohort_chunk = cohorts.host_chunk(c, self.cohort_check, plan.workers)
 
     def partition(self, data) -> None:
         """Cut the training set into clients (once; restarts reuse it)."""
@@ -114,7 +123,8 @@ class FedAvgStrategy(Strategy):
     def program(self, setup) -> WorkerProgram:
         from .worker import FedAvgProgram
 
-        return FedAvgProgram(self.config, self.shared, setup)
+        return FedAvgProgram(self.config, self.shared, setup, self.cohort_check,
+                             self.cohort_chunk)
 
     # -- what the run says about itself ----------------------------------------------------------
     def round_extras(self, reports) -> dict:
@@ -123,6 +133,8 @@ class FedAvgStrategy(Strategy):
             self.last_epsilon = row["epsilon"]
         if "stopped" in row:
             self.stopped_for_privacy_at = row["round"]
+        if "client_path" in row:
+            self.client_path = row["client_path"]
         return row
 
     def round_line(self, metrics):
@@ -132,8 +144,11 @@ class FedAvgStrategy(Strategy):
         return report.round_notes(self.config, metrics)
 
     def summary_fields(self):
-        return report.summary_fields(self.config, self.last_epsilon,
-                                     self.stopped_for_privacy_at)
+        return {**report.summary_fields(self.config, self.last_epsilon,
+                                        self.stopped_for_privacy_at),
+                "vectorize_clients": self.config.vectorize_clients,
+                "client_path": self.client_path}
 
     def describe(self, plan, model):
-        return report.describe(self.config, plan, model, self.out_dir)
+        return report.describe(self.config, plan, model, self.out_dir) + [
+            cohorts.banner_line(self.config, self.cohort_check, self.cohort_chunk)]
