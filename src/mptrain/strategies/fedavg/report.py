@@ -93,7 +93,8 @@ def round_line(metrics) -> list[str]:
 def round_notes(config, metrics) -> list[str]:
     """What a round's clients did that the user must know."""
     extras, index, notes = metrics.extras, metrics.epoch, []
-    if extras.get("client_path"):    # the round that decided it: the run's first
+    if str(extras.get("client_path")).startswith("vectorized") and config.device == "cuda" \
+            and config.vectorize_chunk is None:   # the size the banner could not tell
         notes.append(f"clients: {extras['client_path']}")
     nonfinite = extras.get("nonfinite_clients") or []
     failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]

@@ -40,10 +40,10 @@ class FedAvgStrategy(Strategy):
         self.last_epsilon: float | None = None
         self.stopped_for_privacy_at: int | None = None
         self.divergence = report.DivergenceWatch()
-        #: --vectorize-clients: the parent's dry run of the model (None with off) and the
-        #: cohort size on CPU (None where each worker sizes it).
-        self.cohort_check = None
-        self.cohort_chunk: int | None = None
+        #: --vectorize-clients: the path the parent chose (``cohorts.choose_path``) and
+        #: one client's memory in a cohort, from its dry run.
+        self.client_path_plan = None
+        self.client_bytes: int | None = None
         #: Which path the clients trained on, as the workers reported it.
         self.client_path: str | None = None
 
@@ -92,9 +92,9 @@ class FedAvgStrategy(Strategy):
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
         if c.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
-        if self.cohort_check is None:   # once: restarts reuse it
-            self.cohort_check = cohorts.check_model(c, model, data)
-            self.cohort_chunk = cohorts.host_chunk(c, self.cohort_check, plan.workers)
+        if self.client_path_plan is None:   # once: restarts reuse it
+            check, self.client_path_plan = cohorts.choose_path(c, model, data, plan.workers)
+            self.client_bytes = check.client_bytes if check is not None else None
 
     def partition(self, data) -> None:
         """Cut the training set into clients (once; restarts reuse it)."""
@@ -123,8 +123,8 @@ class FedAvgStrategy(Strategy):
     def program(self, setup) -> WorkerProgram:
         from .worker import FedAvgProgram
 
-        return FedAvgProgram(self.config, self.shared, setup, self.cohort_check,
-                             self.cohort_chunk)
+        return FedAvgProgram(self.config, self.shared, setup, self.client_path_plan,
+                             self.client_bytes)
 
     # -- what the run says about itself ----------------------------------------------------------
     def round_extras(self, reports) -> dict:
@@ -151,4 +151,4 @@ class FedAvgStrategy(Strategy):
 
     def describe(self, plan, model):
         return report.describe(self.config, plan, model, self.out_dir) + [
-            cohorts.banner_line(self.config, self.cohort_check, self.cohort_chunk)]
+            cohorts.banner_line(self.client_path_plan)]

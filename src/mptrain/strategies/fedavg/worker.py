@@ -53,15 +53,17 @@ from .shared import FedAvgShared
 class FedAvgProgram(WorkerProgram):
     """One worker: each round, train my share of the sampled clients, then aggregate."""
 
-    def __init__(self, config, shared: FedAvgShared, setup, cohort_check=None,
-                 cohort_chunk=None):
+    def __init__(self, config, shared: FedAvgShared, setup, client_path=None,
+                 client_bytes=None):
         self.config, self.shared, self.setup = config, shared, setup
         self.group = setup.group
         self.client_controls = shared.client_controls()   # mapped once per process
         self.trainer = ClientTrainer(config, shared, setup, self.client_controls)
-        # The stacked path (--vectorize-clients): which path is decided in the first round.
+        # The stacked path (--vectorize-clients), as the parent chose it; the cohort size is
+        # agreed in the first round.
         self.cohorts = CohortClients(config, shared, setup, self.trainer,
-                                     self.client_controls, cohort_check, cohort_chunk)
+                                     self.client_controls, client_path, client_bytes)
+        self.path_reported = False
         accountant = None
         if config.private:
             from ...federated.accounting import PrivacyAccountant
@@ -78,9 +80,8 @@ class FedAvgProgram(WorkerProgram):
         clip = float(shared.clip[0]) if shared.clip is not None else None
         started = time.monotonic()
         tally = RoundTally()
-        deciding = self.cohorts.path is None
-        if deciding:
-            self.cohorts.choose(group, mine, round_index)
+        first = not self.path_reported
+        self.cohorts.agree(group)
         partial_sum, partial_weight = self.train_my_clients(mine, sampled, round_index,
                                                             clip, tally)
         ended = time.monotonic()
@@ -94,8 +95,9 @@ class FedAvgProgram(WorkerProgram):
                                     or round_index + 1 == c.rounds):
             figures.update(self._evaluate_clients())
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
-        if deciding and group.rank == 0:
+        if first and group.rank == 0:   # the path this run's clients train on, once
             extras["client_path"] = self.cohorts.path.describe()
+        self.path_reported = True
         return RoundWork(steps=tally.steps, samples=tally.samples, loss_sum=tally.loss_sum,
                          started=started, ended=ended, extras=extras,
                          last=bool(figures.get("privacy_stop")) if group.rank == 0
@@ -213,7 +215,7 @@ class FedAvgProgram(WorkerProgram):
         if setup.data.task != CLASSIFICATION:
             return {}
         mine = column_slice(c.clients, group.world_size, group.rank)
-        if self.cohorts.path is not None and self.cohorts.path.vectorized:
+        if self.cohorts.path.vectorized:
             shared.client_accuracy[mine] = client_accuracies(
                 self.trainer.model, self.trainer.feed, shared.client_index,
                 shared.client_offsets, range(mine.start, mine.stop), c.eval_batch_size,
