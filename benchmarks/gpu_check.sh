@@ -22,11 +22,14 @@
 # 360 s, what 15 minutes of device time leave after a machine's start and the paths);
 # pytest is interrupted, not killed, at the bound, so it still writes which tests failed
 # and why (and which skipped: -rs). paths exits with gpu.py's status.
+# `bash benchmarks/gpu_check.sh vectorized` (a third command, at most 540 s): fedavg's
+# clients one at a time against stacked on the GPU (benchmarks/fl_vectorized.py, 20 rounds
+# of each case; $OUT/fl_vectorized.json and .txt).
 set -u
 WHAT=${1:-}
 case "$WHAT" in
-    paths|suite) ;;
-    *) echo "usage: $0 paths|suite (two commands: together they outlast one command's limit)" >&2
+    paths|suite|vectorized) ;;
+    *) echo "usage: $0 paths|suite|vectorized (separate commands: together they outlast one command's limit)" >&2
        exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
@@ -47,6 +50,14 @@ if [ "$WHAT" = paths ]; then
     status=$?
     tail -30 "$OUT/gpu.txt"
     timeout 60 python3 benchmarks/gpu.py --hogwild-check-only 2>&1 | tail -3
+    date -u +%H:%M:%S
+    exit $status
+fi
+if [ "$WHAT" = vectorized ]; then
+    timeout 540 python3 benchmarks/fl_vectorized.py --device cuda --rounds 20 \
+        --json "$OUT/fl_vectorized.json" > "$OUT/fl_vectorized.txt" 2>&1
+    status=$?
+    tail -14 "$OUT/fl_vectorized.txt"
     date -u +%H:%M:%S
     exit $status
 fi
