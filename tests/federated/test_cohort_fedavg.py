@@ -4,6 +4,7 @@ bitwise and do not depend on --workers; what cannot vectorize is refused (on) or
 back (auto) in one line."""
 
 import copy
+import json
 import sys
 from pathlib import Path
 
@@ -131,3 +132,27 @@ def test_other_strategies_refuse_vectorize_clients():
         mptrain.fit(make_model(), make_data(), strategy="sync", workers=2,
                     vectorize_clients="on", quiet=True)
     assert "--vectorize-clients" in str(caught.value) and "fedavg" in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_stacked_clients_under_torchrun_train_like_own_workers(tmp_path, monkeypatch):
+    """Two ranks from torchrun agree on the cohort size through their group (gloo) and
+    train a regression task stacked, as mptrain's own two workers do."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
+    from test_torchrun import own_workers_run, torchrun
+
+    args = ["run", "--data", "linreg", "--strategy", "fedavg", "--rounds", "2",
+            "--clients", "20", "--clients-per-round", "8", "--vectorize-clients", "on",
+            "--quiet"]
+    out, own = tmp_path / "torchrun", tmp_path / "own"
+    done = torchrun(tmp_path, args + ["--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert own_workers_run(tmp_path, args + ["--workers", "2", "--out", str(own)],
+                           monkeypatch) == 0
+    for where in (out, own):
+        summary = json.loads((where / "summary.json").read_text())
+        assert summary["client_path"] == "vectorized x8"
+    theirs, ours = torch.load(out / "model.pt"), torch.load(own / "model.pt")
+    for key in ours:
+        assert torch.allclose(theirs[key], ours[key], rtol=0, atol=1e-5), key
