@@ -35,7 +35,7 @@ SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
 CLIENT_SAMPLING = ("fixed", "poisson")
 ACCOUNTANTS = ("rdp", "pld")                             # federated.accounting's names
-VECTORIZE_CLIENTS = ("auto", "on", "off")                 # federated.cohort_choice.MODES
+VECTORIZE_CLIENTS = ("auto", "on", "off")                 # strategies/fedavg/cohorts.py
 #: What ``--sync-every`` (or ``sync_every`` in a config file) says for "once per epoch": the
 #: config holds None for it, but None in settings means "not said" -- and a data set may
 #: recommend every step (MNIST's recipe does).

@@ -162,9 +162,22 @@ def test_a_cohort_is_bitwise_reproducible_with_dropout(data):
     other, _ = together(model, data, SETTINGS["adam"], seed=8)
     assert torch.equal(first, second)
     assert not torch.equal(first, other)           # the masks are drawn, and per seed
-    # each client its own masks: two clients with the same data and start would differ
-    # only through them
-    assert torch.isfinite(first).all()
+    # each client its own masks: two clients with the same batches from the same start
+    # differ only through them
+    inputs, targets, clients = data
+    trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS["sgd"], torch.device("cpu"))
+    twin = streams(clients)[1]
+    twins = trainer.train(plan_cohort([twin, twin], BATCH),
+                          lambda idx: (inputs[idx], targets[idx]),
+                          [p.detach() for p in model.parameters()], dropout_seed=7)
+    assert not torch.equal(twins.params[0][0], twins.params[0][1])
+    # and without the dropout layer the twins are bitwise equal
+    plain = CohortTrainer(nn.Sequential(*list(model)[:2], *list(model)[3:]), CLASSIFICATION,
+                          SETTINGS["sgd"], torch.device("cpu"))
+    same = plain.train(plan_cohort([twin, twin], BATCH),
+                       lambda idx: (inputs[idx], targets[idx]),
+                       [p.detach() for p in model.parameters()])
+    assert torch.equal(same.params[0][0], same.params[0][1])
 
 
 def test_padded_steps_change_nothing(data):

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-MODES = ("auto", "on", "off")
 MIN_COHORT_CPU = 10
 MIN_COHORT_GPU = 2
 
