@@ -15,6 +15,9 @@ def check_fedavg_config(config) -> None:
     if c.sampled_clients > c.clients:
         raise UserError(f"--clients-per-round {c.sampled_clients} is more than "
                         f"--clients {c.clients}; sample at most every client")
+    if c.vectorize_chunk is not None and c.vectorize_clients == "off":
+        raise UserError("--vectorize-chunk sizes stacked cohorts of clients, and "
+                        "--vectorize-clients off trains none; drop one of them")
     adaptive = c.server_optimizer != "sgd"
     if adaptive and c.server_momentum:
         raise UserError(f"--server-momentum is sgd's; --server-optimizer "
