@@ -157,3 +157,22 @@ def test_stacked_clients_under_torchrun_train_like_own_workers(tmp_path, monkeyp
     theirs, ours = torch.load(out / "model.pt"), torch.load(own / "model.pt")
     for key in ours:
         assert torch.allclose(theirs[key], ours[key], rtol=0, atol=1e-5), key
+
+
+@pytest.mark.timeout(120)
+def test_the_command_line_and_a_config_file_set_the_path(tmp_path, monkeypatch):
+    from mptrain.cli import main
+
+    config = tmp_path / "run.toml"
+    config.write_text('strategy = "fedavg"\nvectorize-clients = "on"\nmodel = "mlp"\n'
+                      'rounds = 1\nclients = 12\nclients-per-round = 6\nworkers = 1\n')
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(["run", "--config", str(config), "--vectorize-chunk", "3", "--quiet",
+                     "--out", str(tmp_path / "out")])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code in (0, None)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["client_path"] == "vectorized x3"
+    assert summary["vectorize_clients"] == "on"
