@@ -127,3 +127,74 @@ def test_clients_evaluated_together_score_as_one_by_one():
             assert torch.isnan(together[position])
         else:
             assert together[position].item() == correct / count
+
+
+class FakeGroup:
+    """Two ranks' broadcast in one process: rank 0's tensor is kept for rank 1."""
+
+    sent = None
+
+    def __init__(self, rank, world_size=2):
+        self.rank, self.world_size = rank, world_size
+
+    def broadcast_(self, tensors, src=0):
+        if self.rank == src:
+            FakeGroup.sent = [t.clone() for t in tensors]
+        else:
+            for tensor, value in zip(tensors, FakeGroup.sent):
+                tensor.copy_(value)
+
+
+def gpu_cohorts(monkeypatch, rank, path, chunk=None, saved=None):
+    """A worker's CohortClients as on a GPU, its free memory faked: 10,000 bytes."""
+    from types import SimpleNamespace
+
+    from mptrain.strategies.fedavg import cohorts
+
+    monkeypatch.setattr(cohorts, "memory_budget", lambda device, sharers: 10_000 // sharers)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    config = SimpleNamespace(seed=0, batch_size=4, local_epochs=1, straggler_rate=0.0,
+                             vectorize_chunk=chunk, optimizer="sgd", lr=0.1, momentum=0.0,
+                             weight_decay=0.0, precision="32", prox_mu=0.0)
+    setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(
+        task=CLASSIFICATION))
+    trainer = SimpleNamespace(model=nn.Linear(3, 2))
+    clients = cohorts.CohortClients(config, SimpleNamespace(rows=40), setup, trainer, None,
+                                    path, client_bytes=100)
+    if saved is not None:
+        clients.load_state({"cohort_chunk": saved})
+    return clients
+
+
+def test_a_gpu_worker_sizes_cohorts_from_free_memory_and_every_rank_takes_rank_0s(
+        monkeypatch):
+    from mptrain.federated.cohort_choice import ClientPath
+
+    zero = gpu_cohorts(monkeypatch, 0, ClientPath(True))
+    assert zero.agree(FakeGroup(0)).chunk == 40          # 5,000 bytes / 100: capped at rows
+    one = gpu_cohorts(monkeypatch, 1, ClientPath(True))
+    assert one.agree(FakeGroup(1)).describe() == "vectorized x40"
+    assert zero.state() == {"cohort_chunk": 40}
+    small = gpu_cohorts(monkeypatch, 0, ClientPath(True))
+    monkeypatch.setattr("mptrain.strategies.fedavg.cohorts.memory_budget",
+                        lambda device, sharers: 1_000)
+    assert small.agree(FakeGroup(0, world_size=1)).chunk == 10
+    resumed = gpu_cohorts(monkeypatch, 0, ClientPath(True), saved=7)
+    assert resumed.agree(FakeGroup(0)).chunk == 7       # the run it continues
+    forced = gpu_cohorts(monkeypatch, 0, ClientPath(True, 3), chunk=3, saved=7)
+    assert forced.agree(FakeGroup(0)).chunk == 3        # the user's size wins
+    off = gpu_cohorts(monkeypatch, 0, ClientPath(False, reason="--vectorize-clients off"))
+    assert not off.agree(FakeGroup(0)).vectorized and off.state() == {}
+
+
+def test_auto_rule():
+    from mptrain.federated.cohort_choice import auto_path
+
+    mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 2))
+    assert auto_path(mlp, "cpu", 50, 1).vectorized
+    assert auto_path(mlp, "cpu", 20, 2).vectorized
+    assert "5 client(s) per worker" in auto_path(mlp, "cpu", 10, 2).reason
+    assert "convolutions (0)" in auto_path(cnn, "cpu", 50, 1).reason
+    assert auto_path(cnn, "cuda", 4, 2).vectorized
+    assert not auto_path(cnn, "cuda", 3, 2).vectorized
