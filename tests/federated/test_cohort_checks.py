@@ -153,9 +153,10 @@ def gpu_cohorts(monkeypatch, rank, path, chunk=None, saved=None):
 
     monkeypatch.setattr(cohorts, "memory_budget", lambda device, sharers: 10_000 // sharers)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    config = SimpleNamespace(seed=0, batch_size=4, local_epochs=1, straggler_rate=0.0,
-                             vectorize_chunk=chunk, optimizer="sgd", lr=0.1, momentum=0.0,
-                             weight_decay=0.0, precision="32", prox_mu=0.0)
+    config = SimpleNamespace(seed=0, batch_size=4, optimizer="sgd", lr=0.1, momentum=0.0,
+                             weight_decay=0.0, precision="32", fedavg=SimpleNamespace(
+                                 local_epochs=1, straggler_rate=0.0, vectorize_chunk=chunk,
+                                 prox_mu=0.0, scaffold=False))
     setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(
         task=CLASSIFICATION))
     trainer = SimpleNamespace(model=nn.Linear(3, 2))

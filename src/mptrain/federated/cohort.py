@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
 from ..data.sources import CLASSIFICATION
+from ..engine.precision import FULL
 from ..engine.seeding import seed_global_generator
 from .cohort_optim import ClientOptimizerSettings, StackedOptimizer
 from .cohort_plan import CohortPlan
@@ -59,7 +60,7 @@ class CohortTrainer:
         self.model, self.task, self.optimizer = model, task, optimizer
         self.device, self.prox_mu = torch.device(device), prox_mu
         self.names = [name for name, _ in model.named_parameters()]
-        self.autocast = precision != "32"
+        self.autocast = precision != FULL
         self._gradients = vmap(grad_and_value(self._client_loss), in_dims=(0, None, 0, 0, 0),
                                randomness="different")
 
@@ -153,7 +154,7 @@ def _correction_views(corrections, params, device) -> list[torch.Tensor] | None:
 
 def stacked_rows(result: CohortResult, model: nn.Module) -> torch.Tensor:
     """``[K, numel]``: each client's model flat, parameters then floating buffers (as
-    ``strategies.data_parallel.floating_state`` orders them). Buffers are the model's:
+    ``strategies.model_state.floating_state`` orders them). Buffers are the model's:
     training in a cohort never changes them (``vectorizable`` refuses models that would)."""
     K = len(result.steps)
     pieces = [p.detach().reshape(K, -1) for p in result.params]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ..engine.precision import in_precision
+from ..engine.autocast import in_precision
 
 
 @torch.no_grad()

@@ -20,13 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+import torch
 import torch.nn as nn
 
 from ..comm.kind import CommKind
 from ..report.console import metric_parts
 
+from ..data.defaults import TrainingDefaults
+
 if TYPE_CHECKING:   # the config module asks the strategies about settings
-    from ..config import TrainConfig, TrainingDefaults
+    from ..config import TrainConfig
 
 
 @dataclass
@@ -219,3 +222,9 @@ class Strategy(ABC):
 
 def model_tensor_count(model: nn.Module) -> int:
     return len(list(model.parameters())) + len(list(model.buffers()))
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use (CUDA_VISIBLE_DEVICES respected); asks NVML, so CUDA is not
+    initialised in the parent by asking."""
+    return torch.cuda.device_count()

@@ -28,18 +28,19 @@ from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, mem
 def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
     return CohortTrainer(model, task, ClientOptimizerSettings(
         config.optimizer, config.lr, config.momentum, config.weight_decay),
-        torch.device(device), precision=config.precision, prox_mu=config.prox_mu)
+        torch.device(device), precision=config.precision, prox_mu=config.fedavg.prox_mu)
 
 
 def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, ClientPath]:
     """The parent's dry run (None with ``off``) and the path the clients will train on;
     ``on`` refuses a model that cannot vectorize, in one line naming the module."""
-    mode = config.vectorize_clients
+    f = config.fedavg
+    mode = f.vectorize_clients
     if mode == "off":
         return None, ClientPath(False, reason="--vectorize-clients off")
     count = min(len(data.train), config.batch_size)
     inputs, targets = data.train.batch(torch.arange(count))
-    extra = int(bool(config.prox_mu)) + int(bool(config.scaffold))
+    extra = int(bool(f.prox_mu)) + int(bool(f.scaffold))
     check = check_cohort(cohort_trainer(config, model, data.task, "cpu"), inputs, targets,
                          extra_state=extra)
     if not check.vectorizes:
@@ -47,7 +48,7 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
             raise UserError(f"--vectorize-clients on: {check.reason}")
         return check, ClientPath(False, reason=check.reason)
     path = ClientPath(True) if mode == "on" else \
-        auto_path(model, config.device, config.sampled_clients, workers)
+        auto_path(model, config.device, f.sampled_clients, workers)
     if path.vectorized:
         chunk = host_chunk(config, check, workers)
         if chunk is not None:
@@ -58,11 +59,12 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
 def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     """Clients per cohort where the parent can tell: forced, or on CPU from the host's
     memory; None where the workers size it (a GPU's free memory)."""
-    if config.vectorize_chunk is not None:
-        return config.vectorize_chunk
+    f = config.fedavg
+    if f.vectorize_chunk is not None:
+        return f.vectorize_chunk
     if config.device != "cpu":
         return None
-    most = config.sampled_clients if config.sampling == "fixed" else config.clients
+    most = f.sampled_clients if f.sampling == "fixed" else f.clients
     return min(most, chunk_size(check.client_bytes,
                                 memory_budget(torch.device("cpu"), workers)))
 
@@ -84,8 +86,8 @@ class CohortClients:
             ClientPath(False, reason="--vectorize-clients off")
         self.agreed = not self.path.vectorized
         self.saved_chunk: int | None = None    # the cohort size of the run a resume continues
-        self.work = ClientWork(config.seed, config.batch_size, config.local_epochs,
-                               config.straggler_rate)
+        self.work = ClientWork(config.seed, config.batch_size, config.fedavg.local_epochs,
+                               config.fedavg.straggler_rate)
         self.stacked = cohort_trainer(config, trainer.model, setup.data.task, setup.device) \
             if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
@@ -96,7 +98,7 @@ class CohortClients:
         if self.agreed:
             return self.path
         chunk = self.path.chunk
-        if self.saved_chunk is not None and self.config.vectorize_chunk is None:
+        if self.saved_chunk is not None and self.config.fedavg.vectorize_chunk is None:
             chunk = self.saved_chunk
         if chunk is None and group.rank == 0:
             device = self.setup.device
@@ -114,7 +116,7 @@ class CohortClients:
         c, shared, trainer = self.config, self.shared, self.trainer
         trainer.load_global()
         corrections = None
-        if c.scaffold:
+        if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
         return list(train_cohort(

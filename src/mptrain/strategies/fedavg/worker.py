@@ -41,7 +41,7 @@ from ...federated.cohort_round import chunks
 from ...federated.privacy import clip_
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
-from ..data_parallel import copy_model_state
+from ..model_state import copy_model_state
 from . import checkpoint
 from .clients import ClientTrainer
 from .cohorts import CohortClients
@@ -65,16 +65,16 @@ class FedAvgProgram(WorkerProgram):
                                      self.client_controls, client_path, client_bytes)
         self.path_reported = False
         accountant = None
-        if config.private:
+        if config.fedavg.private:
             from ...federated.accounting import PrivacyAccountant
 
-            accountant = PrivacyAccountant(accountant_name(config))
-        self.server = ServerStep(config, shared, self.group, server_optimizer(config),
+            accountant = PrivacyAccountant(accountant_name(config.fedavg))
+        self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
                                  accountant)
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
-        c, group, shared = self.config, self.group, self.shared
+        c, f, group, shared = self.config, self.config.fedavg, self.group, self.shared
         sampled = self._sample(round_index)
         mine = assign_clients(sampled, self.trainer.sizes, group.world_size)[group.rank]
         clip = float(shared.clip[0]) if shared.clip is not None else None
@@ -91,8 +91,8 @@ class FedAvgProgram(WorkerProgram):
         else:
             self.server.reduce_through_group(partial_sum, partial_weight)
         self.trainer.load_global()
-        if c.client_eval_every and ((round_index + 1) % c.client_eval_every == 0
-                                    or round_index + 1 == c.rounds):
+        if f.client_eval_every and ((round_index + 1) % f.client_eval_every == 0
+                                    or round_index + 1 == f.rounds):
             figures.update(self._evaluate_clients())
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
         if first and group.rank == 0:   # the path this run's clients train on, once
@@ -104,14 +104,14 @@ class FedAvgProgram(WorkerProgram):
                          else self.server.privacy_stop())
 
     def _sample(self, round_index: int) -> list[int]:
-        c = self.config
-        if c.sampling == "poisson":
-            sampled = poisson_sample(c.clients, c.sample_rate, c.seed, round_index)
+        c, f = self.config, self.config.fedavg
+        if f.sampling == "poisson":
+            sampled = poisson_sample(f.clients, f.sample_rate, c.seed, round_index)
             if len(sampled) > self.shared.rows:   # < 1e-20 per round
                 raise ClientFailedError(f"round {round_index + 1} sampled {len(sampled)} "
                                         "clients, more than the table holds")
             return sampled
-        return sample_clients(c.clients, c.sampled_clients, c.seed, round_index)
+        return sample_clients(f.clients, f.sampled_clients, c.seed, round_index)
 
     def train_my_clients(self, mine: list[int], sampled: list[int], round_index: int,
                          clip: float | None, tally: "RoundTally"):
@@ -160,12 +160,12 @@ class FedAvgProgram(WorkerProgram):
                     row: torch.Tensor | None, slot: int, tally: "RoundTally") -> float:
         """Train ``client``, put its result in ``row``; returns its weight in the aggregate
         (0: it dropped out, failed or sent a non-finite update)."""
-        c, shared, trainer = self.config, self.shared, self.trainer
+        f, trainer = self.config.fedavg, self.trainer
         trainer.load_global()
         try:
             steps, samples, loss = trainer.train(client, round_index)
         except Exception as err:  # noqa: BLE001 - a client's failure is reported by id
-            if not c.accept_failures:
+            if not f.accept_failures:
                 raise ClientFailedError(
                     f"client {client} failed in round {round_index + 1} on worker rank "
                     f"{self.group.rank}: {type(err).__name__}: {err} (--accept-failures "
@@ -182,18 +182,18 @@ class FedAvgProgram(WorkerProgram):
         """What becomes of a trained client's flat ``result`` (its row): dropped when
         non-finite or out, SCAFFOLD's variate updated, clipped with DP; returns its
         weight."""
-        c, shared, trainer = self.config, self.shared, self.trainer
+        c, f, shared, trainer = self.config, self.config.fedavg, self.shared, self.trainer
         if not (math.isfinite(loss) and update_is_finite(result)):
             # Dropped and counted, and its loss kept out of the round's: one bad client is
             # not the run diverging.
             tally.nonfinite.append(client)
             return 0.0
         tally.count(steps, samples, loss, partial=steps < trainer.full_steps(client))
-        if availability.drops_out(c.seed, round_index, client, c.dropout_rate):
+        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
             tally.dropped += 1     # trained, never reported: nothing of it is kept
             return 0.0
         tally.reported += 1
-        if c.scaffold:
+        if f.scaffold:
             p = trainer.param_numel
             scaffold.update_client_control_(
                 self.client_controls[client], shared.controls, shared.global_flat[:p],
@@ -206,15 +206,16 @@ class FedAvgProgram(WorkerProgram):
         result.sub_(shared.global_flat)
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
-        return 1.0 if c.private else float(samples)
+        return 1.0 if f.private else float(samples)
 
     def _evaluate_clients(self) -> dict:
         """The global model on every client's own data, each rank a run of clients; rank 0
         summarises after a barrier."""
         shared, setup, group, c = self.shared, self.setup, self.group, self.config
+        f = c.fedavg
         if setup.data.task != CLASSIFICATION:
             return {}
-        mine = column_slice(c.clients, group.world_size, group.rank)
+        mine = column_slice(f.clients, group.world_size, group.rank)
         if self.cohorts.path.vectorized:
             shared.client_accuracy[mine] = client_accuracies(
                 self.trainer.model, self.trainer.feed, shared.client_index,
