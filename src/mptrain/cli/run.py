@@ -155,7 +155,7 @@ class GroupedHelp(click.Command):
                    "(mean, std, 10th percentile, worst).")
 @click.option("--vectorize-clients", type=click.Choice(VECTORIZE_CLIENTS),
               help="fedavg: train a worker's clients together as stacked model copies: "
-                   "auto (where measured faster; default), on, off (one at a time).")
+                   "auto (where its rule says faster; default), on, off (one at a time).")
 @click.option("--vectorize-chunk", type=int,
               help="fedavg: clients per stacked cohort (default: as many as fit memory).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),

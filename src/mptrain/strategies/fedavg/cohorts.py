@@ -39,7 +39,8 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     if mode == "off":
         return None, ClientPath(False, reason="--vectorize-clients off")
     count = min(len(data.train), config.batch_size)
-    inputs, targets = data.train.batch(torch.arange(count))
+    # head(): a data set still to be built in shared memory is not built here for it
+    inputs, targets = data.train.head(count), data.train.targets[:count]
     extra = int(bool(f.prox_mu)) + int(bool(f.scaffold))
     check = check_cohort(cohort_trainer(config, model, data.task, "cpu"), inputs, targets,
                          extra_state=extra)
