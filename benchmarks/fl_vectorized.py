@@ -146,10 +146,12 @@ def main() -> int:
                    "target": TARGETS.get((case, mode)), "client_path": ok[0]["client_path"],
                    "gpu_peak_bytes": ok[0]["gpu_peak_bytes"]}
             table.append(row)
+            peak = row["gpu_peak_bytes"]
+            memory = f" (GPU peak {peak / 2**20:,.0f} MiB)" if peak else ""
             print(f"{case:<13} {mode:<5} {s:>8.3f} "
                   f"{'-' if ratio is None else f'{ratio:.2f}':>6} {accuracy:>7.4f} "
                   f"{'-' if delta is None else f'{delta:+.2f}':>7} "
-                  f"{row['target'] or '':<15} {row['client_path']}")
+                  f"{row['target'] or '':<15} {row['client_path']}{memory}")
     path = result_path("fl_vectorized", args.json)
     if path is not None:
         write_json(path, {"machine": machine_info(), "device": args.device,
