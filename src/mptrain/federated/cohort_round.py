@@ -15,7 +15,7 @@ import torch
 
 from . import availability
 from .client import full_steps
-from .cohort import CohortTrainer, stacked_rows
+from .cohort import CohortTrainer
 from .cohort_plan import client_batches, plan_cohort
 from .sampling import client_seed, mix_seed
 
@@ -34,14 +34,24 @@ class ClientWork:
 
 @dataclass
 class ClientOutcome:
-    """One client's trained model (flat, parameters then floating buffers, in host memory)
-    and what it did."""
+    """One client's trained model (``pieces``: its slices of the stacked parameters, then
+    the floating buffers) and what it did."""
 
     client: int
-    result: torch.Tensor
+    pieces: list[torch.Tensor]
     steps: int
     samples: int
     loss_sum: float
+
+    def flat(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The model as one flat vector in host memory (where the server aggregates),
+        written straight into ``out`` (its row of the round's table) when given: no
+        cohort-sized copy, which in a worker would be a fresh mapping of pages every round
+        (above glibc's mmap threshold)."""
+        if self.pieces[0].device.type == "cpu":
+            return torch.cat(self.pieces, out=out)
+        flat = torch.cat(self.pieces)
+        return flat.cpu() if out is None else out.copy_(flat)
 
 
 def cohort_seed(seed: int, round_index: int, clients: Sequence[int]) -> int:
@@ -74,7 +84,9 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
     trained = trainer.train(plan, batch, start, corrections=corrections,
                             dropout_seed=cohort_seed(work.seed, round_index, clients),
                             lr=lr, on_step=on_step)
-    rows = stacked_rows(trained, trainer.model).cpu()
+    buffers = [b.detach().reshape(-1) for b in trainer.model.buffers()
+               if b.is_floating_point()]   # never changed by a cohort (``vectorizable``)
     for k, client in enumerate(clients):
-        yield ClientOutcome(client, rows[k], trained.steps[k], trained.samples[k],
+        pieces = [p[k].reshape(-1) for p in trained.params] + buffers
+        yield ClientOutcome(client, pieces, trained.steps[k], trained.samples[k],
                             trained.loss_sums[k])

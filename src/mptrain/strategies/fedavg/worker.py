@@ -135,7 +135,7 @@ class FedAvgProgram(WorkerProgram):
                         self.trainer.flat_result()
                 else:
                     outcome = outcomes[position]
-                    result = outcome.result if row is None else row.copy_(outcome.result)
+                    result = outcome.flat(out=row)
                     weight = self._take_result(client, round_index, clip, result,
                                                outcome.steps, outcome.samples,
                                                outcome.loss_sum, slots[client], tally)
