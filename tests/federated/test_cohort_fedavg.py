@@ -176,3 +176,20 @@ def test_the_command_line_and_a_config_file_set_the_path(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert summary["client_path"] == "vectorized x3"
     assert summary["vectorize_clients"] == "on"
+
+
+@pytest.mark.timeout(120)
+def test_a_cohort_that_raises_is_retrained_one_client_at_a_time(monkeypatch):
+    """Its clients then train exactly as with off: a failing client is named (or dropped
+    alone with --accept-failures) by the one-at-a-time path, not lost with its cohort."""
+    from mptrain.strategies.fedavg.cohorts import CohortClients
+
+    def out_of_memory(self, clients, round_index):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(CohortClients, "train", out_of_memory)   # forked workers inherit it
+    initial = make_model()
+    retried = fit(copy.deepcopy(initial), vectorize_clients="on", start_method="fork")
+    off = fit(copy.deepcopy(initial), vectorize_clients="off", start_method="fork")
+    for name, tensor in state_of(off.model).items():
+        assert torch.equal(tensor, state_of(retried.model)[name]), name
