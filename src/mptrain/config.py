@@ -37,6 +37,7 @@ SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
 CLIENT_SAMPLING = ("fixed", "poisson")
 ACCOUNTANTS = ("rdp", "pld")                             # federated.accounting's names
+VECTORIZE_CLIENTS = ("auto", "on", "off")                 # strategies/fedavg/cohorts.py
 #: What ``--sync-every`` (or ``sync_every`` in a config file) says for "once per epoch": the
 #: config holds None for it, but None in settings means "not said" -- and a data set may
 #: recommend every step (MNIST's recipe does).
@@ -327,12 +328,13 @@ def check_positive_ints(settings, names) -> None:
 
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
-                  "clients_per_round", "local_epochs", "client_eval_every")
+                  "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk")
 _FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
-            "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS}
+            "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS,
+            "vectorize_clients": VECTORIZE_CLIENTS}
 #: Settings that may be None (left to the run or off).
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",

@@ -8,7 +8,8 @@ import click
 
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
-                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, load_config_file)
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, VECTORIZE_CLIENTS,
+                      check_setting, load_config_file)
 from ..settings import RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer
@@ -174,6 +175,11 @@ class GroupedHelp(click.Command):
 @click.option("--client-eval-every", type=int,
               help="fedavg: every N rounds evaluate the global model on every client's data "
                    "(mean, std, 10th percentile, worst).")
+@click.option("--vectorize-clients", type=click.Choice(VECTORIZE_CLIENTS),
+              help="fedavg: train a worker's clients together as stacked model copies: "
+                   "auto (where its rule says faster; default), on, off (one at a time).")
+@click.option("--vectorize-chunk", type=int,
+              help="fedavg: clients per stacked cohort (default: as many as fit memory).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @supervised_run_options("worker", "epochs/rounds")

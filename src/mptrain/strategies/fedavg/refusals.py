@@ -15,6 +15,9 @@ def check_fedavg_config(config) -> None:
     if f.sampled_clients > f.clients:
         raise UserError(f"--clients-per-round {f.sampled_clients} is more than "
                         f"--clients {f.clients}; sample at most every client")
+    if f.vectorize_chunk is not None and f.vectorize_clients == "off":
+        raise UserError("--vectorize-chunk sizes stacked cohorts of clients, and "
+                        "--vectorize-clients off trains none; drop one of them")
     adaptive = f.server_optimizer != "sgd"
     if adaptive and f.server_momentum:
         raise UserError(f"--server-momentum is sgd's; --server-optimizer "

@@ -14,7 +14,7 @@ from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
 LONE_CLIENT_ROUNDS = 3
 #: Keys rank 0 reports for the server, copied into the round's row as they are.
 SERVER_KEYS = ("epsilon", "dp_clip", "client_acc_mean", "client_acc_std", "client_acc_p10",
-               "client_acc_worst", "clients_evaluated")
+               "client_acc_worst", "clients_evaluated", "client_path")
 
 
 def round_row(reports, watch: "DivergenceWatch") -> dict:
@@ -93,6 +93,9 @@ def round_line(metrics) -> list[str]:
 def round_notes(config, metrics) -> list[str]:
     """What a round's clients did that the user must know."""
     extras, index, notes = metrics.extras, metrics.epoch, []
+    if str(extras.get("client_path")).startswith("vectorized") and config.device == "cuda" \
+            and config.fedavg.vectorize_chunk is None:   # the size the banner could not tell
+        notes.append(f"clients: {extras['client_path']}")
     nonfinite = extras.get("nonfinite_clients") or []
     failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
     if failed:

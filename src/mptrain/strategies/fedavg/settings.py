@@ -48,6 +48,8 @@ class FedAvgSettings:
     dp_clip_lr: float | None = None         # its geometric step; None: 0.2
     dp_count_noise: float | None = None     # std of the noise on the clipped count
     client_eval_every: int | None = None    # evaluate on every client's data every N rounds
+    vectorize_clients: str = "auto"         # clients trained as stacked model copies: auto|on|off
+    vectorize_chunk: int | None = None      # clients per stacked cohort; None: from memory
 
     @property
     def sampled_clients(self) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import UserError
 from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from ..model_state import floating_state
-from . import report
+from . import cohorts, report
 from .refusals import check_fedavg_config
 from .settings import FEDAVG_SETTINGS, accountant_name, privacy_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
@@ -35,6 +35,12 @@ class FedAvgStrategy(Strategy):
         self.last_epsilon: float | None = None
         self.stopped_for_privacy_at: int | None = None
         self.divergence = report.DivergenceWatch()
+        #: --vectorize-clients: the path the parent chose (``cohorts.choose_path``) and
+        #: one client's memory in a cohort, from its dry run.
+        self.client_path_plan = None
+        self.client_bytes: int | None = None
+        #: Which path the clients trained on, as the workers reported it.
+        self.client_path: str | None = None
 
     # -- facts ---------------------------------------------------------------------------------
     @classmethod
@@ -81,6 +87,9 @@ class FedAvgStrategy(Strategy):
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
         if f.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
+        if self.client_path_plan is None:   # once: restarts reuse it
+            check, self.client_path_plan = cohorts.choose_path(c, model, data, plan.workers)
+            self.client_bytes = check.client_bytes if check is not None else None
 
     def partition(self, data) -> None:
         """Cut the training set into clients (once; restarts reuse it)."""
@@ -110,7 +119,8 @@ class FedAvgStrategy(Strategy):
     def program(self, setup) -> WorkerProgram:
         from .worker import FedAvgProgram
 
-        return FedAvgProgram(self.config, self.shared, setup)
+        return FedAvgProgram(self.config, self.shared, setup, self.client_path_plan,
+                             self.client_bytes)
 
     # -- what the run says about itself ----------------------------------------------------------
     def round_extras(self, reports) -> dict:
@@ -119,6 +129,8 @@ class FedAvgStrategy(Strategy):
             self.last_epsilon = row["epsilon"]
         if "stopped" in row:
             self.stopped_for_privacy_at = row["round"]
+        if "client_path" in row:
+            self.client_path = row["client_path"]
         return row
 
     def round_line(self, metrics):
@@ -128,8 +140,11 @@ class FedAvgStrategy(Strategy):
         return report.round_notes(self.config, metrics)
 
     def summary_fields(self):
-        return report.summary_fields(self.config, self.last_epsilon,
-                                     self.stopped_for_privacy_at)
+        return {**report.summary_fields(self.config, self.last_epsilon,
+                                        self.stopped_for_privacy_at),
+                "vectorize_clients": self.config.fedavg.vectorize_clients,
+                "client_path": self.client_path}
 
     def describe(self, plan, model):
-        return report.describe(self.config, plan, model, self.out_dir)
+        return report.describe(self.config, plan, model, self.out_dir) + [
+            cohorts.banner_line(self.client_path_plan)]

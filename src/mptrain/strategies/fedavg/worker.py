@@ -36,12 +36,15 @@ from ...federated import availability, scaffold
 from ...federated.aggregate import column_slice
 from ...federated.client import update_is_finite
 from ...federated.client_stats import summarize
+from ...federated.cohort_eval import client_accuracies
+from ...federated.cohort_round import chunks
 from ...federated.privacy import clip_
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
 from . import checkpoint
 from .clients import ClientTrainer
+from .cohorts import CohortClients
 from .server import ServerStep
 from .settings import accountant_name, server_optimizer
 from .shared import FedAvgShared
@@ -50,11 +53,17 @@ from .shared import FedAvgShared
 class FedAvgProgram(WorkerProgram):
     """One worker: each round, train my share of the sampled clients, then aggregate."""
 
-    def __init__(self, config, shared: FedAvgShared, setup):
+    def __init__(self, config, shared: FedAvgShared, setup, client_path=None,
+                 client_bytes=None):
         self.config, self.shared, self.setup = config, shared, setup
         self.group = setup.group
         self.client_controls = shared.client_controls()   # mapped once per process
         self.trainer = ClientTrainer(config, shared, setup, self.client_controls)
+        # The stacked path (--vectorize-clients), as the parent chose it; the cohort size is
+        # agreed in the first round.
+        self.cohorts = CohortClients(config, shared, setup, self.trainer,
+                                     self.client_controls, client_path, client_bytes)
+        self.path_reported = False
         accountant = None
         if config.fedavg.private:
             from ...federated.accounting import PrivacyAccountant
@@ -71,6 +80,8 @@ class FedAvgProgram(WorkerProgram):
         clip = float(shared.clip[0]) if shared.clip is not None else None
         started = time.monotonic()
         tally = RoundTally()
+        first = not self.path_reported
+        self.cohorts.agree(group)
         partial_sum, partial_weight = self.train_my_clients(mine, sampled, round_index,
                                                             clip, tally)
         ended = time.monotonic()
@@ -84,6 +95,9 @@ class FedAvgProgram(WorkerProgram):
                                     or round_index + 1 == f.rounds):
             figures.update(self._evaluate_clients())
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
+        if first and group.rank == 0:   # the path this run's clients train on, once
+            extras["client_path"] = self.cohorts.path.describe()
+        self.path_reported = True
         return RoundWork(steps=tally.steps, samples=tally.samples, loss_sum=tally.loss_sum,
                          started=started, ended=ended, extras=extras,
                          last=bool(figures.get("privacy_stop")) if group.rank == 0
@@ -101,30 +115,52 @@ class FedAvgProgram(WorkerProgram):
 
     def train_my_clients(self, mine: list[int], sampled: list[int], round_index: int,
                          clip: float | None, tally: "RoundTally"):
-        """Train this worker's share of the round's clients, one after another, each from
-        the global model: each result goes into its row of the shared table with its
-        weight, or without a shared table into this worker's weighted sum. Returns that sum
-        and its weight (None, 0.0 with a shared table)."""
+        """Train this worker's share of the round's clients, each from the global model --
+        one after another, or in stacked cohorts (``cohorts``) -- each result into its row
+        of the shared table with its weight, or without a shared table into this worker's
+        weighted sum. Returns that sum and its weight (None, 0.0 with a shared table)."""
         shared = self.shared
         slots = {client: slot for slot, client in enumerate(sampled)}
         partial_sum, partial_weight = None, 0.0
-        for client in mine:
-            row = shared.table[slots[client]] if shared.shared_table else None
-            weight = self._run_client(client, round_index, clip, row, slots[client], tally)
-            if shared.shared_table:
-                shared.weights[slots[client]] = weight
-            elif weight:
-                result = self.trainer.flat_result()
-                partial_sum = result * weight if partial_sum is None else \
-                    partial_sum.add_(result, alpha=weight)
-                partial_weight += weight
+        path = self.cohorts.path
+        cohorts = chunks(mine, path.chunk) if path.vectorized else [[c] for c in mine]
+        for cohort in cohorts:
+            outcomes = self._train_cohort(cohort, round_index) if path.vectorized else None
+            for position, client in enumerate(cohort):
+                row = shared.table[slots[client]] if shared.shared_table else None
+                if outcomes is None:
+                    weight = self._run_client(client, round_index, clip, row,
+                                              slots[client], tally)
+                    result = None if shared.shared_table or not weight else \
+                        self.trainer.flat_result()
+                else:
+                    outcome = outcomes[position]
+                    result = outcome.flat(out=row)
+                    weight = self._take_result(client, round_index, clip, result,
+                                               outcome.steps, outcome.samples,
+                                               outcome.loss_sum, slots[client], tally)
+                if shared.shared_table:
+                    shared.weights[slots[client]] = weight
+                elif weight:
+                    partial_sum = result * weight if partial_sum is None else \
+                        partial_sum.add_(result, alpha=weight)
+                    partial_weight += weight
         return partial_sum, partial_weight
+
+    def _train_cohort(self, cohort: list[int], round_index: int):
+        """The cohort's outcomes, or None when it raised: its clients are then trained one
+        at a time, so that a failing client is named (and with --accept-failures dropped
+        alone)."""
+        try:
+            return self.cohorts.train(cohort, round_index)
+        except Exception:  # noqa: BLE001 - retried client by client, which reports it
+            return None
 
     def _run_client(self, client: int, round_index: int, clip: float | None,
                     row: torch.Tensor | None, slot: int, tally: "RoundTally") -> float:
         """Train ``client``, put its result in ``row``; returns its weight in the aggregate
         (0: it dropped out, failed or sent a non-finite update)."""
-        c, f, shared, trainer = self.config, self.config.fedavg, self.shared, self.trainer
+        f, trainer = self.config.fedavg, self.trainer
         trainer.load_global()
         try:
             steps, samples, loss = trainer.train(client, round_index)
@@ -137,6 +173,16 @@ class FedAvgProgram(WorkerProgram):
             tally.failed.append(client)
             return 0.0
         result = trainer.flat_result(out=row)
+        return self._take_result(client, round_index, clip, result, steps, samples, loss,
+                                 slot, tally)
+
+    def _take_result(self, client: int, round_index: int, clip: float | None,
+                     result: torch.Tensor, steps: int, samples: int, loss: float,
+                     slot: int, tally: "RoundTally") -> float:
+        """What becomes of a trained client's flat ``result`` (its row): dropped when
+        non-finite or out, SCAFFOLD's variate updated, clipped with DP; returns its
+        weight."""
+        c, f, shared, trainer = self.config, self.config.fedavg, self.shared, self.trainer
         if not (math.isfinite(loss) and update_is_finite(result)):
             # Dropped and counted, and its loss kept out of the round's: one bad client is
             # not the run diverging.
@@ -170,6 +216,13 @@ class FedAvgProgram(WorkerProgram):
         if setup.data.task != CLASSIFICATION:
             return {}
         mine = column_slice(f.clients, group.world_size, group.rank)
+        if self.cohorts.path.vectorized:
+            shared.client_accuracy[mine] = client_accuracies(
+                self.trainer.model, self.trainer.feed, shared.client_index,
+                shared.client_offsets, range(mine.start, mine.stop), c.eval_batch_size,
+                setup.device, c.precision, beat=setup.progress.beat)
+            group.barrier()
+            return summarize(shared.client_accuracy) if group.rank == 0 else {}
         for client in range(mine.start, mine.stop):
             _, correct, count = evaluate(self.trainer.model, self.trainer.feed,
                                          shared.client_indices(client), setup.data.task,
@@ -184,12 +237,16 @@ class FedAvgProgram(WorkerProgram):
         return self.trainer.model
 
     def state(self) -> dict:
-        return checkpoint.server_state(self.shared, self.group.rank, self.trainer.model,
-                                       self.server.accountant, self.client_controls)
+        state = checkpoint.server_state(self.shared, self.group.rank, self.trainer.model,
+                                        self.server.accountant, self.client_controls)
+        if self.group.rank == 0:
+            state.update(self.cohorts.state())
+        return state
 
     def load_state(self, state: dict) -> None:
         checkpoint.load_server_state(self.shared, state, self.server.accountant,
                                      self.client_controls)
+        self.cohorts.load_state(state)
 
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:

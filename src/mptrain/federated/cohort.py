@@ -1,0 +1,163 @@
+"""A round's clients trained together: stacked copies of the model, one vectorized step for
+all of them (``torch.func``: ``functional_call`` over parameters with a leading client
+dimension, ``vmap`` of the gradient of each client's loss).
+
+A client here is the client the one-at-a-time path trains -- the same batches in the same
+order (``cohort_plan``), a fresh optimizer of its own (``cohort_optim``), FedProx's pull to
+the round's global model, SCAFFOLD's correction ``c - c_i`` -- only its arithmetic runs
+batched with the others', so its update equals the lone client's up to float rounding (the
+batched kernels sum in another order). Its own dropout draws too: ``vmap`` draws a separate
+mask per client (``randomness="different"``) from a generator seeded per cohort, so a run
+is reproducible, though the masks are not those the lone client would draw.
+
+Why not a loop of small steps: a client's step on a batch of 10 is a few tiny kernels, all
+launch and dispatch overhead; stacked, the same work is a few large ones (a linear layer
+becomes one batched matrix product, a convolution one grouped convolution).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.func import functional_call, grad_and_value, vmap
+
+from ..data.sources import CLASSIFICATION
+from ..engine.precision import FULL
+from ..engine.seeding import seed_global_generator
+from .cohort_optim import ClientOptimizerSettings, StackedOptimizer
+from .cohort_plan import CohortPlan
+
+
+@dataclass
+class CohortResult:
+    """Each client's trained parameters (``params[i][k]``: parameter ``i`` of client ``k``)
+    and what it did: real steps, samples, sum over its steps of loss x batch size."""
+
+    params: list[torch.Tensor]
+    steps: list[int]
+    samples: list[int]
+    loss_sums: list[float]
+
+
+def per_sample_loss(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The task's loss per sample (``engine.task.loss_fn`` before its mean)."""
+    if task == CLASSIFICATION:
+        return F.cross_entropy(output, target, reduction="none")
+    losses = F.mse_loss(output, target.view_as(output).to(output.dtype), reduction="none")
+    return losses.reshape(len(losses), -1).mean(1)
+
+
+class CohortTrainer:
+    """Trains cohorts of clients of ``model`` (its structure and buffers; its parameters
+    are not touched). ``precision``: the run's (``engine.precision``)."""
+
+    def __init__(self, model: nn.Module, task: str, optimizer: ClientOptimizerSettings,
+                 device: torch.device, precision: str = "32", prox_mu: float = 0.0):
+        self.model, self.task, self.optimizer = model, task, optimizer
+        self.device, self.prox_mu = torch.device(device), prox_mu
+        self.names = [name for name, _ in model.named_parameters()]
+        self.autocast = precision != FULL
+        self._gradients = vmap(grad_and_value(self._client_loss), in_dims=(0, None, 0, 0, 0),
+                               randomness="different")
+
+    # -- one client's loss, vmapped over the cohort ----------------------------------------
+    def _client_loss(self, params: dict, buffers: dict, inputs: torch.Tensor,
+                     targets: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """The weighted mean of the batch's per-sample losses: the plain mean over the real
+        samples, padding (weight 0) left out."""
+        if self.autocast:
+            with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
+                output = functional_call(self.model, (params, buffers), (inputs,))
+            output = output.float()
+        else:
+            output = functional_call(self.model, (params, buffers), (inputs,))
+        losses = per_sample_loss(self.task, output, targets)
+        return (losses * weight).sum() / weight.sum().clamp(min=1.0)
+
+    def gradients(self, params: list[torch.Tensor], inputs: torch.Tensor,
+                  targets: torch.Tensor, weight: torch.Tensor):
+        """Every client's gradient and loss on its own batch: ``inputs[k]`` for client
+        ``k``'s stacked parameters."""
+        named = dict(zip(self.names, params))
+        buffers = dict(self.model.named_buffers())
+        grads, losses = self._gradients(named, buffers, inputs, targets, weight)
+        return [grads[name] for name in self.names], losses
+
+    # -- a cohort's local training ---------------------------------------------------------
+    def train(self, plan: CohortPlan, batch: Callable, start: Sequence[torch.Tensor],
+              corrections: torch.Tensor | None = None, dropout_seed: int = 0,
+              lr: float | None = None, on_step: Callable[[int], None] | None = None
+              ) -> CohortResult:
+        """Train ``plan.clients`` clients from the parameters ``start`` (the round's global
+        model, one tensor per parameter, on the device).
+
+        ``batch(indices)`` gives ``(inputs, targets)`` on the device for flat indices (a
+        ``DeviceFeed``'s ``batch``); ``corrections`` (``[K, params]``): SCAFFOLD's ``c -
+        c_i`` per client; ``lr``: this round's client learning rate (the settings' when
+        None); ``on_step(samples)`` after every step (progress).
+        """
+        K, B = plan.clients, plan.index.shape[2]
+        self.model.train()
+        params = [p.detach().to(self.device).unsqueeze(0).repeat(K, *([1] * p.dim()))
+                  for p in start]
+        anchors = [p.detach().to(self.device) for p in start] if self.prox_mu else None
+        views = _correction_views(corrections, params, self.device)
+        optimizer = StackedOptimizer(self.optimizer, params)
+        if lr is not None:
+            optimizer.lr = lr
+        weight = plan.weight.to(self.device)
+        counts = plan.weight.sum(2)                               # [T, K]
+        totals = counts.sum(1).to(torch.int64).tolist()
+        steps = torch.tensor(plan.steps)
+        loss_sums = torch.zeros(K, dtype=torch.float64, device=self.device)
+        counts = counts.to(self.device)
+        seed_global_generator(dropout_seed, self.device)
+        for t in range(plan.length):
+            inputs, targets = batch(plan.index[t].reshape(-1))
+            inputs = inputs.view(K, B, *inputs.shape[1:])
+            targets = targets.view(K, B, *targets.shape[1:])
+            grads, losses = self.gradients(params, inputs, targets, weight[t])
+            self._correct(grads, params, anchors, views)
+            active = None if min(plan.steps) > t else (steps > t).to(self.device)
+            optimizer.step(grads, active)
+            loss_sums += losses.detach() * counts[t]
+            if on_step is not None:
+                on_step(totals[t])
+        return CohortResult(params, list(plan.steps), list(plan.samples),
+                            loss_sums.tolist())
+
+    def _correct(self, grads, params, anchors, views) -> None:
+        """FedProx's proximal gradient ``mu (w - w_global)``, then SCAFFOLD's ``c - c_i``:
+        what the one-at-a-time path adds after backward, in the same order."""
+        with torch.no_grad():
+            if anchors is not None:
+                for grad, param, anchor in zip(grads, params, anchors):
+                    grad.add_(torch.sub(param, anchor), alpha=self.prox_mu)
+            if views is not None:
+                for grad, view in zip(grads, views):
+                    grad.add_(view)
+
+
+def _correction_views(corrections, params, device) -> list[torch.Tensor] | None:
+    """``[K, params]`` split into one ``[K, *shape]`` view per parameter."""
+    if corrections is None:
+        return None
+    corrections = corrections.to(device)
+    sizes = [p[0].numel() for p in params]
+    return [piece.reshape(p.shape) for piece, p in
+            zip(corrections.split(sizes, dim=1), params)]
+
+
+def stacked_rows(result: CohortResult, model: nn.Module) -> torch.Tensor:
+    """``[K, numel]``: each client's model flat, parameters then floating buffers (as
+    ``strategies.model_state.floating_state`` orders them). Buffers are the model's:
+    training in a cohort never changes them (``vectorizable`` refuses models that would)."""
+    K = len(result.steps)
+    pieces = [p.detach().reshape(K, -1) for p in result.params]
+    pieces += [b.detach().reshape(1, -1).to(pieces[0].device).expand(K, -1)
+               for b in model.buffers() if b.is_floating_point()]
+    return torch.cat(pieces, dim=1)

@@ -1,0 +1,70 @@
+"""Which sample each client of a cohort reads at each stacked step.
+
+A cohort trains its clients in lock step: step ``t`` runs every client's ``t``-th batch at
+once. Each client keeps exactly the batches the one-at-a-time path gives it -- per local
+epoch a permutation of its samples from its own seeded generator, cut in batches of ``B``,
+the whole cut short at its step budget (a straggler) -- so the two paths see the same
+samples in the same order. What does not fit a ``[steps, clients, B]`` block is padding:
+the last, shorter batch of an epoch and every step after a client's last are filled with
+one of the client's own samples at weight 0, which changes neither its loss nor its
+gradient (its update is also masked out on steps after its last).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+
+def client_batches(indices: torch.Tensor, generator: torch.Generator, batch_size: int,
+                   local_epochs: int, budget: int) -> list[torch.Tensor]:
+    """One client's batches in the order it trains them: what ``fedavg``'s one-at-a-time
+    loop reads (a permutation per epoch from ``generator``, cut in ``batch_size``), at most
+    ``budget`` of them. Every epoch draws its permutation, as that loop does."""
+    batches: list[torch.Tensor] = []
+    for _ in range(local_epochs):
+        order = indices[torch.randperm(len(indices), generator=generator)]
+        for batch in torch.split(order, batch_size):
+            if len(batches) < budget:
+                batches.append(batch)
+    return batches
+
+
+@dataclass
+class CohortPlan:
+    """``index[t, k]``: the samples client ``k`` reads at step ``t`` (padded to ``B``);
+    ``weight[t, k]``: 1 for a real sample, 0 for padding; ``steps[k]``: the client's real
+    steps; ``samples[k]``: its samples over them."""
+
+    index: torch.Tensor     # [T, K, B] int64
+    weight: torch.Tensor    # [T, K, B] float32
+    steps: list[int]
+    samples: list[int]
+
+    @property
+    def clients(self) -> int:
+        return self.index.shape[1]
+
+    @property
+    def length(self) -> int:
+        return self.index.shape[0]
+
+
+def plan_cohort(streams: Sequence[list[torch.Tensor]], batch_size: int) -> CohortPlan:
+    """Stack the clients' batch lists (``client_batches``) into one padded block."""
+    clients = len(streams)
+    length = max((len(s) for s in streams), default=0)
+    index = torch.zeros((length, clients, batch_size), dtype=torch.int64)
+    weight = torch.zeros((length, clients, batch_size), dtype=torch.float32)
+    for k, stream in enumerate(streams):
+        if not stream:
+            continue
+        filler = stream[0][0]      # one of the client's own samples: finite like the rest
+        index[:, k, :] = filler
+        for t, batch in enumerate(stream):
+            index[t, k, :len(batch)] = batch
+            weight[t, k, :len(batch)] = 1.0
+    return CohortPlan(index, weight, [len(s) for s in streams],
+                      [sum(len(b) for b in s) for s in streams])

@@ -1,0 +1,92 @@
+"""A worker's share of a round's clients, trained in cohorts of ``chunk`` clients.
+
+What each client reads and when it stops is the one-at-a-time path's: its seeded batch
+order (``sampling.client_seed``), its step budget (``availability.local_steps``). Dropout
+draws come from a generator seeded per cohort (by the round and the cohort's clients), so
+the same clients in the same cohorts draw the same masks in every run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+
+from . import availability
+from .client import full_steps
+from .cohort import CohortTrainer
+from .cohort_plan import client_batches, plan_cohort
+from .sampling import client_seed, mix_seed
+
+_COHORT = 0x5EED_0008
+
+
+@dataclass(frozen=True)
+class ClientWork:
+    """How one client trains in a round: the run's settings that decide its batches."""
+
+    seed: int
+    batch_size: int
+    local_epochs: int
+    straggler_rate: float
+
+
+@dataclass
+class ClientOutcome:
+    """One client's trained model (``pieces``: its slices of the stacked parameters, then
+    the floating buffers) and what it did."""
+
+    client: int
+    pieces: list[torch.Tensor]
+    steps: int
+    samples: int
+    loss_sum: float
+
+    def flat(self, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The model as one flat vector in host memory (where the server aggregates),
+        written straight into ``out`` (its row of the round's table) when given: no
+        cohort-sized copy, which in a worker would be a fresh mapping of pages every round
+        (above glibc's mmap threshold)."""
+        if self.pieces[0].device.type == "cpu":
+            return torch.cat(self.pieces, out=out)
+        flat = torch.cat(self.pieces)
+        return flat.cpu() if out is None else out.copy_(flat)
+
+
+def cohort_seed(seed: int, round_index: int, clients: Sequence[int]) -> int:
+    """The dropout seed of a cohort: its round and its clients, first and last and count."""
+    return mix_seed(seed, round_index, clients[0], clients[-1], len(clients), _COHORT)
+
+
+def chunks(clients: Sequence[int], size: int) -> list[list[int]]:
+    """``clients`` in cohorts of at most ``size``, in order."""
+    return [list(clients[i:i + size]) for i in range(0, len(clients), size)]
+
+
+def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: int,
+                 work: ClientWork, client_index: torch.Tensor, offsets: torch.Tensor,
+                 batch: Callable, start: Sequence[torch.Tensor], lr: float,
+                 corrections: torch.Tensor | None = None,
+                 on_step: Callable[[int], None] | None = None) -> Iterator[ClientOutcome]:
+    """Train ``clients`` together from the global parameters ``start``; yields each
+    client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client."""
+    streams = []
+    for client in clients:
+        indices = client_index[offsets[client]:offsets[client + 1]]
+        full = full_steps(len(indices), work.batch_size, work.local_epochs)
+        budget = availability.local_steps(work.seed, round_index, client,
+                                          work.straggler_rate, full)
+        generator = torch.Generator().manual_seed(client_seed(work.seed, round_index, client))
+        streams.append(client_batches(indices, generator, work.batch_size,
+                                      work.local_epochs, budget))
+    plan = plan_cohort(streams, work.batch_size)
+    trained = trainer.train(plan, batch, start, corrections=corrections,
+                            dropout_seed=cohort_seed(work.seed, round_index, clients),
+                            lr=lr, on_step=on_step)
+    buffers = [b.detach().reshape(-1) for b in trainer.model.buffers()
+               if b.is_floating_point()]   # never changed by a cohort (``vectorizable``)
+    for k, client in enumerate(clients):
+        pieces = [p[k].reshape(-1) for p in trained.params] + buffers
+        yield ClientOutcome(client, pieces, trained.steps[k], trained.samples[k],
+                            trained.loss_sums[k])

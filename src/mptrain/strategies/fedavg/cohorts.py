@@ -1,0 +1,139 @@
+"""fedavg's stacked path (``--vectorize-clients``): the parent's check of the model and
+choice of path before anything starts, and a worker's cohorts -- their size, agreed by
+every rank in the first round, and the training of one cohort.
+
+The parent dry-runs the model on one batch on CPU (``federated.vectorizable``): ``on``
+refuses there what cannot vectorize, ``auto`` notes it and trains one client at a time, or
+applies its rule (``federated.cohort_choice``). On CPU the parent also sizes the cohorts
+(the size the banner shows); on a GPU each worker sizes them from the memory free on its
+device in its first round. Either way rank 0's size goes to every rank (``broadcast_``),
+and a checkpoint keeps it, so a resumed run trains in the cohorts of the run it continues.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...errors import UserError
+from ...federated import scaffold
+from ...federated.cohort import CohortTrainer
+from ...federated.cohort_choice import ClientPath, as_tensor, auto_path
+from ...federated.cohort_optim import ClientOptimizerSettings
+from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
+from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
+
+
+def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
+    return CohortTrainer(model, task, ClientOptimizerSettings(
+        config.optimizer, config.lr, config.momentum, config.weight_decay),
+        torch.device(device), precision=config.precision, prox_mu=config.fedavg.prox_mu)
+
+
+def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, ClientPath]:
+    """The parent's dry run (None with ``off``) and the path the clients will train on;
+    ``on`` refuses a model that cannot vectorize, in one line naming the module."""
+    f = config.fedavg
+    mode = f.vectorize_clients
+    if mode == "off":
+        return None, ClientPath(False, reason="--vectorize-clients off")
+    count = min(len(data.train), config.batch_size)
+    # head(): a data set still to be built in shared memory is not built here for it
+    inputs, targets = data.train.head(count), data.train.targets[:count]
+    extra = int(bool(f.prox_mu)) + int(bool(f.scaffold))
+    check = check_cohort(cohort_trainer(config, model, data.task, "cpu"), inputs, targets,
+                         extra_state=extra)
+    if not check.vectorizes:
+        if mode == "on":
+            raise UserError(f"--vectorize-clients on: {check.reason}")
+        return check, ClientPath(False, reason=check.reason)
+    path = ClientPath(True) if mode == "on" else \
+        auto_path(model, config.device, f.sampled_clients, workers)
+    if path.vectorized:
+        chunk = host_chunk(config, check, workers)
+        if chunk is not None:
+            path = path.sized(chunk)
+    return check, path
+
+
+def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
+    """Clients per cohort where the parent can tell: forced, or on CPU from the host's
+    memory; None where the workers size it (a GPU's free memory)."""
+    f = config.fedavg
+    if f.vectorize_chunk is not None:
+        return f.vectorize_chunk
+    if config.device != "cpu":
+        return None
+    most = f.sampled_clients if f.sampling == "fixed" else f.clients
+    return min(most, chunk_size(check.client_bytes,
+                                memory_budget(torch.device("cpu"), workers)))
+
+
+def banner_line(path: ClientPath) -> str:
+    if path.vectorized and path.chunk is None:
+        return "clients: vectorized, cohorts sized from each worker's free GPU memory"
+    return f"clients: {path.describe()}"
+
+
+class CohortClients:
+    """A worker's side of the stacked path."""
+
+    def __init__(self, config, shared, setup, trainer, client_controls,
+                 path: ClientPath | None, client_bytes: int | None):
+        self.config, self.shared, self.setup = config, shared, setup
+        self.trainer, self.client_controls = trainer, client_controls
+        self.path = path if path is not None else \
+            ClientPath(False, reason="--vectorize-clients off")
+        self.agreed = not self.path.vectorized
+        self.saved_chunk: int | None = None    # the cohort size of the run a resume continues
+        self.work = ClientWork(config.seed, config.batch_size, config.fedavg.local_epochs,
+                               config.fedavg.straggler_rate)
+        self.stacked = cohort_trainer(config, trainer.model, setup.data.task, setup.device) \
+            if self.path.vectorized else None
+        self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
+
+    def agree(self, group) -> ClientPath:
+        """The cohort size, rank 0's for every rank (every rank calls this, in its first
+        round): a resumed run's, else the parent's, else from the GPU's free memory."""
+        if self.agreed:
+            return self.path
+        chunk = self.path.chunk
+        if self.saved_chunk is not None and self.config.fedavg.vectorize_chunk is None:
+            chunk = self.saved_chunk
+        if chunk is None and group.rank == 0:
+            device = self.setup.device
+            sharers = math.ceil(group.world_size / max(1, torch.cuda.device_count()))
+            chunk = min(self.shared.rows,
+                        chunk_size(self.client_bytes or 1, memory_budget(device, sharers)))
+        values = as_tensor(chunk or 0)
+        group.broadcast_([values], src=0)
+        self.path, self.agreed = self.path.sized(max(1, int(values[0]))), True
+        return self.path
+
+    # -- one cohort --------------------------------------------------------------------------
+    def train(self, clients: list[int], round_index: int) -> list[ClientOutcome]:
+        """Train ``clients`` as one cohort from the global model."""
+        c, shared, trainer = self.config, self.shared, self.trainer
+        trainer.load_global()
+        corrections = None
+        if c.fedavg.scaffold:
+            corrections = torch.stack([scaffold.drift_correction(
+                shared.controls, self.client_controls[client]) for client in clients])
+        return list(train_cohort(
+            self.stacked, clients, round_index, self.work, shared.client_index,
+            shared.client_offsets, trainer.feed.batch,
+            [p.detach() for p in trainer.params], trainer.client_lr(round_index),
+            corrections, on_step=self.setup.progress.advance))
+
+    # -- a checkpoint's part -----------------------------------------------------------------
+    def state(self) -> dict:
+        if not (self.path.vectorized and self.agreed):
+            return {}
+        return {"cohort_chunk": self.path.chunk}
+
+    def load_state(self, state: dict) -> None:
+        saved = state.get("cohort_chunk")
+        if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 1:
+            self.saved_chunk = saved
+

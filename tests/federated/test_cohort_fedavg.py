@@ -1,0 +1,195 @@
+"""Real fedavg runs with --vectorize-clients: stacked and one at a time give the same model
+to float rounding for every client algorithm, stacked runs are bitwise reproducible, resume
+bitwise and do not depend on --workers; what cannot vectorize is refused (on) or falls
+back (auto) in one line."""
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mptrain
+from mptrain.errors import UserError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
+from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
+
+#: A round's updates agree to ~1e-7 (``test_cohort``); three rounds of averaging keep the
+#: models within this.
+ATOL = 1e-5
+
+
+def fit(model, workers=2, **options):
+    return mptrain.fit(model, make_data(), make_test_data(),
+                       **{**RUN, "workers": workers, "clients_per_round": 6, **options})
+
+
+def state_of(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_models_close(one, other, atol=ATOL):
+    mine, theirs = state_of(one), state_of(other)
+    for name, tensor in mine.items():
+        torch.testing.assert_close(tensor, theirs[name], atol=atol, rtol=0, msg=name)
+
+
+ALGORITHMS = {
+    "momentum, weight decay, unreliable clients": dict(
+        momentum=0.9, weight_decay=1e-3, straggler_rate=0.5, dropout_rate=0.2, lr=0.05),
+    "adam and fedprox": dict(optimizer="adam", lr=0.01, prox_mu=0.3),
+    "scaffold": dict(scaffold=True, lr=0.1),
+    "dp-fedavg": dict(sampling="poisson", client_fraction=0.5, clients_per_round=None,
+                      dp_clip=0.5, dp_noise=0.3, target_epsilon=None),
+}
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_stacked_and_one_at_a_time_agree(name):
+    initial = make_model()
+    options = {"client_eval_every": 1, **ALGORITHMS[name]}
+    off = fit(copy.deepcopy(initial), vectorize_clients="off", **options)
+    on = fit(copy.deepcopy(initial), vectorize_clients="on", **options)
+    assert on.summary["client_path"].startswith("vectorized x")
+    assert off.summary["client_path"] == "one client at a time: --vectorize-clients off"
+    assert_models_close(on.model, off.model)
+    assert not torch.allclose(on.model[0].weight, initial[0].weight)   # it trained
+    assert on.summary["test_accuracy"] == pytest.approx(off.summary["test_accuracy"],
+                                                         abs=1 / 60 + 1e-9)
+    for stacked, alone in zip(on.rounds, off.rounds):
+        a, b = stacked.as_dict(), alone.as_dict()
+        assert (a["reported"], a["dropped"], a["partial"], a["failed_clients"]) == \
+            (b["reported"], b["dropped"], b["partial"], b["failed_clients"])
+        assert a["client_acc_mean"] == pytest.approx(b["client_acc_mean"], abs=0.02)
+
+
+@pytest.mark.timeout(180)
+def test_stacked_runs_are_bitwise_reproducible_and_independent_of_workers():
+    initial = make_model()
+    one = fit(copy.deepcopy(initial), workers=1, vectorize_clients="on")
+    again = fit(copy.deepcopy(initial), workers=1, vectorize_clients="on")
+    two = fit(copy.deepcopy(initial), workers=2, vectorize_clients="on", vectorize_chunk=2)
+    for name, tensor in state_of(one.model).items():
+        assert torch.equal(tensor, state_of(again.model)[name]), name
+        assert torch.equal(tensor, state_of(two.model)[name]), name
+    assert two.summary["client_path"] == "vectorized x2"
+
+
+@pytest.mark.timeout(180)
+def test_a_stacked_run_resumes_bitwise(tmp_path):
+    initial = make_model()
+    options = dict(vectorize_clients="on", momentum=0.5, server_momentum=0.5)
+    whole = fit(copy.deepcopy(initial), rounds=4, **options)
+    fit(copy.deepcopy(initial), rounds=2, out=tmp_path, checkpoint_every=1, **options)
+    resumed = fit(copy.deepcopy(initial), rounds=4, resume=tmp_path, out=tmp_path, **options)
+    assert len(resumed.rounds) == 4
+    for name, tensor in state_of(whole.model).items():
+        assert torch.equal(tensor, state_of(resumed.model)[name]), name
+
+
+def norm_model():
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Linear(6, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 3))
+
+
+@pytest.mark.timeout(120)
+def test_on_refuses_what_cannot_vectorize_and_auto_falls_back():
+    with pytest.raises(UserError) as refused:
+        fit(norm_model(), vectorize_clients="on")
+    message = str(refused.value)
+    assert message.startswith("--vectorize-clients on: module '1' (BatchNorm1d)")
+    assert "\n" not in message
+    fallback = fit(norm_model(), vectorize_clients="auto", rounds=1)
+    assert fallback.summary["client_path"].startswith(
+        "one client at a time: module '1' (BatchNorm1d) normalises with batch statistics")
+
+
+@pytest.mark.timeout(120)
+def test_auto_keeps_small_cohorts_on_a_cpu_one_at_a_time():
+    result = fit(make_model(), rounds=1)     # 6 clients over 2 workers: 3 each
+    assert result.summary["vectorize_clients"] == "auto"
+    assert result.summary["client_path"].startswith(
+        "one client at a time: 3 client(s) per worker per round")
+
+
+@pytest.mark.parametrize("options, needle", [
+    (dict(vectorize_clients="sometimes"), "--vectorize-clients"),
+    (dict(vectorize_chunk=0), "--vectorize-chunk must be a positive integer"),
+    (dict(vectorize_chunk=4, vectorize_clients="off"), "--vectorize-clients off trains none"),
+])
+def test_bad_vectorize_settings_are_one_line_user_errors(options, needle):
+    with pytest.raises(UserError) as caught:
+        fit(make_model(), **options)
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_other_strategies_refuse_vectorize_clients():
+    with pytest.raises(UserError) as caught:
+        mptrain.fit(make_model(), make_data(), strategy="sync", workers=2,
+                    vectorize_clients="on", quiet=True)
+    assert "--vectorize-clients" in str(caught.value) and "fedavg" in str(caught.value)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_stacked_clients_under_torchrun_train_like_own_workers(tmp_path, monkeypatch):
+    """Two ranks from torchrun agree on the cohort size through their group (gloo) and
+    train a regression task stacked, as mptrain's own two workers do."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
+    from test_torchrun import own_workers_run, torchrun
+
+    args = ["run", "--data", "linreg", "--strategy", "fedavg", "--rounds", "2",
+            "--clients", "20", "--clients-per-round", "8", "--vectorize-clients", "on",
+            "--quiet"]
+    out, own = tmp_path / "torchrun", tmp_path / "own"
+    done = torchrun(tmp_path, args + ["--out", str(out)])
+    assert done.returncode == 0, done.stderr
+    assert own_workers_run(tmp_path, args + ["--workers", "2", "--out", str(own)],
+                           monkeypatch) == 0
+    for where in (out, own):
+        summary = json.loads((where / "summary.json").read_text())
+        assert summary["client_path"] == "vectorized x8"
+    theirs, ours = torch.load(out / "model.pt"), torch.load(own / "model.pt")
+    for key in ours:
+        assert torch.allclose(theirs[key], ours[key], rtol=0, atol=1e-5), key
+
+
+@pytest.mark.timeout(120)
+def test_the_command_line_and_a_config_file_set_the_path(tmp_path, monkeypatch):
+    from mptrain.cli import main
+
+    config = tmp_path / "run.toml"
+    config.write_text('strategy = "fedavg"\nvectorize-clients = "on"\nmodel = "mlp"\n'
+                      'rounds = 1\nclients = 12\nclients-per-round = 6\nworkers = 1\n')
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(["run", "--config", str(config), "--vectorize-chunk", "3", "--quiet",
+                     "--out", str(tmp_path / "out")])
+    except SystemExit as exit_:
+        code = exit_.code
+    assert code in (0, None)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["client_path"] == "vectorized x3"
+    assert summary["vectorize_clients"] == "on"
+
+
+@pytest.mark.timeout(120)
+def test_a_cohort_that_raises_is_retrained_one_client_at_a_time(monkeypatch):
+    """Its clients then train exactly as with off: a failing client is named (or dropped
+    alone with --accept-failures) by the one-at-a-time path, not lost with its cohort."""
+    from mptrain.strategies.fedavg.cohorts import CohortClients
+
+    def out_of_memory(self, clients, round_index):
+        raise RuntimeError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(CohortClients, "train", out_of_memory)   # forked workers inherit it
+    initial = make_model()
+    retried = fit(copy.deepcopy(initial), vectorize_clients="on", start_method="fork")
+    off = fit(copy.deepcopy(initial), vectorize_clients="off", start_method="fork")
+    for name, tensor in state_of(off.model).items():
+        assert torch.equal(tensor, state_of(retried.model)[name]), name
