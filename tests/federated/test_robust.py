@@ -239,3 +239,28 @@ def test_a_round_with_too_few_reports_is_named():
     assert r.too_few(20) is None and r.too_few(0) is None
     assert r.too_few(10) == "10 clients reported; krum with F=4 needs more than 2F+2 = 10"
     assert rule("median", 20).too_few(1) is None
+
+
+@pytest.mark.parametrize("n", list(range(1, 41)) + [70])
+def test_sorting_network_sorts_like_torch(n):
+    generator = torch.Generator().manual_seed(n)
+    rows = torch.randint(-3, 4, (n, 257), generator=generator).float()   # many ties
+    assert torch.equal(robust.sort_columns(rows), rows.sort(dim=0).values)
+    rows = torch.randn(n, 65, generator=generator)
+    assert torch.equal(robust.sort_columns(rows), rows.sort(dim=0).values)
+
+
+@pytest.mark.parametrize("theta, f", [(5, 1), (6, 1), (7, 2), (12, 4), (13, 3), (3, 1), (9, 2), (16, 5)])
+def test_bulyan_window_is_the_beta_values_nearest_the_median(theta, f):
+    """Against the definition: sort by distance to the median (ties to the smaller
+    value), keep beta, average."""
+    generator = torch.Generator().manual_seed(theta * 31 + f)
+    for rows in (torch.randint(-4, 5, (theta, 4000), generator=generator).float(),
+                 torch.randint(-1, 2, (theta, 4000), generator=generator).float(),
+                 torch.randn(theta, 400, generator=generator) ** 3):
+        values = rows.double().sort(dim=0).values
+        n = theta
+        median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+        order = torch.sort((values - median).abs(), dim=0, stable=True).indices
+        expected = values.gather(0, order[:theta - 2 * f]).mean(dim=0).float()
+        assert torch.allclose(robust.bulyan_combine(rows, f), expected, atol=1e-6)
