@@ -73,11 +73,11 @@ class PlanCell:
     decides can hand it to the others (written before a barrier, read after it).
 
     Layout: ``[coefficients (rows) | selected flags (rows) | center_weight, bounded,
-    iterations, n]``."""
+    iterations, n, update_norm]``."""
 
     def __init__(self, rows: int):
         self.rows = rows
-        self.tensor = torch.zeros(2 * rows + 4, dtype=torch.float64)
+        self.tensor = torch.zeros(2 * rows + 5, dtype=torch.float64)
 
     def write(self, plan: RoundPlan, n: int) -> None:
         t, rows = self.tensor, self.rows
@@ -86,14 +86,15 @@ class PlanCell:
             t[:n] = torch.tensor(plan.coefficients, dtype=torch.float64)
         for position in plan.selected:
             t[rows + position] = 1.0
-        t[2 * rows:] = torch.tensor([plan.center_weight, plan.bounded, plan.iterations, n],
-                                    dtype=torch.float64)
+        t[2 * rows:] = torch.tensor([plan.center_weight, plan.bounded, plan.iterations, n,
+                                     plan.update_norm], dtype=torch.float64)
 
     def read(self) -> RoundPlan:
         t, rows = self.tensor, self.rows
-        center_weight, bounded, iterations, n = t[2 * rows:].tolist()
+        center_weight, bounded, iterations, n, norm = t[2 * rows:].tolist()
         n = int(n)
         selected = tuple(int(i) for i in torch.nonzero(t[rows:rows + n]).flatten())
         return RoundPlan(tuple(t[:n].tolist()),
                          center_weight=center_weight, selected=selected,
-                         bounded=int(bounded), iterations=int(iterations))
+                         bounded=int(bounded), iterations=int(iterations),
+                         update_norm=norm)

@@ -10,6 +10,7 @@ Sun et al.) and ``geometric-median`` (RFA's weighted geometric median). ``median
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from dataclasses import dataclass
 from typing import Sequence
@@ -144,6 +145,7 @@ class RoundPlan:
     selected: tuple[int, ...] = ()
     bounded: int = 0          # norm-bound: updates scaled down
     iterations: int = 0       # geometric-median: Weiszfeld's
+    update_norm: float = 0.0  # the median length of the round's updates
 
 
 class RobustRule:
@@ -206,6 +208,11 @@ class RobustRule:
     # -- a round ---------------------------------------------------------------------------------
     def plan(self, gram: torch.Tensor, weights: Sequence[float]) -> RoundPlan:
         """The row-wise decision from the Gram matrix of the reporting rows' updates."""
+        plan = self._decide(gram, weights)
+        norm = float(gram.diagonal().clamp(min=0).sqrt().median()) if len(gram) else 0.0
+        return dataclasses.replace(plan, update_norm=norm)
+
+    def _decide(self, gram: torch.Tensor, weights: Sequence[float]) -> RoundPlan:
         n = gram.shape[0]
         total = float(sum(weights))
         if self.name in ("krum", "multi-krum"):
