@@ -18,7 +18,7 @@ def test_plain_mean_without_attack_leaves_the_server_alone():
     plain = settings()
     assert not plain.active and not plain.needs_table and not plain.malicious
     assert settings("mean", 0.2, "sign-flip").active
-    assert not settings("mean", 0.2, "sign-flip").needs_table
+    assert settings("mean", 0.2, "sign-flip").needs_table
     assert settings("mean", 0.2, "alie").needs_table
     assert settings("median").needs_table
 
@@ -48,7 +48,9 @@ def test_table_refusal_gives_the_figures():
            "MiB limit" in text
     assert "torchrun" in table_refusal(settings("median"), 10, 10, 1 << 30, False)
     assert table_refusal(settings("median"), 10, 10, 1 << 30, True) is None
-    assert table_refusal(settings("mean", 0.2, "gaussian"), 10, 10, 1, False) is None
+    assert "--attack gaussian needs every" in table_refusal(
+        settings("mean", 0.2, "gaussian"), 10, 10, 1, False)
+    assert table_refusal(settings(), 10, 10, 1, False) is None
 
 
 def server(aggregator, fraction=0.0, attack=None, clients=10, per_round=10):

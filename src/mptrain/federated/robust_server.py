@@ -46,9 +46,10 @@ class RobustSettings:
 
     @property
     def needs_table(self) -> bool:
-        """Whether the round's individual updates must sit in one shared table."""
-        return self.rule is not None and (self.rule.name != "mean" or
-                                          (self.attack is not None and self.attack.at_server))
+        """Whether the round's individual updates must sit in one shared table: for every
+        rule but the mean, and for every attack (the attacker writes what it sends into
+        its row; ALIE reads the honest rows)."""
+        return self.active
 
 
 def robust_settings(aggregator: str, malicious_fraction: float, attack: str | None,
@@ -95,7 +96,7 @@ def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
     if not settings.needs_table:
         return None
     what = f"--aggregator {settings.rule.name}" if settings.rule.name != "mean" \
-        else "--attack alie"
+        else f"--attack {settings.attack.name}"
     if not shares_memory:
         return (f"{what} needs every client's update in one shared table; the ranks here "
                 "do not share memory (torchrun across machines): run mptrain's own workers "
