@@ -14,6 +14,7 @@ from mptrain.config import TrainConfig
 from mptrain.data.partitions import partition_clients
 from mptrain.errors import UserError
 from mptrain.strategies import fedavg as fedavg_module
+from mptrain.strategies.fedavg import shared as fedavg_shared
 
 from fedavg_workload import RUN, make_data, make_model, make_test_data
 
@@ -176,10 +177,10 @@ def test_resume_is_bitwise_with_every_new_state(tmp_path, name):
 def test_client_variates_in_a_mapped_file_give_the_same_model(tmp_path, monkeypatch, capsys):
     initial = make_model()
     in_shm = fit(copy.deepcopy(initial), scaffold=True)
-    monkeypatch.setattr(fedavg_module, "SHM_SHARE", 0.0)   # /dev/shm "too small"
+    monkeypatch.setattr(fedavg_shared, "SHM_SHARE", 0.0)   # /dev/shm "too small"
     in_file = fit(copy.deepcopy(initial), scaffold=True, out=tmp_path / "run", quiet=False)
     assert_same(in_shm.model, in_file.model)
-    assert (tmp_path / "run" / fedavg_module.CONTROLS_FILE).exists()
+    assert (tmp_path / "run" / fedavg_shared.CONTROLS_FILE).exists()
     shown = capsys.readouterr()
     assert "in a memory-mapped file" in shown.out + shown.err   # the banner says where
     with pytest.raises(UserError, match="SCAFFOLD's client variates need .* no --out"):

@@ -1,13 +1,10 @@
-"""fedavg's settings beyond the config's own per-field checks: which combinations are refused
-(each in one line that says why and what to do instead), and the defaults the workbench
-resolves when a setting is left out."""
+"""fedavg's refusals beyond the config's own per-field checks: which combinations of settings
+make no sense, each refused in one line that says why and what to do instead."""
 
 from __future__ import annotations
 
-from ..errors import UserError
-
-DEFAULT_DP_DELTA = 1e-5
-DEFAULT_CLIP_LR = 0.2
+from ...errors import UserError
+from .settings import count_noise_std
 
 
 def check_fedavg_config(config) -> None:
@@ -73,26 +70,3 @@ def _check_privacy(c) -> None:
                             f"of --dp-noise ({c.dp_noise / 2:g}), or it takes the whole "
                             "privacy budget: give --dp-count-noise above that (default: "
                             "expected clients per round / 20)")
-
-
-def dp_delta(config) -> float:
-    return DEFAULT_DP_DELTA if config.dp_delta is None else config.dp_delta
-
-
-def count_noise_std(config) -> float | None:
-    """Std of the noise on adaptive clipping's count (Andrew et al.: expected clients / 20);
-    None without adaptive clipping."""
-    if config.dp_clip_quantile is None:
-        return None
-    if config.dp_count_noise is not None:
-        return config.dp_count_noise
-    return config.sampled_clients / 20
-
-
-def dp_noise_of_updates(config) -> float:
-    """The noise multiplier on the updates' sum (less than --dp-noise when adaptive
-    clipping's count takes its share)."""
-    from ..federated.privacy import update_noise_multiplier
-
-    count = count_noise_std(config) if config.private else None
-    return update_noise_multiplier(config.dp_noise, count)

@@ -1,0 +1,37 @@
+"""Federated averaging (McMahan et al. 2017) with many simulated clients on a few processes,
+and the algorithms around it: FedProx, server optimizers (FedAvgM, FedAdam, FedYogi,
+FedAdagrad), SCAFFOLD, unreliable clients, DP-FedAvg with an accountant, per-client
+evaluation.
+
+Clients are not processes and not model copies: a client is an index slice of the one shared
+data set. Every round the same seeded sample of clients is drawn on every worker; each worker
+trains its share of them one after the other, reusing one model and one optimizer, and
+writes each client's result into its row of a shared table. After a barrier every worker
+aggregates one slice of the columns in client-id order and applies the server step to that
+slice of the shared global parameters (a reduce-scatter through shared memory; the server
+optimizer's state, SCAFFOLD's variates and the clip live in shared memory, sliced the same
+way). So memory does not grow with the clients sampled, and the same seed gives the bitwise
+same model whatever the number of workers (at the same threads per worker).
+
+Where ranks do not share memory (torchrun across nodes) each rank averages its own clients
+and the ranks combine the partial averages with the weighted-average collective instead: the
+same maths, summed in a different order; SCAFFOLD and DP need the shared table and are
+refused there.
+
+The parts, in the order a run meets them:
+
+- ``strategy``: the parent's side -- facts, refusals before anything starts
+  (``refusals``), and what the run reports (``report``);
+- ``settings``: what the settings stand for when left out (delta, clip step, server
+  optimizer);
+- ``shared``: :class:`~.shared.FedAvgShared`, everything the workers share, as one value;
+- ``worker``: one worker's round -- sample, train my clients (``ClientTrainer`` in
+  ``clients``), then the server step on my slice (``server``);
+- ``checkpoint``: the server's state in a checkpoint, and back.
+
+The maths (sampling, aggregation, privacy, server optimizers) is in ``mptrain.federated``.
+"""
+
+from .strategy import FedAvgStrategy
+
+__all__ = ["FedAvgStrategy"]

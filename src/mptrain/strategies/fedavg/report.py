@@ -1,0 +1,182 @@
+"""What a fedavg run says about itself: one row of metrics per round from every rank's
+report, the console line and the notes the user must see, summary.json's fields and the
+banner. The parent calls these through ``FedAvgStrategy``; nothing here trains."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...report.console import metric_parts
+from .settings import accountant_name, dp_delta, server_optimizer
+from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
+
+#: Rounds in a row of a lone trained client's non-finite update that mean the run diverged.
+LONE_CLIENT_ROUNDS = 3
+#: Keys rank 0 reports for the server, copied into the round's row as they are.
+SERVER_KEYS = ("epsilon", "dp_clip", "client_acc_mean", "client_acc_std", "client_acc_p10",
+               "client_acc_worst", "clients_evaluated")
+
+
+def round_row(reports, watch: "DivergenceWatch") -> dict:
+    """One round's metrics from every rank's ``RoundReport`` (their ``extras`` are the
+    workers' ``RoundTally`` and rank 0's server figures); ``watch`` says whether the run
+    diverged."""
+    extras = [r.extras for r in reports]
+    clients = sum(e.get("clients", 0) for e in extras)
+    failed = sorted(c for e in extras for c in e.get("failed_clients", ()))
+    nonfinite = sorted(c for e in extras for c in e.get("nonfinite_clients", ()))
+    loss_sum = sum(e.get("client_loss_sum", 0.0) for e in extras)
+    trained = clients - len(failed)
+    row = {"round": reports[0].index + 1, "clients": clients,
+           "mean_client_loss": loss_sum / trained if trained else None,
+           "failed_clients": failed, "reported": sum(e.get("reported", 0) for e in extras),
+           "dropped": sum(e.get("dropped", 0) for e in extras),
+           "partial": sum(e.get("partial", 0) for e in extras),
+           "round_s": max(r.evaluated_at for r in reports)
+           - min(r.train_started for r in reports)}
+    if nonfinite:
+        row["nonfinite_clients"] = nonfinite
+    diverged = watch.check(row)
+    if diverged:
+        row["diverged"] = diverged
+    server = extras[0]   # rank 0 speaks for the server
+    row.update({key: server[key] for key in SERVER_KEYS if key in server})
+    if server.get("privacy_stop"):
+        row["stopped"] = "privacy budget"
+    return row
+
+
+class DivergenceWatch:
+    """Whether the global model itself is broken: every client that trained this round
+    sent a non-finite update -- at least two of them, or a lone client three rounds in a
+    row (one client's bad data leaves the others finite, and is dropped and counted).
+    Dropping them all and going on would change nothing in any later round (seen:
+    SCAFFOLD at lr 0.1 on shards:2 spun through 930 such rounds)."""
+
+    def __init__(self):
+        self.rounds_all_nonfinite = 0   # in a row
+
+    def check(self, row: dict) -> str | None:
+        """The reason the run diverged at ``row``'s round, or None."""
+        nonfinite = row.get("nonfinite_clients", [])
+        # failed_clients holds the non-finite ones too; those trained.
+        trained = row["clients"] - len(row["failed_clients"]) + len(nonfinite)
+        if nonfinite and len(nonfinite) == trained:
+            self.rounds_all_nonfinite += 1
+        else:
+            self.rounds_all_nonfinite = 0
+        round_number = row["round"]
+        if trained >= 2 and self.rounds_all_nonfinite:
+            return (f"every client's update was non-finite in round {round_number} "
+                    f"({trained} clients)")
+        if self.rounds_all_nonfinite >= LONE_CLIENT_ROUNDS:
+            return (f"every client's update was non-finite in rounds "
+                    f"{round_number - LONE_CLIENT_ROUNDS + 1}-{round_number}")
+        return None
+
+
+def round_line(metrics) -> list[str]:
+    """What a round's console line shows after ``round 3/10``."""
+    extras, parts = metrics.extras, []
+    if extras.get("clients") is not None:
+        parts.append(f"{extras['clients']} clients")
+        if extras.get("reported", extras["clients"]) != extras["clients"]:
+            parts.append(f"{extras['reported']} reported")
+    if extras.get("epsilon") is not None:
+        parts.append(f"ε {extras['epsilon']:.3g}")
+    if extras.get("client_acc_mean") is not None:
+        parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
+                     f"(worst {100 * extras['client_acc_worst']:.1f}%)")
+    return parts + metric_parts(metrics)
+
+
+def round_notes(config, metrics) -> list[str]:
+    """What a round's clients did that the user must know."""
+    extras, index, notes = metrics.extras, metrics.epoch, []
+    nonfinite = extras.get("nonfinite_clients") or []
+    failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
+    if failed:
+        notes.append(f"round {index}: dropped failing client(s) "
+                     f"{', '.join(map(str, failed))} (--accept-failures)")
+    if nonfinite:
+        notes.append(f"round {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
+                     "non-finite update")
+    noise = " but the noise" if "epsilon" in extras else ""
+    if extras.get("clients") == 0:
+        notes.append(f"round {index}: Poisson sampling drew no client; the round changed "
+                     f"nothing{noise}")
+    elif extras.get("clients") and extras.get("reported") == 0:
+        notes.append(f"round {index}: no sampled client reported; the round changed "
+                     f"nothing{noise}")
+    if extras.get("stopped"):
+        notes.append(f"round {index}: stopped: the next round would spend more than "
+                     f"--target-epsilon {config.target_epsilon:g} (epsilon now "
+                     f"{extras.get('epsilon'):.3g})")
+    return notes
+
+
+def summary_fields(config, last_epsilon: float | None,
+                   stopped_for_privacy_at: int | None) -> dict:
+    """fedavg's entries of summary.json."""
+    c = config
+    fields = {"rounds": c.rounds, "clients": c.clients,
+              "clients_per_round": c.sampled_clients, "local_epochs": c.local_epochs,
+              "partition": c.partition, "prox_mu": c.prox_mu,
+              "server_optimizer": c.server_optimizer,
+              "server_lr": server_optimizer(c).lr,
+              "server_momentum": c.server_momentum, "scaffold": c.scaffold,
+              "sampling": c.sampling, "dropout_rate": c.dropout_rate,
+              "straggler_rate": c.straggler_rate}
+    if c.private:
+        fields.update({"epsilon": last_epsilon, "dp_delta": dp_delta(c),
+                       "dp_noise": c.dp_noise, "dp_clip": c.dp_clip,
+                       "accountant": accountant_name(c),
+                       "target_epsilon": c.target_epsilon,
+                       "stopped_for_privacy_at_round": stopped_for_privacy_at})
+    return fields
+
+
+def describe(config, plan, model, out_dir: Path | None) -> list[str]:
+    """The banner's lines about what fedavg will do."""
+    c = config
+    sample = f"{c.sampled_clients} per round" if c.sampling == "fixed" else \
+        f"Poisson q={c.sample_rate:g} ({c.sampled_clients} expected per round)"
+    lines = [f"{c.clients} clients ({c.partition}), {sample}, "
+             f"{c.local_epochs} local epoch(s) of batch {c.batch_size}, {c.rounds} rounds"]
+    extras = []
+    if c.prox_mu:
+        extras.append(f"FedProx mu {c.prox_mu:g}")
+    optimizer = server_optimizer(c)
+    if c.server_optimizer != "sgd" or optimizer.lr != 1.0 or c.server_momentum:
+        extras.append(optimizer.describe())
+    if c.scaffold:
+        place, need = controls_placement(c, model, out_dir)
+        where = "in shared memory" if place == "shm" else \
+            f"in a memory-mapped file {Path(out_dir) / CONTROLS_FILE}"
+        extras.append(f"SCAFFOLD: client variates {need / 2**20:,.1f} MiB {where}")
+    if c.dropout_rate or c.straggler_rate:
+        extras.append(f"unreliable clients: {c.dropout_rate:g} drop out, "
+                      f"{c.straggler_rate:g} straggle")
+    if c.dp_clip is not None:
+        extras.append(_privacy_line(c))
+    if c.client_eval_every:
+        extras.append(f"every client evaluated every {c.client_eval_every} rounds")
+    if c.accept_failures:
+        extras.append("failing clients are dropped from their round")
+    if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
+        extras.append("round results too large for a shared table: averaged per worker, "
+                      "so the last bits depend on --workers")
+    if extras:
+        lines.append(" · ".join(extras))
+    return lines
+
+
+def _privacy_line(c) -> str:
+    clip = f"clip {c.dp_clip:g}" + (f" adapting to quantile {c.dp_clip_quantile:g}"
+                                     if c.dp_clip_quantile is not None else "")
+    if not c.private:
+        return f"updates clipped ({clip}), no noise: no privacy guarantee"
+    target = f", stop before epsilon {c.target_epsilon:g}" \
+        if c.target_epsilon is not None else ""
+    return (f"DP-FedAvg: {clip}, noise multiplier {c.dp_noise:g}, delta {dp_delta(c):g}, "
+            f"{accountant_name(c)} accountant{target}")

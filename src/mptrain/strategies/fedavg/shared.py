@@ -1,0 +1,223 @@
+"""What fedavg's workers share, as one value: :class:`FedAvgShared`, made by the parent
+(``share_round_state``) and handed to every worker's program.
+
+A client is an index slice of the one shared data set (``client_index`` cut at
+``client_offsets``). One round's results go into a table of one row per sampled client, in
+shared memory when every rank maps it (``uses_shared_table``); the global model, the server
+optimizer's state, SCAFFOLD's variates, the adaptive clip and the privacy spent are shared
+tensors too. The tensors are written in place and never replaced, so the value itself never
+changes after the parent made it; who writes which part, and why no lock is needed, is told
+in ``worker``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ...errors import UserError
+from ...federated.sampling import poisson_capacity
+from ...launch.sharing import shared_zeros
+from ..data_parallel import floating_state
+from .settings import server_optimizer
+
+#: Above this, the table of one round's client results is not kept in shared memory; the
+#: workers then reduce per worker (results then depend on the number of workers, in the
+#: last bits).
+TABLE_LIMIT_BYTES = 1 << 30
+#: Where SCAFFOLD's client variates go when /dev/shm cannot hold them (under --out).
+CONTROLS_FILE = "scaffold-client-controls.f32"
+#: Of /dev/shm's free space, what the client variates may take (the rest: data, model,
+#: collectives, other runs).
+SHM_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class FedAvgShared:
+    """Everything fedavg's workers share (tensors written in place, never replaced)."""
+
+    client_index: torch.Tensor      # every client's samples, one client after another
+    client_offsets: torch.Tensor    # [clients + 1]
+    global_flat: torch.Tensor       # the global model, flat (parameters, floating buffers)
+    server_state: dict[str, torch.Tensor]   # the server optimizer's
+    rows: int                       # rows of a round's table: clients a round may sample
+    #: Whether one round's results go through ``table`` (else each rank averages its own
+    #: clients and the ranks combine through the group's collective).
+    shared_table: bool
+    table: torch.Tensor | None = None        # [rows, numel] one round's results
+    weights: torch.Tensor | None = None      # [rows] weight of each row (0: none)
+    within: torch.Tensor | None = None       # [rows] DP: update within the clip
+    clip: torch.Tensor | None = None         # [1] float64: DP clip (adaptive)
+    privacy: torch.Tensor | None = None      # [2] float64: epsilon, stop flag
+    controls: torch.Tensor | None = None     # SCAFFOLD's c [params]
+    control_deltas: torch.Tensor | None = None   # [rows, params] the clients' dc_i
+    touched: torch.Tensor | None = None      # [clients] uint8: c_i ever set
+    client_accuracy: torch.Tensor | None = None  # [clients] float64
+    #: SCAFFOLD's client variates c_i [clients, params] in shared memory, or None when
+    #: they live in ``controls_path`` (a file each process maps: ``client_controls``).
+    client_controls_in_memory: torch.Tensor | None = field(default=None, repr=False)
+    controls_path: Path | None = None
+
+    def client_controls(self) -> torch.Tensor | None:
+        """SCAFFOLD's table of client variates ``c_i`` [clients, params]: shared memory, or
+        the file mapped ``MAP_SHARED`` (writes of one process are seen by all). A worker
+        calls this once and keeps the tensor; a file is never pickled, only its path."""
+        if self.controls_path is None:
+            return self.client_controls_in_memory
+        rows, params = self.touched.numel(), self.controls.numel()
+        return torch.from_file(str(self.controls_path), shared=True, size=rows * params,
+                               dtype=torch.float32).view(rows, params)
+
+    def client_indices(self, client: int) -> torch.Tensor:
+        """The samples of ``client`` (indices into the training set)."""
+        return self.client_index[self.client_offsets[client]:self.client_offsets[client + 1]]
+
+    def client_sizes(self) -> list[int]:
+        return (self.client_offsets[1:] - self.client_offsets[:-1]).tolist()
+
+
+def cut_clients(config, data) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training set cut into clients: every client's indices one after another, and
+    where each client starts ([clients + 1])."""
+    from ...data.partitions import partition_clients
+
+    parts = partition_clients(config.partition, data.train.targets, config.clients,
+                              config.seed)
+    sizes = torch.tensor([0] + [len(p) for p in parts], dtype=torch.int64)
+    return torch.cat([p.to(torch.int64) for p in parts]), sizes.cumsum(0)
+
+
+def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor], plan,
+                      out_dir: Path | None) -> FedAvgShared:
+    """The shared state of a run, made in the parent before any worker starts (under
+    torchrun in every rank): ``clients`` is ``cut_clients``'s cut."""
+    c = config
+    client_index, client_offsets = clients
+    shared_table = uses_shared_table(config, model, plan)
+    flat = torch.cat([t.detach().reshape(-1).float() for t in floating_state(model)])
+    rows = table_rows(config)
+    parts: dict = {}
+    if shared_table:   # only when workers share memory (``uses_shared_table``)
+        parts["table"] = shared_zeros((rows, flat.numel()))
+        parts["weights"] = torch.zeros(rows, dtype=torch.float64)
+    if c.dp_clip is not None:
+        parts["within"] = torch.zeros(rows, dtype=torch.float64)
+        parts["clip"] = torch.tensor([float(c.dp_clip)], dtype=torch.float64)
+    if c.private:
+        from ...federated.accounting import require_dp_accounting
+
+        require_dp_accounting()   # imported once here: forked workers inherit it
+        parts["privacy"] = torch.zeros(2, dtype=torch.float64)
+    if c.scaffold:
+        params = param_numel(model)
+        parts["controls"] = torch.zeros(params)
+        parts["control_deltas"] = torch.zeros(rows, params)
+        parts["touched"] = torch.zeros(c.clients, dtype=torch.uint8)
+        place, path = _client_controls_place(config, model, plan, out_dir)
+        parts["controls_path"] = path
+        if place == "shm":
+            shape = (c.clients, params)
+            parts["client_controls_in_memory"] = shared_zeros(shape) \
+                if plan.comm.shares_memory else torch.zeros(shape)
+    if c.client_eval_every:
+        parts["client_accuracy"] = torch.full((c.clients,), float("nan"),
+                                              dtype=torch.float64)
+    shared = FedAvgShared(client_index=client_index, client_offsets=client_offsets,
+                          global_flat=flat,
+                          server_state=server_optimizer(config).init_state(flat.numel()),
+                          rows=rows, shared_table=shared_table, **parts)
+    if plan.comm.shares_memory:
+        small = [parts[k] for k in ("weights", "within", "clip", "privacy", "controls",
+                                    "control_deltas", "touched", "client_accuracy")
+                 if k in parts]
+        for tensor in [client_index, client_offsets, flat, *shared.server_state.values(),
+                       *small]:
+            tensor.share_memory_()
+    return shared
+
+
+def _client_controls_place(config, model, plan, out_dir) -> tuple[str, Path | None]:
+    place, need = controls_placement(config, model, out_dir)
+    if place == "shm":
+        return place, None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = Path(out_dir) / CONTROLS_FILE
+    with open(path, "wb") as handle:
+        handle.truncate(need)   # a sparse file of zeros; a restart starts it afresh
+    return place, path
+
+
+def table_rows(config) -> int:
+    """Rows of the round's table: the clients a round samples (a bound on Poisson's
+    count)."""
+    if config.sampling == "poisson":
+        return poisson_capacity(config.clients, config.sample_rate)
+    return config.sampled_clients
+
+
+def uses_shared_table(config, model, plan) -> bool:
+    """Whether one round's results fit a table every rank maps."""
+    numel = sum(t.numel() for t in floating_state(model))
+    return plan.comm.shares_memory and table_rows(config) * numel * 4 <= TABLE_LIMIT_BYTES
+
+
+def controls_placement(config, model, out_dir: Path | None) -> tuple[str, int]:
+    """Where SCAFFOLD's client variates go -- ``shm`` or ``file`` (under --out) -- and
+    their bytes; a refusal with the figures when neither has room."""
+    need = config.clients * param_numel(model) * 4
+    shm_free = _free_bytes("/dev/shm")
+    if shm_free is None or need <= SHM_SHARE * shm_free:
+        return "shm", need
+    disk_free = _free_bytes(_existing_parent(out_dir)) if out_dir is not None else None
+    if disk_free is not None and need <= disk_free:
+        return "file", need
+    shm = f"{shm_free / 2**20:,.0f} MiB free in /dev/shm (half usable)"
+    disk = f"{disk_free / 2**20:,.0f} MiB free under --out" if disk_free is not None \
+        else "no --out folder to map a file in"
+    raise UserError(f"SCAFFOLD's client variates need {need / 2**20:,.0f} MiB "
+                    f"({config.clients} clients x {param_numel(model):,} "
+                    f"parameters x 4 bytes): {shm}, {disk}; give --out on a disk with "
+                    "room, or fewer --clients")
+
+
+def shared_bytes(config, model, plan, out_dir: Path | None) -> int:
+    """Bytes of /dev/shm the shared state takes beyond the model and data (for the
+    memory preflight)."""
+    c = config
+    numel = sum(t.numel() for t in floating_state(model))
+    extra = 4 * numel * len(server_optimizer(config).init_state(0))
+    if plan.comm.shares_memory and uses_shared_table(config, model, plan):
+        extra += table_rows(config) * (numel * 4 + 16)
+    if c.scaffold:
+        params = param_numel(model)
+        extra += 4 * params * (table_rows(config) + 1) + c.clients
+        try:
+            place, need = controls_placement(config, model, out_dir)
+        except UserError:
+            place, need = "none", 0     # ``check`` refuses it, with the figures
+        extra += need if place == "shm" else 0
+    if c.client_eval_every:
+        extra += 8 * c.clients
+    return extra
+
+
+def param_numel(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _free_bytes(path) -> int | None:
+    try:
+        stats = os.statvfs(path)
+    except (OSError, TypeError):
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def _existing_parent(path) -> Path:
+    path = Path(path).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

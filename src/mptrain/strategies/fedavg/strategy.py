@@ -1,0 +1,139 @@
+"""The parent's side of fedavg: its facts (the unit, the settings it takes), its refusals
+before anything starts, the shared state it makes for the workers, and what the run
+reports (``report``)."""
+
+from __future__ import annotations
+
+from ...errors import UserError
+from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
+from ..data_parallel import floating_state
+from . import report
+from .refusals import check_fedavg_config
+from .settings import accountant_name, dp_delta
+from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
+                     shared_bytes, uses_shared_table)
+
+
+class FedAvgStrategy(Strategy):
+    name = "fedavg"
+    unit = "round"
+    settings = frozenset({
+        "rounds", "clients", "clients_per_round", "client_fraction", "local_epochs",
+        "partition", "prox_mu", "server_optimizer", "server_lr", "server_momentum",
+        "server_betas", "server_tau", "accept_failures", "max_restarts", "scaffold",
+        "sampling", "dropout_rate", "straggler_rate", "dp_clip", "dp_noise", "dp_delta",
+        "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
+        "client_eval_every"})
+    instead = {"epochs": "--rounds",
+               "steps_per_epoch": "--rounds with fewer --clients-per-round"}
+    runs_under_torchrun = True
+    resumes_on_other_worker_counts = True   # the server's state is the checkpoint
+
+    def __init__(self, config):
+        super().__init__(config)
+        #: The training set cut into clients (``shared.cut_clients``): cut once, in
+        #: ``check``, and reused by ``prepare`` and every restart.
+        self.clients = None
+        #: What the workers share, made by ``prepare``.
+        self.shared: FedAvgShared | None = None
+        #: The parent's view of the privacy spent (for summary.json).
+        self.last_epsilon: float | None = None
+        self.stopped_for_privacy_at: int | None = None
+        self.divergence = report.DivergenceWatch()
+
+    # -- facts ---------------------------------------------------------------------------------
+    @classmethod
+    def recommended(cls, defaults):
+        values = super().recommended(defaults)
+        values.update(defaults.federated)
+        return values
+
+    @classmethod
+    def check_config(cls, config):
+        check_fedavg_config(config)
+
+    @classmethod
+    def units(cls, config):
+        return config.rounds
+
+    # -- parent side -------------------------------------------------------------------------
+    def check(self, data, model, plan) -> None:
+        """Before anything starts: cut the clients, since cutting them is how a partition
+        that cannot split this data set (or a user's function that returns bad clients) is
+        found -- in one line, before any output exists. The cut is kept for ``prepare``.
+        Then what needs shared memory, the accountant, and room for SCAFFOLD's variates."""
+        c = self.config
+        self.partition(data)
+        if (c.dp_clip is not None or c.scaffold) and not uses_shared_table(c, model, plan):
+            what = "--scaffold" if c.scaffold else "--dp-clip/--dp-noise"
+            raise UserError(f"{what} needs the round's results in one machine's shared "
+                            "memory (every client's row, summed in client order); run "
+                            "mptrain's own workers on one machine, or fewer "
+                            "--clients-per-round for a smaller table")
+        if c.client_eval_every and not plan.comm.shares_memory:
+            raise UserError("--client-eval-every needs one machine's shared memory (every "
+                            "rank writes its clients' accuracies into one table); run "
+                            "mptrain's own workers on one machine")
+        if c.private:
+            from ...federated.accounting import PrivacyAccountant, require_dp_accounting
+
+            require_dp_accounting()
+            first = PrivacyAccountant(accountant_name(c)).epsilon_after(
+                c.sample_rate, c.dp_noise, dp_delta(c))
+            if c.target_epsilon is not None and first > c.target_epsilon:
+                raise UserError(f"--target-epsilon {c.target_epsilon:g} is spent by the first "
+                                f"round alone (epsilon {first:.3g} at delta {dp_delta(c):g}); "
+                                "raise it, add noise (--dp-noise) or sample fewer clients")
+        if c.scaffold:
+            controls_placement(c, model, self.out_dir)   # refuses when neither place fits
+
+    def partition(self, data) -> None:
+        """Cut the training set into clients (once; restarts reuse it)."""
+        if self.clients is None:
+            self.clients = cut_clients(self.config, data)
+
+    def prepare(self, model, data=None, plan=None) -> None:
+        self.partition(data)
+        self.shared = share_round_state(self.config, model, self.clients, plan, self.out_dir)
+
+    def needs(self, model, data, plan) -> ResourceNeeds:
+        # The fallback reduction sends the flat model and its weight through the group.
+        # Clients end in last batches of as many sizes as there are clients: those shapes
+        # are left to the workers, only the full batch is rehearsed.
+        numel = sum(t.numel() for t in floating_state(model))
+        return ResourceNeeds(comm_numel=numel + 1,
+                             shared_tensors=model_tensor_count(model) + 14,
+                             batch_sizes=(self.config.batch_size,),
+                             extra_shared_bytes=shared_bytes(self.config, model, plan,
+                                                             self.out_dir))
+
+    def samples_per_round(self, data, workers):
+        mean_client = len(data.train) / self.config.clients
+        return round(self.config.sampled_clients * mean_client * self.config.local_epochs)
+
+    def program(self, setup) -> WorkerProgram:
+        from .worker import FedAvgProgram
+
+        return FedAvgProgram(self.config, self.shared, setup)
+
+    # -- what the run says about itself ----------------------------------------------------------
+    def round_extras(self, reports) -> dict:
+        row = report.round_row(reports, self.divergence)
+        if "epsilon" in row:
+            self.last_epsilon = row["epsilon"]
+        if "stopped" in row:
+            self.stopped_for_privacy_at = row["round"]
+        return row
+
+    def round_line(self, metrics):
+        return report.round_line(metrics)
+
+    def round_notes(self, metrics):
+        return report.round_notes(self.config, metrics)
+
+    def summary_fields(self):
+        return report.summary_fields(self.config, self.last_epsilon,
+                                     self.stopped_for_privacy_at)
+
+    def describe(self, plan, model):
+        return report.describe(self.config, plan, model, self.out_dir)

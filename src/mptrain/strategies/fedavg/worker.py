@@ -1,0 +1,218 @@
+"""One fedavg worker's program. A round reads top to bottom as the algorithm does:
+
+1. sample the round's clients (fixed-size, or Poisson with DP) and take my share of them;
+2. train each from the global model (``train_my_clients``) -- FedProx's or SCAFFOLD's
+   correction, stragglers doing part of their steps -- and put its result in its row of the
+   shared table, unless it dropped out, failed or sent a non-finite update (then its row
+   weighs 0); with DP the row is the client's update clipped to the clip;
+3. barrier; aggregate my slice of the columns (``server.combine_updates``: weighted mean, or
+   with DP the sum plus noise over the expected count) and apply the server optimizer to my
+   slice of the global model; SCAFFOLD's ``c`` moves by the clients' ``dc_i``; rank 0 also
+   updates the adaptive clip and the privacy spent;
+4. barrier; every N rounds, evaluate the global model on every client's data.
+
+Shared state without locks, and why it is safe: a row of the table, of ``dc`` and of the
+client variates is written by the one worker that trains that client in the round; the
+global model, the server state and ``c`` are written only between the two barriers, each
+column by one rank, and read by others only after the second; the clip and the privacy cell
+are written by rank 0 between the barriers and read after the next barrier (each rank keeps
+the round's clip from before the first). The barriers of the shared-memory group order the
+writes before them with the reads after them on every CPU (they are built on a lock and a
+condition, which are full memory barriers, also on aarch64).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.nn as nn
+
+from ...data.sources import CLASSIFICATION
+from ...engine.task import evaluate
+from ...errors import ClientFailedError
+from ...federated import availability, scaffold
+from ...federated.aggregate import column_slice
+from ...federated.client import update_is_finite
+from ...federated.client_stats import summarize
+from ...federated.privacy import clip_
+from ...federated.sampling import assign_clients, poisson_sample, sample_clients
+from ..base import RoundWork, WorkerProgram
+from ..data_parallel import copy_model_state
+from . import checkpoint
+from .clients import ClientTrainer
+from .server import ServerStep
+from .settings import accountant_name, server_optimizer
+from .shared import FedAvgShared
+
+
+class FedAvgProgram(WorkerProgram):
+    """One worker: each round, train my share of the sampled clients, then aggregate."""
+
+    def __init__(self, config, shared: FedAvgShared, setup):
+        self.config, self.shared, self.setup = config, shared, setup
+        self.group = setup.group
+        self.client_controls = shared.client_controls()   # mapped once per process
+        self.trainer = ClientTrainer(config, shared, setup, self.client_controls)
+        accountant = None
+        if config.private:
+            from ...federated.accounting import PrivacyAccountant
+
+            accountant = PrivacyAccountant(accountant_name(config))
+        self.server = ServerStep(config, shared, self.group, server_optimizer(config),
+                                 accountant)
+
+    # -- one round -------------------------------------------------------------------------------
+    def train_round(self, round_index: int) -> RoundWork:
+        c, group, shared = self.config, self.group, self.shared
+        sampled = self._sample(round_index)
+        mine = assign_clients(sampled, self.trainer.sizes, group.world_size)[group.rank]
+        clip = float(shared.clip[0]) if shared.clip is not None else None
+        started = time.monotonic()
+        tally = RoundTally()
+        partial_sum, partial_weight = self.train_my_clients(mine, sampled, round_index,
+                                                            clip, tally)
+        ended = time.monotonic()
+        figures = {}
+        if shared.shared_table:
+            figures = self.server.reduce_shared_table(round_index, len(sampled), clip)
+        else:
+            self.server.reduce_through_group(partial_sum, partial_weight)
+        self.trainer.load_global()
+        if c.client_eval_every and ((round_index + 1) % c.client_eval_every == 0
+                                    or round_index + 1 == c.rounds):
+            figures.update(self._evaluate_clients())
+        extras = {"clients": len(mine), **tally.as_extras(), **figures}
+        return RoundWork(steps=tally.steps, samples=tally.samples, loss_sum=tally.loss_sum,
+                         started=started, ended=ended, extras=extras,
+                         last=bool(figures.get("privacy_stop")) if group.rank == 0
+                         else self.server.privacy_stop())
+
+    def _sample(self, round_index: int) -> list[int]:
+        c = self.config
+        if c.sampling == "poisson":
+            sampled = poisson_sample(c.clients, c.sample_rate, c.seed, round_index)
+            if len(sampled) > self.shared.rows:   # < 1e-20 per round
+                raise ClientFailedError(f"round {round_index + 1} sampled {len(sampled)} "
+                                        "clients, more than the table holds")
+            return sampled
+        return sample_clients(c.clients, c.sampled_clients, c.seed, round_index)
+
+    def train_my_clients(self, mine: list[int], sampled: list[int], round_index: int,
+                         clip: float | None, tally: "RoundTally"):
+        """Train this worker's share of the round's clients, one after another, each from
+        the global model: each result goes into its row of the shared table with its
+        weight, or without a shared table into this worker's weighted sum. Returns that sum
+        and its weight (None, 0.0 with a shared table)."""
+        shared = self.shared
+        slots = {client: slot for slot, client in enumerate(sampled)}
+        partial_sum, partial_weight = None, 0.0
+        for client in mine:
+            row = shared.table[slots[client]] if shared.shared_table else None
+            weight = self._run_client(client, round_index, clip, row, slots[client], tally)
+            if shared.shared_table:
+                shared.weights[slots[client]] = weight
+            elif weight:
+                result = self.trainer.flat_result()
+                partial_sum = result * weight if partial_sum is None else \
+                    partial_sum.add_(result, alpha=weight)
+                partial_weight += weight
+        return partial_sum, partial_weight
+
+    def _run_client(self, client: int, round_index: int, clip: float | None,
+                    row: torch.Tensor | None, slot: int, tally: "RoundTally") -> float:
+        """Train ``client``, put its result in ``row``; returns its weight in the aggregate
+        (0: it dropped out, failed or sent a non-finite update)."""
+        c, shared, trainer = self.config, self.shared, self.trainer
+        trainer.load_global()
+        try:
+            steps, samples, loss = trainer.train(client, round_index)
+        except Exception as err:  # noqa: BLE001 - a client's failure is reported by id
+            if not c.accept_failures:
+                raise ClientFailedError(
+                    f"client {client} failed in round {round_index + 1} on worker rank "
+                    f"{self.group.rank}: {type(err).__name__}: {err} (--accept-failures "
+                    "drops failing clients from their round instead)") from err
+            tally.failed.append(client)
+            return 0.0
+        result = trainer.flat_result(out=row)
+        if not (math.isfinite(loss) and update_is_finite(result)):
+            # Dropped and counted, and its loss kept out of the round's: one bad client is
+            # not the run diverging.
+            tally.nonfinite.append(client)
+            return 0.0
+        tally.count(steps, samples, loss, partial=steps < trainer.full_steps(client))
+        if availability.drops_out(c.seed, round_index, client, c.dropout_rate):
+            tally.dropped += 1     # trained, never reported: nothing of it is kept
+            return 0.0
+        tally.reported += 1
+        if c.scaffold:
+            p = trainer.param_numel
+            scaffold.update_client_control_(
+                self.client_controls[client], shared.controls, shared.global_flat[:p],
+                result[:p], steps, trainer.client_lr(round_index),
+                delta_out=shared.control_deltas[slot])
+            shared.touched[client] = 1
+        if clip is None:
+            return float(samples)
+        # Clipping is the client's: the server only ever sees a bounded update.
+        result.sub_(shared.global_flat)
+        norm = clip_(result, clip)
+        shared.within[slot] = 1.0 if norm <= clip else 0.0
+        return 1.0 if c.private else float(samples)
+
+    def _evaluate_clients(self) -> dict:
+        """The global model on every client's own data, each rank a run of clients; rank 0
+        summarises after a barrier."""
+        shared, setup, group, c = self.shared, self.setup, self.group, self.config
+        if setup.data.task != CLASSIFICATION:
+            return {}
+        mine = column_slice(c.clients, group.world_size, group.rank)
+        for client in range(mine.start, mine.stop):
+            _, correct, count = evaluate(self.trainer.model, self.trainer.feed,
+                                         shared.client_indices(client), setup.data.task,
+                                         c.eval_batch_size, setup.device,
+                                         beat=setup.progress.beat, precision=c.precision)
+            shared.client_accuracy[client] = correct / count if count else float("nan")
+        group.barrier()
+        return summarize(shared.client_accuracy) if group.rank == 0 else {}
+
+    # -- what the loop asks of every program -----------------------------------------------------
+    def eval_model(self) -> nn.Module:
+        return self.trainer.model
+
+    def state(self) -> dict:
+        return checkpoint.server_state(self.shared, self.group.rank, self.trainer.model,
+                                       self.server.accountant, self.client_controls)
+
+    def load_state(self, state: dict) -> None:
+        checkpoint.load_server_state(self.shared, state, self.server.accountant,
+                                     self.client_controls)
+
+    def publish(self, shared_model: nn.Module) -> None:
+        if self.group.rank == 0:
+            copy_model_state(self.trainer.model, shared_model)
+
+
+class RoundTally:
+    """What happened to my clients in one round."""
+
+    def __init__(self):
+        self.steps = self.samples = self.reported = self.dropped = self.partial = 0
+        self.loss_sum = self.client_loss_sum = 0.0
+        self.failed: list[int] = []
+        self.nonfinite: list[int] = []
+
+    def count(self, steps: int, samples: int, loss_sum: float, partial: bool) -> None:
+        self.steps += steps
+        self.samples += samples
+        self.loss_sum += loss_sum
+        self.client_loss_sum += loss_sum / max(1, samples)
+        self.partial += int(partial)
+
+    def as_extras(self) -> dict:
+        return {"failed_clients": self.failed + self.nonfinite,
+                "nonfinite_clients": self.nonfinite, "reported": self.reported,
+                "dropped": self.dropped, "partial": self.partial,
+                "client_loss_sum": self.client_loss_sum}
