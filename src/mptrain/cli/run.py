@@ -10,6 +10,8 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
                       load_config_file)
+from ..federated.attacks import HELP as ATTACK_HELP
+from ..federated.robust_rules import HELP as AGGREGATOR_HELP
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 
@@ -153,6 +155,11 @@ class GroupedHelp(click.Command):
 @click.option("--client-eval-every", type=int,
               help="fedavg: every N rounds evaluate the global model on every client's data "
                    "(mean, std, 10th percentile, worst).")
+@click.option("--aggregator", help="fedavg: " + AGGREGATOR_HELP + ".")
+@click.option("--malicious-fraction", type=float,
+              help="fedavg: fraction of the clients that attack (seeded, fixed for the run; "
+                   "0).")
+@click.option("--attack", help="fedavg: " + ATTACK_HELP + ".")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @supervised_run_options("worker", "epochs/rounds")

@@ -4,6 +4,8 @@ make no sense, each refused in one line that says why and what to do instead."""
 from __future__ import annotations
 
 from ...errors import UserError
+from ...federated.robust_server import refuse_combinations
+from .robust import robust_settings_of
 from .settings import count_noise_std
 
 
@@ -34,6 +36,7 @@ def check_fedavg_config(config) -> None:
             raise UserError("--scaffold and --prox-mu both correct client drift; "
                             "choose one")
     _check_privacy(c)
+    refuse_combinations(robust_settings_of(c), dp=c.dp_clip is not None, scaffold=c.scaffold)
 
 
 def _check_privacy(c) -> None:

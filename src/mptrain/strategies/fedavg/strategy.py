@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import UserError
 from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from ..data_parallel import floating_state
-from . import report
+from . import report, robust
 from .refusals import check_fedavg_config
 from .settings import accountant_name, dp_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
@@ -23,7 +23,7 @@ class FedAvgStrategy(Strategy):
         "server_betas", "server_tau", "accept_failures", "max_restarts", "scaffold",
         "sampling", "dropout_rate", "straggler_rate", "dp_clip", "dp_noise", "dp_delta",
         "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
-        "client_eval_every"})
+        "client_eval_every", "aggregator", "malicious_fraction", "attack"})
     instead = {"epochs": "--rounds",
                "steps_per_epoch": "--rounds with fewer --clients-per-round"}
     runs_under_torchrun = True
@@ -40,6 +40,7 @@ class FedAvgStrategy(Strategy):
         self.last_epsilon: float | None = None
         self.stopped_for_privacy_at: int | None = None
         self.divergence = report.DivergenceWatch()
+        self.rounds_skipped = 0   # rounds too few clients reported for the rule
 
     # -- facts ---------------------------------------------------------------------------------
     @classmethod
@@ -86,6 +87,7 @@ class FedAvgStrategy(Strategy):
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
         if c.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
+        robust.check_robust(c, data, model, plan)
 
     def partition(self, data) -> None:
         """Cut the training set into clients (once; restarts reuse it)."""
@@ -123,6 +125,8 @@ class FedAvgStrategy(Strategy):
             self.last_epsilon = row["epsilon"]
         if "stopped" in row:
             self.stopped_for_privacy_at = row["round"]
+        if "skipped" in row:
+            self.rounds_skipped += 1
         return row
 
     def round_line(self, metrics):
@@ -132,8 +136,9 @@ class FedAvgStrategy(Strategy):
         return report.round_notes(self.config, metrics)
 
     def summary_fields(self):
-        return report.summary_fields(self.config, self.last_epsilon,
-                                     self.stopped_for_privacy_at)
+        return {**report.summary_fields(self.config, self.last_epsilon,
+                                        self.stopped_for_privacy_at),
+                **robust.summary_fields(self.config, self.rounds_skipped)}
 
     def describe(self, plan, model):
         return report.describe(self.config, plan, model, self.out_dir)

@@ -37,11 +37,13 @@ from ...federated.aggregate import column_slice
 from ...federated.client import update_is_finite
 from ...federated.client_stats import summarize
 from ...federated.privacy import clip_
+from ...federated.robust_server import RobustServer
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..data_parallel import copy_model_state
 from . import checkpoint
 from .clients import ClientTrainer
+from .robust import robust_settings_of
 from .server import ServerStep
 from .settings import accountant_name, server_optimizer
 from .shared import FedAvgShared
@@ -60,8 +62,12 @@ class FedAvgProgram(WorkerProgram):
             from ...federated.accounting import PrivacyAccountant
 
             accountant = PrivacyAccountant(accountant_name(config))
+        # The rule and the attackers (None: FedAvg's mean, nobody attacks).
+        settings = robust_settings_of(config)
+        self.robust = RobustServer(settings, shared.plan_cell, config.seed,
+                                   setup.data.output_size) if settings.active else None
         self.server = ServerStep(config, shared, self.group, server_optimizer(config),
-                                 accountant)
+                                 accountant, self.robust)
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
@@ -76,7 +82,7 @@ class FedAvgProgram(WorkerProgram):
         ended = time.monotonic()
         figures = {}
         if shared.shared_table:
-            figures = self.server.reduce_shared_table(round_index, len(sampled), clip)
+            figures = self.server.reduce_shared_table(round_index, sampled, clip)
         else:
             self.server.reduce_through_group(partial_sum, partial_weight)
         self.trainer.load_global()
@@ -124,10 +130,13 @@ class FedAvgProgram(WorkerProgram):
                     row: torch.Tensor | None, slot: int, tally: "RoundTally") -> float:
         """Train ``client``, put its result in ``row``; returns its weight in the aggregate
         (0: it dropped out, failed or sent a non-finite update)."""
-        c, shared, trainer = self.config, self.shared, self.trainer
+        c, shared, trainer, robust = self.config, self.shared, self.trainer, self.robust
         trainer.load_global()
+        if robust is not None and not robust.trains(client):
+            return self._forge(client, round_index, row, tally)
         try:
-            steps, samples, loss = trainer.train(client, round_index)
+            relabel = robust.targets(client) if robust is not None else None
+            steps, samples, loss = trainer.train(client, round_index, relabel)
         except Exception as err:  # noqa: BLE001 - a client's failure is reported by id
             if not c.accept_failures:
                 raise ClientFailedError(
@@ -137,6 +146,8 @@ class FedAvgProgram(WorkerProgram):
             tally.failed.append(client)
             return 0.0
         result = trainer.flat_result(out=row)
+        if robust is not None:   # an attacker's update replaces its honest one
+            robust.send_(client, result, shared.global_flat, round_index)
         if not (math.isfinite(loss) and update_is_finite(result)):
             # Dropped and counted, and its loss kept out of the round's: one bad client is
             # not the run diverging.
@@ -161,6 +172,22 @@ class FedAvgProgram(WorkerProgram):
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
         return 1.0 if c.private else float(samples)
+
+    def _forge(self, client: int, round_index: int, row: torch.Tensor,
+               tally: "RoundTally") -> float:
+        """An attacker that does not train (gaussian, ALIE): it writes what it sends into
+        its row of the shared table and claims its data's weight. The server drops what is
+        non-finite, whoever sent it; attackers drop out like everyone else."""
+        c = self.config
+        self.robust.send_(client, row, self.shared.global_flat, round_index)
+        if not update_is_finite(row):
+            tally.nonfinite.append(client)
+            return 0.0
+        if availability.drops_out(c.seed, round_index, client, c.dropout_rate):
+            tally.dropped += 1
+            return 0.0
+        tally.reported += 1
+        return float(self.trainer.sizes[client])
 
     def _evaluate_clients(self) -> dict:
         """The global model on every client's own data, each rank a run of clients; rank 0
