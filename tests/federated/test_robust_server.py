@@ -44,8 +44,8 @@ def test_dp_and_scaffold_refuse_robust_rules_and_attacks():
 
 def test_table_refusal_gives_the_figures():
     text = table_refusal(settings("krum:2"), 1000, 1_000_000, 1 << 30, True)
-    assert "1000 clients x 1,000,000 parameters x 4 bytes = 3,815 MiB, over the 1,024 " \
-           "MiB limit" in text
+    assert "1000 clients x 1,000,000 parameters x 4 bytes = 3,814.7 MiB, over the " \
+           "1,024.0 MiB limit" in text
     assert "torchrun" in table_refusal(settings("median"), 10, 10, 1 << 30, False)
     assert table_refusal(settings("median"), 10, 10, 1 << 30, True) is None
     assert "--attack gaussian needs every" in table_refusal(

@@ -104,9 +104,18 @@ def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
     need = rows * numel * 4
     if need > limit:
         return (f"{what} needs every client's update in one shared table: {rows} clients x "
-                f"{numel:,} parameters x 4 bytes = {need / 2**20:,.0f} MiB, over the "
-                f"{limit / 2**20:,.0f} MiB limit; sample fewer --clients-per-round")
+                f"{numel:,} parameters x 4 bytes = {size_text(need)}, over the "
+                f"{size_text(limit)} limit; sample fewer --clients-per-round")
     return None
+
+
+def size_text(nbytes: int) -> str:
+    """Bytes for a person: ``512 B``, ``6.4 KiB``, ``3,815.0 MiB``."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    if nbytes < 2**20:
+        return f"{nbytes / 1024:.1f} KiB"
+    return f"{nbytes / 2**20:,.1f} MiB"
 
 
 class RobustServer:

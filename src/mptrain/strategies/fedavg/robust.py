@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
-from ...federated.robust_server import RobustSettings, robust_settings, table_refusal
+from ...federated.robust_server import (RobustSettings, robust_settings, size_text,
+                                        table_refusal)
 from ..data_parallel import floating_state
 from .shared import TABLE_LIMIT_BYTES, table_rows
 
@@ -48,7 +49,7 @@ def describe(config, model) -> list[str]:
         rows = table_rows(config)
         lines.append(f"aggregator {robust.rule.describe()}: every update in a shared table, "
                      f"{rows} clients x {numel:,} parameters x 4 bytes = "
-                     f"{rows * numel * 4 / 2**20:,.1f} MiB")
+                     f"{size_text(rows * numel * 4)}")
     if robust.attack is not None:
         lines.append(f"attack {robust.attack.describe()} by {len(robust.malicious)} of "
                      f"{config.clients} clients (--malicious-fraction "
