@@ -143,7 +143,7 @@ class TrainConfig:
     dp_clip_lr: float | None = None         # its geometric step; None: 0.2
     dp_count_noise: float | None = None     # std of the noise on the clipped count
     client_eval_every: int | None = None    # evaluate on every client's data every N rounds
-    aggregator: str = "mean"                # how the server combines updates (federated.robust_rules)
+    aggregator: str = "mean"                # how the server combines the round's updates
     malicious_fraction: float = 0.0         # clients that attack (seeded, fixed for the run)
     attack: str | None = None               # what they send (federated.attacks)
 
