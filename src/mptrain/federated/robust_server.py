@@ -99,7 +99,7 @@ def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
         else f"--attack {settings.attack.name}"
     if not shares_memory:
         return (f"{what} needs every client's update in one shared table; the ranks here "
-                "do not share memory (torchrun across machines): run mptrain's own workers "
+                "do not share memory (torchrun): run mptrain's own workers "
                 "on one machine, or --aggregator mean")
     need = rows * numel * 4
     if need > limit:
