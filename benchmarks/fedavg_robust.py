@@ -4,6 +4,7 @@ the papers behind each rule.
     python benchmarks/fedavg_robust.py [--data-dir DIR] [--rounds 100] [--seeds 0,1,2]
         [--rules mean,median,...] [--attacks none,gaussian:1,...] [--malicious-fraction 0.2]
         [--clients-per-round 20] [--workers 2] [--json auto|PATH] [--smoke]
+        [--server-only]
 
 Every run is a fresh ``python -m mptrain run`` (``common.run_measured``); figures come from
 its metrics.jsonl. The setting of the issue: the 2NN of McMahan et al. (``mnist-2nn``), 100
@@ -24,6 +25,10 @@ Targets printed as verdicts (nothing here asserts):
   no-attack accuracy; norm-bound keeps the scaling attacker from moving the model;
 - ALIE: which rules it breaks (more than 3 points lost), by how much;
 - speed: median and trimmed mean <= 1.2x mean per round, Krum <= 1.5x.
+
+Before the runs, the server's share of a round alone is timed for each rule (a random table
+of the same shape, one thread): what a rule adds to a round, less noisy than the runs'
+round times on a loaded machine; ``--server-only`` prints only that.
 
 ``--smoke`` runs 3 rounds of each chosen cell on 20 clients of 5 per round with F = 1, to
 check the script, not the claims.
@@ -205,6 +210,37 @@ def verdicts(cells: dict, rules, attacks) -> list[str]:
     return lines
 
 
+def server_timing(rules, clients: int, repeats: int = 5) -> dict:
+    """Seconds one worker (1 thread) takes for the server's share of a round with each
+    rule, on a random table of ``clients`` x the 2NN's 199,210 parameters: the rule's
+    decision (Gram matrix, selection) and its aggregate, as a 1-worker run computes them.
+    The round's clients' training is what the rule is compared against: see the table's
+    round times."""
+    import time
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from mptrain.federated.robust_round import aggregate_slice, plan_round
+    from mptrain.federated.robust_rules import RobustRule, parse_aggregator
+
+    torch.set_num_threads(1)
+    numel = 199_210
+    table = torch.randn(clients, numel, generator=torch.Generator().manual_seed(0))
+    center, weights, kept = torch.zeros(numel), [600.0] * clients, list(range(clients))
+    out = {}
+    for text in rules:
+        rule = RobustRule(parse_aggregator(text), clients)
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            plan = plan_round(rule, table, kept, weights, center) if rule.row_wise else None
+            aggregate_slice(rule, table, kept, weights, slice(0, numel), center, plan)
+            times.append(time.perf_counter() - started)
+        out[text] = statistics.median(times)
+    return out
+
+
 def smoke_rule(rule: str) -> str:
     """The rule at 5 clients a round: Krum-style rules tolerate F = 1 there."""
     name = rule.split(":")[0]
@@ -224,6 +260,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="auto")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--server-only", action="store_true",
+                        help="only time the server's share of a round for each rule")
     args = parser.parse_args(argv)
     args.seeds = [int(s) for s in args.seeds.split(",")]
     rules = [r.replace(";", ",") for r in args.rules.split(",")]
@@ -231,6 +269,14 @@ def main(argv=None) -> None:
     if args.smoke:
         args.rounds, args.seeds, args.clients_per_round = 3, args.seeds[:1], 5
         rules = [smoke_rule(rule) for rule in rules]
+    timing = server_timing(rules, args.clients_per_round)
+    print(f"\nThe server's share of a round, {args.clients_per_round} clients x 199,210 "
+          "parameters, 1 worker, 1 thread (median of 5):")
+    for rule, seconds in timing.items():
+        print(f"  {rule:20s} {1000 * seconds:8.1f} ms  ({seconds / timing[rules[0]]:.1f}x "
+              f"{rules[0]})")
+    if args.server_only:
+        return
     data_dir = mnist_dir(args.data_dir)
     cells = {}
     for rule in rules:
@@ -251,6 +297,7 @@ def main(argv=None) -> None:
     path = result_path("fedavg-robust", args.json)
     if path is not None:
         write_json(path, {"machine": machine_info(), "rounds": args.rounds,
+                          "server_seconds": timing,
                           "seeds": args.seeds, "workers": args.workers,
                           "clients_per_round": args.clients_per_round,
                           "malicious_fraction": args.malicious_fraction,

@@ -220,7 +220,8 @@ def trimmed_mean(rows: torch.Tensor, beta: float) -> torch.Tensor:
     end (``beta < 0.5`` keeps at least one)."""
     k = trimmed_count(rows.shape[0], beta)
     values = sort_columns(rows)
-    return values[k:values.shape[0] - k].double().mean(dim=0).to(rows.dtype)
+    kept = values[k:values.shape[0] - k]
+    return (kept.sum(dim=0, dtype=torch.float64) / kept.shape[0]).to(rows.dtype)
 
 
 def bulyan_combine(rows: torch.Tensor, f: int) -> torch.Tensor:
