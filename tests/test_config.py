@@ -2,11 +2,13 @@
 refusal of settings that would do nothing, and TOML config files."""
 
 import dataclasses
+import pickle
 
 import pytest
 
-from mptrain.config import (CONFIG_FILE_KEYS, TrainConfig, TrainingDefaults,
+from mptrain.config import (CONFIG_FILE_KEYS, SETTING_NAMES, TrainConfig, TrainingDefaults,
                             applicable_settings, load_config_file)
+from mptrain.strategies.fedavg.settings import FedAvgSettings
 from mptrain.strategies.registry import STRATEGIES, restricted_settings
 from mptrain.errors import UserError
 
@@ -100,7 +102,7 @@ def test_single_with_workers_names_the_alternatives():
 def test_good_values_are_accepted(changes):
     config = TrainConfig(**changes)
     for name, value in changes.items():
-        assert getattr(config, name) == value
+        assert config.setting(name) == value
 
 
 def test_config_is_frozen():
@@ -194,14 +196,14 @@ def test_fedavg_takes_the_federated_recipe():
     federated = dict(TrainingDefaults().federated, rounds=7, lr=0.2)
     config = TrainConfig.from_settings({"strategy": "fedavg"},
                                        TrainingDefaults(lr=0.001, federated=federated))
-    assert (config.rounds, config.lr, config.units, config.unit) == (7, 0.2, 7, "round")
-    assert config.sampled_clients == federated["clients_per_round"]
+    assert (config.fedavg.rounds, config.lr, config.units, config.unit) == (7, 0.2, 7, "round")
+    assert config.fedavg.sampled_clients == federated["clients_per_round"]
 
 
 def test_client_fraction_replaces_the_default_count():
     config = TrainConfig.from_settings({"strategy": "fedavg", "clients": 50,
                                         "client_fraction": 0.1})
-    assert config.clients_per_round is None and config.sampled_clients == 5
+    assert config.fedavg.clients_per_round is None and config.fedavg.sampled_clients == 5
 
 
 @pytest.mark.parametrize("name, strategy, value, instead", [
@@ -228,6 +230,7 @@ def test_a_setting_given_at_its_default_is_not_refused():
     # Config files and scripts often spell defaults out; that changes nothing, so it passes.
     TrainConfig.from_settings({"strategy": "sync", "ddp_backend": "auto",
                                "share_optimizer_state": False})
+    TrainConfig.from_settings({"strategy": "sync", "rounds": 20, "scaffold": False})
 
 
 def test_every_strategy_restricted_setting_names_real_strategies():
@@ -245,7 +248,7 @@ def test_applicable_settings_drop_what_the_strategy_does_not_use():
     settings = applicable_settings(config)
     assert "epochs" not in settings and "sync_every" not in settings
     assert settings["rounds"] == 3
-    assert TrainConfig.from_settings(settings).rounds == 3
+    assert TrainConfig.from_settings(settings).fedavg.rounds == 3
 
 
 @pytest.mark.parametrize("text", [
@@ -297,8 +300,31 @@ def test_unknown_key_lists_known_keys(tmp_path, text, key):
 
 
 def test_config_file_keys_are_the_flags():
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
-    assert CONFIG_FILE_KEYS == fields | {"data", "model", "data_dir", "out", "logger", "tb_dir"}
+    assert CONFIG_FILE_KEYS == set(SETTING_NAMES) | {"data", "model", "data_dir", "out",
+                                                     "logger", "tb_dir"}
+
+
+def test_fedavg_settings_are_given_flat_and_kept_in_their_own_section():
+    config = TrainConfig(strategy="fedavg", rounds=5, clients=40, lr=0.1)
+    assert isinstance(config.fedavg, FedAvgSettings)
+    assert (config.fedavg.rounds, config.fedavg.clients, config.lr) == (5, 40, 0.1)
+    assert not hasattr(config, "rounds")          # one place to read it
+    changed = config.replace(rounds=7)
+    assert (changed.fedavg.rounds, changed.fedavg.clients) == (7, 40)
+    assert config.replace(fedavg=FedAvgSettings(rounds=2)).fedavg.clients == 100
+    with pytest.raises(UserError, match="--rounds must be a positive integer"):
+        TrainConfig(strategy="fedavg", rounds=0)
+    with pytest.raises(TypeError, match="unknown setting"):
+        TrainConfig(roundz=3)
+    assert pickle.loads(pickle.dumps(config)) == config
+
+
+def test_as_dict_is_flat_in_the_flags_order():
+    flat = TrainConfig(strategy="fedavg", server_optimizer="adam",
+                       server_betas="0.8,0.9").as_dict()
+    assert tuple(flat) == SETTING_NAMES and "fedavg" not in flat
+    assert flat["server_betas"] == (0.8, 0.9) and flat["rounds"] == 20
+    assert TrainConfig(**flat).as_dict() == flat
 
 
 @pytest.mark.parametrize("text", ["epochs = \n", "epochs 3\n", "[run\n", "lr = 0.1\nlr = 0.2\n"],

@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .data.defaults import TrainingDefaults
+from .engine.precision import PRECISIONS
 from .errors import UserError
+from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
 
 if sys.version_info >= (3, 11):
@@ -29,7 +32,6 @@ OPTIMIZERS = ("sgd", "adam")
 LR_SCHEDULES = ("step", "cosine")
 DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
-PRECISIONS = ("32", "bf16")   # engine.precision: float32, or bfloat16 autocast
 START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
@@ -39,9 +41,6 @@ ACCOUNTANTS = ("rdp", "pld")                             # federated.accounting'
 #: config holds None for it, but None in settings means "not said" -- and a data set may
 #: recommend every step (MNIST's recipe does).
 ONCE_PER_EPOCH = "epoch"
-
-PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
-                     "'package.module:function' / 'path/to/file.py:function'")
 
 PARTITION_HELP = (
     "How samples are split among clients: 'iid' (random, equal sizes); 'dirichlet:ALPHA' "
@@ -58,32 +57,7 @@ MAX_WORKER_TIMEOUT_S = 1e6      # about 11 days: more overflows timeouts in the 
 MAX_SEED = 2**63 - 1
 
 
-@dataclass(frozen=True)
-class TrainingDefaults:
-    """What a data set recommends when the user does not say (see ``data.sources``)."""
-
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 0.01
-    momentum: float = 0.0
-    optimizer: str = "sgd"
-    lr_decay: float = 1.0  # learning rate multiplied by this after every epoch
-    lr_schedule: str = "step"
-    sync_every: int | None = None  # None: once per epoch
-    #: fedavg's own recipe (McMahan et al. 2017: plain client SGD, small batches); the
-    #: epoch strategies' recipe (Adam halved every epoch) does not fit rounds.
-    federated: Mapping[str, Any] = dataclasses.field(default_factory=lambda: {
-        "rounds": 20, "clients": 100, "clients_per_round": 10, "batch_size": 32,
-        "lr": 0.05, "momentum": 0.0, "optimizer": "sgd", "lr_decay": 1.0})
-
-    def common(self) -> dict:
-        """The recipe for epochs of data-parallel training (a strategy adjusts it:
-        ``Strategy.recommended``)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "federated"}
-
-
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)   # its own __init__ files the flat names into sections
 class TrainConfig:
     """Everything a run needs to know, complete and validated."""
 
@@ -116,42 +90,30 @@ class TrainConfig:
     # to give memory back): evaluating in training-sized batches adds nothing per worker.
     eval_batch_size: int = 64
     quiet: bool = False
-    # -- fedavg ------------------------------------------------------------------------------
-    rounds: int = 20
-    clients: int = 100
-    clients_per_round: int | None = None    # None: from client_fraction
-    client_fraction: float | None = None    # None with clients_per_round None: 10 clients
-    local_epochs: int = 1
-    partition: str = "iid"
-    prox_mu: float = 0.0
-    server_optimizer: str = "sgd"
-    server_lr: float | None = None          # None: the server optimizer's default (sgd: 1)
-    server_momentum: float = 0.0
-    server_betas: tuple[float, float] | None = None   # adam/yogi/adagrad; None: 0.9, 0.99
-    server_tau: float | None = None         # adaptivity of adam/yogi/adagrad; None: 1e-3
-    accept_failures: bool = False
-    scaffold: bool = False
-    sampling: str = "fixed"                 # fixed-size uniform sample, or Poisson (rate q)
-    dropout_rate: float = 0.0               # sampled clients that train but never report
-    straggler_rate: float = 0.0             # sampled clients doing part of their local steps
-    dp_clip: float | None = None            # L2 clip of each client's update
-    dp_noise: float | None = None           # noise multiplier z: std z * clip on the sum
-    dp_delta: float | None = None           # None with DP: 1e-5
-    target_epsilon: float | None = None     # stop before the privacy spent would pass it
-    accountant: str | None = None           # None with DP: rdp
-    dp_clip_quantile: float | None = None   # adaptive clipping (Andrew et al. 2021)
-    dp_clip_lr: float | None = None         # its geometric step; None: 0.2
-    dp_count_noise: float | None = None     # std of the noise on the clipped count
-    client_eval_every: int | None = None    # evaluate on every client's data every N rounds
-    aggregator: str = "mean"                # how the server combines the round's updates
-    malicious_fraction: float = 0.0         # clients that attack (seeded, fixed for the run)
-    attack: str | None = None               # what they send (federated.attacks)
+    #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
+    #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
+    fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
+
+    def __init__(self, *, fedavg: FedAvgSettings | None = None, **settings):
+        """Every setting by its flat name -- the flag's, the config file's, ``fit()``'s --
+        fedavg's too: those are filed into the ``fedavg`` section. A whole section may be
+        given as ``fedavg`` (``dataclasses.replace`` passes it); flat names given beside it
+        change it."""
+        section = {k: settings.pop(k) for k in FEDAVG_SETTINGS if k in settings}
+        for f in dataclasses.fields(self):
+            if f.name != "fedavg":
+                object.__setattr__(self, f.name, settings.pop(f.name, f.default))
+        if settings:
+            raise TypeError(f"TrainConfig got unknown setting(s) {', '.join(sorted(settings))}")
+        if section.get("server_betas") is not None:
+            section["server_betas"] = parse_betas(section["server_betas"])
+        object.__setattr__(self, "fedavg",
+                           dataclasses.replace(fedavg or FedAvgSettings(), **section))
+        self.__post_init__()
 
     def __post_init__(self):
-        if self.server_betas is not None:
-            object.__setattr__(self, "server_betas", parse_betas(self.server_betas))
         for name in SETTING_NAMES:
-            check_setting(name, getattr(self, name))
+            check_setting(name, self.setting(name))
         if self.ddp_backend == "nccl" and self.device != "cuda":
             raise UserError("--ddp-backend nccl needs --device cuda; on CPU use "
                             "--ddp-backend auto (shared memory) or gloo")
@@ -181,24 +143,9 @@ class TrainConfig:
     def strategy_class(self):
         return strategy_class(self.strategy)
 
-    @property
-    def sampled_clients(self) -> int:
-        """Clients trained per fedavg round (at least one)."""
-        if self.clients_per_round is not None:
-            return self.clients_per_round
-        if self.client_fraction is not None:
-            return max(1, math.ceil(self.client_fraction * self.clients))
-        return min(10, self.clients)
-
-    @property
-    def private(self) -> bool:
-        """Whether fedavg runs with differential privacy (``--dp-noise``)."""
-        return self.dp_noise is not None
-
-    @property
-    def sample_rate(self) -> float:
-        """fedavg's expected fraction of clients per round (Poisson sampling's q)."""
-        return self.sampled_clients / self.clients
+    def setting(self, name: str):
+        """The value of setting ``name`` (its flat name), wherever its section keeps it."""
+        return getattr(self.fedavg if name in FEDAVG_SETTINGS else self, name)
 
     @property
     def units(self) -> int:
@@ -213,10 +160,19 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """Every setting by its flat name, in one flat dict: what checkpoints, summary.json
+        and the trackers hold (the same keys as before fedavg had a section of its own, so
+        old checkpoints resume)."""
+        return {name: self.setting(name) for name in SETTING_NAMES}
 
 
-SETTING_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig))
+#: Every setting's flat name (the sections' too), in the order of the flags' help.
+SETTING_NAMES = tuple(f.name for f in dataclasses.fields(TrainConfig)
+                      if f.name != "fedavg") + FEDAVG_SETTINGS
+#: Every setting's value when not said (before a data set's or a strategy's defaults).
+SETTING_DEFAULTS = {**{f.name: f.default for f in dataclasses.fields(TrainConfig)
+                       if f.name != "fedavg"},
+                    **{f.name: f.default for f in dataclasses.fields(FedAvgSettings)}}
 
 
 def strategy_class(name: str):
@@ -247,7 +203,7 @@ def check_given(settings: Mapping[str, Any]) -> dict:
     strategy = strategy_class(given.get("strategy", DEFAULT_STRATEGY))
     for name, users in restricted_settings().items():
         if name in given and name not in strategy.settings \
-                and given[name] != getattr(TrainConfig, name, None):
+                and given[name] != SETTING_DEFAULTS.get(name):
             instead = strategy.instead.get(name, "--strategy " + " or ".join(users))
             raise UserError(f"--{flag_name(name)} does nothing with --strategy "
                             f"{strategy.name}; use {instead}")

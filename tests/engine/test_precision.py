@@ -12,8 +12,9 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.data.device_feed import DeviceFeed
 from mptrain.data.shared import SharedTensorDataset
-from mptrain.engine.precision import (AutocastModule, autocast_module, in_precision,
-                                     precision_warnings, without_autocast_module)
+from mptrain.engine.autocast import (AutocastModule, autocast_module, in_precision,
+                                    without_autocast_module)
+from mptrain.engine.precision import precision_warnings
 from mptrain.engine.task import evaluate
 from mptrain.errors import UserError
 

@@ -44,7 +44,7 @@ def test_shared_zeros_are_zeros_in_shared_memory_that_a_forked_child_writes_to()
 
     import torch
 
-    from mptrain.launch.sharing import shared_zeros
+    from mptrain.data.shared import shared_zeros
 
     table = shared_zeros((3, 5), torch.float64)
     assert table.is_shared() and table.dtype == torch.float64 and table.shape == (3, 5)

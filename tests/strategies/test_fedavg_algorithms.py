@@ -173,6 +173,38 @@ def test_resume_is_bitwise_with_every_new_state(tmp_path, name):
     assert "server" in checkpoint["ranks"][0]
 
 
+#: A checkpoint's config as mptrain wrote it before fedavg's settings had a section of their
+#: own (b8e2fa0): one flat dict, the flags' names, in this order.
+FLAT_CONFIG_KEYS = [
+    "strategy", "workers", "epochs", "batch_size", "lr", "momentum", "optimizer", "lr_decay",
+    "lr_schedule", "weight_decay", "seed", "threads_per_worker", "sync_every",
+    "share_optimizer_state", "ddp_backend", "device", "precision", "start_method",
+    "worker_timeout", "sharing_strategy", "checkpoint_every", "steps_per_epoch",
+    "max_restarts", "eval_every", "target_accuracy", "eval_batch_size", "quiet", "rounds",
+    "clients", "clients_per_round", "client_fraction", "local_epochs", "partition", "prox_mu",
+    "server_optimizer", "server_lr", "server_momentum", "server_betas", "server_tau",
+    "accept_failures", "scaffold", "sampling", "dropout_rate", "straggler_rate", "dp_clip",
+    "dp_noise", "dp_delta", "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr",
+    "dp_count_noise", "client_eval_every"]
+
+
+@pytest.mark.timeout(120)
+def test_a_flat_checkpoint_config_resumes_with_its_own_fedavg_settings(tmp_path):
+    options = dict(server_optimizer="adam", server_lr=0.05, server_betas="0.8,0.9")
+    initial = make_model()
+    whole = fit(copy.deepcopy(initial), rounds=4, **options)
+    fit(copy.deepcopy(initial), rounds=2, out=tmp_path, checkpoint_every=1, **options)
+    path = tmp_path / "checkpoint.pt"
+    saved = torch.load(path, weights_only=True)
+    assert list(saved["config"]) == FLAT_CONFIG_KEYS
+    # As a config file or an older mptrain may have left it: betas as a list.
+    saved["config"]["server_betas"] = [0.8, 0.9]
+    torch.save(saved, path)
+    # Nothing but the rounds given again: the server's settings come from the checkpoint.
+    resumed = fit(copy.deepcopy(initial), rounds=4, resume=tmp_path, out=tmp_path)
+    assert_same(whole.model, resumed.model)
+
+
 @pytest.mark.timeout(120)
 def test_client_variates_in_a_mapped_file_give_the_same_model(tmp_path, monkeypatch, capsys):
     initial = make_model()
@@ -226,9 +258,9 @@ def test_config_file_takes_betas_as_a_list_or_a_string(tmp_path):
     path.write_text('strategy = "fedavg"\nserver-optimizer = "yogi"\n'
                     'server-betas = [0.8, 0.95]\nserver-tau = 0.01\n')
     config = TrainConfig.from_settings(load_config_file(path))
-    assert config.server_betas == (0.8, 0.95) and config.server_tau == 0.01
+    assert config.fedavg.server_betas == (0.8, 0.95) and config.fedavg.server_tau == 0.01
     assert TrainConfig.from_settings({"strategy": "fedavg", "server_optimizer": "adam",
-                                      "server_betas": "0.5,0.6"}).server_betas == (0.5, 0.6)
+                                      "server_betas": "0.5,0.6"}).fedavg.server_betas == (0.5, 0.6)
 
 
 @pytest.mark.timeout(120)

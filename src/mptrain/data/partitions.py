@@ -24,7 +24,9 @@ import torch
 
 from ..errors import UserError
 
-from ..config import PARTITION_CHOICES
+#: The --partition vocabulary, as a refusal of an unknown one names it.
+PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
+                     "'package.module:function' / 'path/to/file.py:function'")
 
 # Resampling the Dirichlet proportions is cheap (counts only), so many tries cost little;
 # past this, the minimum is unreachable in practice and the user must change a setting.

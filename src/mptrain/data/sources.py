@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import TrainingDefaults
 from ..errors import UserError
 from ..imports import is_import_string, load_object
+from .defaults import TrainingDefaults
 from .embedded import load_uci_digits
 from .shared import RowSource, SharedTensorDataset, materialize
 

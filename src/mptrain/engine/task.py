@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from ..data.sources import CLASSIFICATION
-from .precision import FULL, in_precision
+from .autocast import in_precision
+from .precision import FULL
 
 
 def loss_fn(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

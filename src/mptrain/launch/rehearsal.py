@@ -28,7 +28,7 @@ import torch.nn as nn
 
 from ..engine.channels_last import ChannelsLastTraining
 from ..engine.optim import build_optimizer
-from ..engine.precision import in_precision
+from ..engine.autocast import in_precision
 from ..engine.step import train_step
 from ..models import model_bytes
 from . import openmp

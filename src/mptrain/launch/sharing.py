@@ -15,11 +15,9 @@ torch.multiprocessing has two sharing strategies on Linux:
 
 from __future__ import annotations
 
-import math
 import os
 import resource
 
-import torch
 import torch.multiprocessing as torch_mp
 
 from ..errors import UserError
@@ -92,21 +90,3 @@ def check_shm_space(nbytes: int, path: str = SHM_PATH) -> None:
 def _suggest_size(nbytes: int) -> str:
     gib = max(1, -(-int(nbytes * 1.5) // 2**30))
     return f"{gib}g"
-
-
-def shared_zeros(shape, dtype=torch.float32) -> torch.Tensor:
-    """A tensor of zeros made in shared memory directly.
-
-    ``torch.zeros(...).share_memory_()`` writes every page of a private copy, then copies it
-    into a new segment: twice the bytes at the peak (10,000 SCAFFOLD clients of the 2NN:
-    15.6 GiB instead of 7.4). A new segment is zeros already (``ftruncate``) and its pages
-    take memory only once written, so a table most of whose rows are never touched costs
-    only the rows written. torch makes such a segment with ``UntypedStorage._new_shared``
-    (what ``share_memory_`` itself calls); without it, the copy is made as before.
-    """
-    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
-    if new_shared is None:
-        return torch.zeros(shape, dtype=dtype).share_memory_()
-    numel = math.prod(shape)
-    storage = new_shared(numel * torch.empty(0, dtype=dtype).element_size())
-    return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))

@@ -25,8 +25,10 @@ import torch.nn as nn
 from ..comm.kind import CommKind
 from ..report.console import metric_parts
 
+from ..data.defaults import TrainingDefaults
+
 if TYPE_CHECKING:   # the config module asks the strategies about settings
-    from ..config import TrainConfig, TrainingDefaults
+    from ..config import TrainConfig
 
 
 @dataclass

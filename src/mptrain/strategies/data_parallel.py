@@ -24,7 +24,7 @@ from ..data.device_feed import feed_for
 from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
 from ..engine.optim import build_optimizer
-from ..engine.precision import in_precision
+from ..engine.autocast import in_precision
 from ..engine.profile import RoundClock
 from ..engine.schedule import learning_rate
 from ..engine.step import first_nonfinite, train_step

@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 
 from ..data.sharding import batches, epoch_permutation
-from ..engine.precision import autocast_module, without_autocast_module
+from ..engine.autocast import autocast_module, without_autocast_module
 from ..errors import UserError
 from .data_parallel import DataParallelStrategy, EpochBatches, batch_shapes
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from ..engine.optim import build_optimizer, fresh_scalar_state, state_like_params
-from ..launch.sharing import shared_zeros
+from ..data.shared import shared_zeros
 
 
 def worth_sharding(model: nn.Module, config, workers: int) -> bool:

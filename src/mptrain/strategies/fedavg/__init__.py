@@ -22,8 +22,8 @@ The parts, in the order a run meets them:
 
 - ``strategy``: the parent's side -- facts, refusals before anything starts
   (``refusals``), and what the run reports (``report``);
-- ``settings``: what the settings stand for when left out (delta, clip step, server
-  optimizer);
+- ``settings``: :class:`~.settings.FedAvgSettings`, fedavg's own section of the config
+  (``TrainConfig.fedavg``), and what its settings stand for when left out;
 - ``shared``: :class:`~.shared.FedAvgShared`, everything the workers share, as one value;
 - ``worker``: one worker's round -- sample, train my clients (``ClientTrainer`` in
   ``clients``), then the server step on my slice (``server``);
@@ -32,6 +32,9 @@ The parts, in the order a run meets them:
 The maths (sampling, aggregation, privacy, server optimizers) is in ``mptrain.federated``.
 """
 
-from .strategy import FedAvgStrategy
+from ...imports import lazy_exports
 
-__all__ = ["FedAvgStrategy"]
+# Lazy: the config reads ``settings`` (no torch) when the command line starts.
+__all__ = ["FedAvgStrategy", "FedAvgSettings"]
+__getattr__, __dir__ = lazy_exports(__name__, {"FedAvgStrategy": ".strategy",
+                                               "FedAvgSettings": ".settings"})

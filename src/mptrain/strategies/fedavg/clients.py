@@ -11,7 +11,7 @@ import torch
 from ...data.device_feed import feed_for
 from ...engine.channels_last import ChannelsLastTraining
 from ...engine.optim import build_optimizer
-from ...engine.precision import in_precision
+from ...engine.autocast import in_precision
 from ...engine.schedule import learning_rate
 from ...engine.seeding import seed_global_generator
 from ...engine.step import train_step
@@ -42,7 +42,7 @@ class ClientTrainer:
         self.integer_buffers = [(buffer, buffer.clone()) for buffer in self.model.buffers()
                                 if not buffer.is_floating_point()]
         self.params = list(self.model.parameters())
-        c = config
+        c, f = config, config.fedavg
         self.optimizer = build_optimizer(self.params, c.optimizer, c.lr, c.momentum,
                                          c.weight_decay)
         self.sizes = shared.client_sizes()
@@ -55,23 +55,24 @@ class ClientTrainer:
         # copies of what it reads every step (FedProx's anchor, SCAFFOLD's correction).
         self.on_host = setup.device.type == "cpu"
         self.global_params = self.global_views[:len(self.params)]   # FedProx's anchor
-        if c.prox_mu and not self.on_host:
+        if f.prox_mu and not self.on_host:
             self.global_params = [torch.empty_like(p) for p in self.params]
-        self.prox_scratch = [torch.empty_like(p) for p in self.params] if c.prox_mu else None
+        self.prox_scratch = [torch.empty_like(p) for p in self.params] if f.prox_mu else None
         self.param_numel = param_numel(self.model)
-        if c.scaffold:
+        if f.scaffold:
             self.correction = torch.empty(self.param_numel)
             self.correction_on_device = self.correction if self.on_host \
                 else torch.empty(self.param_numel, device=setup.device)
             self.correction_views = [v.view_as(p) for v, p in zip(
                 self.correction_on_device.split([p.numel() for p in self.params]),
                 self.params)]
-        self.correct_gradients = self._correct_gradients if c.prox_mu or c.scaffold else None
+        self.correct_gradients = self._correct_gradients if f.prox_mu or f.scaffold else None
         self.load_global()
 
     def full_steps(self, client: int) -> int:
         """The local steps ``client`` takes when it does not straggle."""
-        return full_steps(self.sizes[client], self.config.batch_size, self.config.local_epochs)
+        return full_steps(self.sizes[client], self.config.batch_size,
+                          self.config.fedavg.local_epochs)
 
     def client_lr(self, round_index: int) -> float:
         c = self.config
@@ -82,16 +83,16 @@ class ClientTrainer:
         """Train ``client`` from the model as it stands (``load_global`` first); returns its
         steps, samples and the sum of its training loss over samples. ``relabel``: a
         transform of the client's labels (a label-flipping attacker's)."""
-        c, setup, shared = self.config, self.setup, self.shared
+        c, f, setup, shared = self.config, self.config.fedavg, self.setup, self.shared
         indices = shared.client_indices(client)
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
         seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
-        budget = availability.local_steps(c.seed, round_index, client, c.straggler_rate,
+        budget = availability.local_steps(c.seed, round_index, client, f.straggler_rate,
                                           self.full_steps(client))
         self.optimizer.state.clear()  # a fresh optimizer for every client
         for group in self.optimizer.param_groups:
             group["lr"] = self.client_lr(round_index)
-        if c.scaffold:
+        if f.scaffold:
             scaffold.drift_correction(shared.controls, self.client_controls[client],
                                       out=self.correction)
             if not self.on_host:
@@ -99,7 +100,7 @@ class ClientTrainer:
         self.model.train()
         steps, samples = 0, 0
         loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
-        for _ in range(c.local_epochs):
+        for _ in range(f.local_epochs):
             order = indices[torch.randperm(len(indices), generator=generator)]
             for _, batch, inputs, targets in self.feed.batches(
                     enumerate(torch.split(order, c.batch_size))):
@@ -117,10 +118,11 @@ class ClientTrainer:
 
     def _correct_gradients(self) -> None:
         """FedProx's proximal term and SCAFFOLD's drift correction, after backward."""
-        if self.config.prox_mu:
-            add_proximal_gradient_(self.params, self.global_params, self.config.prox_mu,
+        f = self.config.fedavg
+        if f.prox_mu:
+            add_proximal_gradient_(self.params, self.global_params, f.prox_mu,
                                    self.prox_scratch)
-        if self.config.scaffold:
+        if f.scaffold:
             scaffold.add_correction_(self.params, self.correction_views)
 
     def flat_result(self, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -139,6 +141,6 @@ class ClientTrainer:
                 tensor.copy_(view)
             for buffer, global_value in self.integer_buffers:
                 buffer.copy_(global_value)
-            if self.config.prox_mu and not self.on_host:
+            if self.config.fedavg.prox_mu and not self.on_host:
                 for anchor, param in zip(self.global_params, self.params):
                     anchor.copy_(param)

@@ -114,7 +114,7 @@ def round_notes(config, metrics) -> list[str]:
     notes += robust.round_notes(index, extras)
     if extras.get("stopped"):
         notes.append(f"round {index}: stopped: the next round would spend more than "
-                     f"--target-epsilon {config.target_epsilon:g} (epsilon now "
+                     f"--target-epsilon {config.fedavg.target_epsilon:g} (epsilon now "
                      f"{extras.get('epsilon'):.3g})")
     return notes
 
@@ -122,50 +122,50 @@ def round_notes(config, metrics) -> list[str]:
 def summary_fields(config, last_epsilon: float | None,
                    stopped_for_privacy_at: int | None) -> dict:
     """fedavg's entries of summary.json."""
-    c = config
-    fields = {"rounds": c.rounds, "clients": c.clients,
-              "clients_per_round": c.sampled_clients, "local_epochs": c.local_epochs,
-              "partition": c.partition, "prox_mu": c.prox_mu,
-              "server_optimizer": c.server_optimizer,
-              "server_lr": server_optimizer(c).lr,
-              "server_momentum": c.server_momentum, "scaffold": c.scaffold,
-              "sampling": c.sampling, "dropout_rate": c.dropout_rate,
-              "straggler_rate": c.straggler_rate}
-    if c.private:
-        fields.update({"epsilon": last_epsilon, "dp_delta": dp_delta(c),
-                       "dp_noise": c.dp_noise, "dp_clip": c.dp_clip,
-                       "accountant": accountant_name(c),
-                       "target_epsilon": c.target_epsilon,
+    f = config.fedavg
+    fields = {"rounds": f.rounds, "clients": f.clients,
+              "clients_per_round": f.sampled_clients, "local_epochs": f.local_epochs,
+              "partition": f.partition, "prox_mu": f.prox_mu,
+              "server_optimizer": f.server_optimizer,
+              "server_lr": server_optimizer(f).lr,
+              "server_momentum": f.server_momentum, "scaffold": f.scaffold,
+              "sampling": f.sampling, "dropout_rate": f.dropout_rate,
+              "straggler_rate": f.straggler_rate}
+    if f.private:
+        fields.update({"epsilon": last_epsilon, "dp_delta": dp_delta(f),
+                       "dp_noise": f.dp_noise, "dp_clip": f.dp_clip,
+                       "accountant": accountant_name(f),
+                       "target_epsilon": f.target_epsilon,
                        "stopped_for_privacy_at_round": stopped_for_privacy_at})
     return fields
 
 
 def describe(config, plan, model, out_dir: Path | None) -> list[str]:
     """The banner's lines about what fedavg will do."""
-    c = config
-    sample = f"{c.sampled_clients} per round" if c.sampling == "fixed" else \
-        f"Poisson q={c.sample_rate:g} ({c.sampled_clients} expected per round)"
-    lines = [f"{c.clients} clients ({c.partition}), {sample}, "
-             f"{c.local_epochs} local epoch(s) of batch {c.batch_size}, {c.rounds} rounds"]
+    c, f = config, config.fedavg
+    sample = f"{f.sampled_clients} per round" if f.sampling == "fixed" else \
+        f"Poisson q={f.sample_rate:g} ({f.sampled_clients} expected per round)"
+    lines = [f"{f.clients} clients ({f.partition}), {sample}, "
+             f"{f.local_epochs} local epoch(s) of batch {c.batch_size}, {f.rounds} rounds"]
     extras = []
-    if c.prox_mu:
-        extras.append(f"FedProx mu {c.prox_mu:g}")
-    optimizer = server_optimizer(c)
-    if c.server_optimizer != "sgd" or optimizer.lr != 1.0 or c.server_momentum:
+    if f.prox_mu:
+        extras.append(f"FedProx mu {f.prox_mu:g}")
+    optimizer = server_optimizer(f)
+    if f.server_optimizer != "sgd" or optimizer.lr != 1.0 or f.server_momentum:
         extras.append(optimizer.describe())
-    if c.scaffold:
+    if f.scaffold:
         place, need = controls_placement(c, model, out_dir)
         where = "in shared memory" if place == "shm" else \
             f"in a memory-mapped file {Path(out_dir) / CONTROLS_FILE}"
         extras.append(f"SCAFFOLD: client variates {need / 2**20:,.1f} MiB {where}")
-    if c.dropout_rate or c.straggler_rate:
-        extras.append(f"unreliable clients: {c.dropout_rate:g} drop out, "
-                      f"{c.straggler_rate:g} straggle")
-    if c.dp_clip is not None:
-        extras.append(_privacy_line(c))
-    if c.client_eval_every:
-        extras.append(f"every client evaluated every {c.client_eval_every} rounds")
-    if c.accept_failures:
+    if f.dropout_rate or f.straggler_rate:
+        extras.append(f"unreliable clients: {f.dropout_rate:g} drop out, "
+                      f"{f.straggler_rate:g} straggle")
+    if f.dp_clip is not None:
+        extras.append(_privacy_line(f))
+    if f.client_eval_every:
+        extras.append(f"every client evaluated every {f.client_eval_every} rounds")
+    if f.accept_failures:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
         extras.append("round results too large for a shared table: averaged per worker, "
@@ -175,12 +175,12 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
     return lines + robust.describe(c, model)
 
 
-def _privacy_line(c) -> str:
-    clip = f"clip {c.dp_clip:g}" + (f" adapting to quantile {c.dp_clip_quantile:g}"
-                                     if c.dp_clip_quantile is not None else "")
-    if not c.private:
+def _privacy_line(f) -> str:
+    clip = f"clip {f.dp_clip:g}" + (f" adapting to quantile {f.dp_clip_quantile:g}"
+                                     if f.dp_clip_quantile is not None else "")
+    if not f.private:
         return f"updates clipped ({clip}), no noise: no privacy guarantee"
-    target = f", stop before epsilon {c.target_epsilon:g}" \
-        if c.target_epsilon is not None else ""
-    return (f"DP-FedAvg: {clip}, noise multiplier {c.dp_noise:g}, delta {dp_delta(c):g}, "
-            f"{accountant_name(c)} accountant{target}")
+    target = f", stop before epsilon {f.target_epsilon:g}" \
+        if f.target_epsilon is not None else ""
+    return (f"DP-FedAvg: {clip}, noise multiplier {f.dp_noise:g}, delta {dp_delta(f):g}, "
+            f"{accountant_name(f)} accountant{target}")

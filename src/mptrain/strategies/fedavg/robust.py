@@ -8,22 +8,14 @@ from __future__ import annotations
 
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
-from ...federated.robust_server import (RobustSettings, robust_settings, size_text,
-                                        table_refusal)
+from ...federated.robust_server import size_text, table_refusal
 from ..data_parallel import floating_state
+from .settings import robust_settings_of
 from .shared import TABLE_LIMIT_BYTES, table_rows
 
 #: What rank 0's server reports of the rule and the attackers each round.
 ROBUST_KEYS = ("malicious", "malicious_reported", "malicious_selected", "selected",
                "skipped", "bounded", "update_norm_median", "weiszfeld_iterations")
-
-
-def robust_settings_of(config) -> RobustSettings:
-    """The run's rule and attackers (a pure function of the config: every process gets
-    the same)."""
-    c = config
-    return robust_settings(c.aggregator, c.malicious_fraction, c.attack, c.clients,
-                           c.sampled_clients, c.seed)
 
 
 def check_robust(config, data, model, plan) -> None:
@@ -52,8 +44,8 @@ def describe(config, model) -> list[str]:
                      f"{size_text(rows * numel * 4)}")
     if robust.attack is not None:
         lines.append(f"attack {robust.attack.describe()} by {len(robust.malicious)} of "
-                     f"{config.clients} clients (--malicious-fraction "
-                     f"{config.malicious_fraction:g}, fixed by the seed)")
+                     f"{config.fedavg.clients} clients (--malicious-fraction "
+                     f"{config.fedavg.malicious_fraction:g}, fixed by the seed)")
     return lines
 
 
@@ -74,11 +66,10 @@ def round_notes(index: int, extras: dict) -> list[str]:
 
 
 def summary_fields(config, rounds_skipped: int) -> dict:
-    robust = robust_settings_of(config)
-    fields = {"aggregator": config.aggregator}
+    robust, f = robust_settings_of(config), config.fedavg
+    fields = {"aggregator": f.aggregator}
     if robust.active:
-        fields.update({"attack": config.attack,
-                       "malicious_fraction": config.malicious_fraction,
+        fields.update({"attack": f.attack, "malicious_fraction": f.malicious_fraction,
                        "malicious_clients": len(robust.malicious),
                        "rounds_skipped": rounds_skipped})
     return fields

@@ -60,7 +60,7 @@ class ServerStep:
         """Every rank aggregates its slice of the columns, in client-id order, and steps the
         server on it; barriers on both sides: all rows written before, all slices after.
         Returns rank 0's figures for the round's report (nothing on the others)."""
-        shared, c, group = self.shared, self.config, self.group
+        shared, c, f, group = self.shared, self.config, self.config.fedavg, self.group
         rows = len(sampled)
         group.barrier()
         if self.robust is not None:
@@ -71,19 +71,19 @@ class ServerStep:
         params = shared.global_flat[part]
         state = {name: tensor[part] for name, tensor in shared.server_state.items()}
         noise = None
-        if c.private:
+        if f.private:
             # Noise even when nobody reported: what is released must never depend on it.
-            noise = noise_slice(numel, part, dp_noise_of_updates(c) * clip, c.seed,
+            noise = noise_slice(numel, part, dp_noise_of_updates(f) * clip, c.seed,
                                 round_index)
         target = combine_updates(shared.table[:rows, part], weights, params, clip, noise,
-                                 c.sample_rate * c.clients)
+                                 f.sample_rate * f.clients)
         if target is not None:
             self.server.step_(params, target, state)
-        if c.scaffold and any(w > 0 for w in weights):
+        if f.scaffold and any(w > 0 for w in weights):
             cpart = column_slice(self.param_numel, group.world_size, group.rank)
             scaffold.update_server_control_(
                 shared.controls[cpart],
-                sum_rows(shared.control_deltas[:rows, cpart], weights), c.clients)
+                sum_rows(shared.control_deltas[:rows, cpart], weights), f.clients)
         figures = self._server_scalars(round_index, rows, weights, clip) \
             if group.rank == 0 else {}
         group.barrier()
@@ -107,23 +107,23 @@ class ServerStep:
     def _server_scalars(self, round_index, rows, weights, clip) -> dict:
         """Rank 0's part of the server step: the adaptive clip, the privacy spent and
         whether the next round would spend more than the target."""
-        c, shared = self.config, self.shared
+        c, f, shared = self.config, self.config.fedavg, self.shared
         out = {}
         if clip is not None:
             out["dp_clip"] = clip
-        if c.dp_clip_quantile is not None:
+        if f.dp_clip_quantile is not None:
             within = sum(shared.within[slot].item() for slot in range(rows)
                          if weights[slot] > 0)
-            noise = count_noise(count_noise_std(c), c.seed, round_index) if c.private else 0.0
-            shared.clip[0] = next_clip(clip, within, c.sample_rate * c.clients,
-                                       c.dp_clip_quantile, clip_lr(c), noise)
-        if c.private:
-            self.accountant.spend(c.sample_rate, c.dp_noise)
-            delta = dp_delta(c)
+            noise = count_noise(count_noise_std(f), c.seed, round_index) if f.private else 0.0
+            shared.clip[0] = next_clip(clip, within, f.sample_rate * f.clients,
+                                       f.dp_clip_quantile, clip_lr(f), noise)
+        if f.private:
+            self.accountant.spend(f.sample_rate, f.dp_noise)
+            delta = dp_delta(f)
             out["epsilon"] = self.accountant.epsilon(delta)
-            stop = c.target_epsilon is not None and round_index + 1 < c.rounds and \
-                self.accountant.epsilon_after(c.sample_rate, c.dp_noise, delta) \
-                > c.target_epsilon
+            stop = f.target_epsilon is not None and round_index + 1 < f.rounds and \
+                self.accountant.epsilon_after(f.sample_rate, f.dp_noise, delta) \
+                > f.target_epsilon
             shared.privacy[0], shared.privacy[1] = out["epsilon"], float(stop)
             out["privacy_stop"] = stop
         return out

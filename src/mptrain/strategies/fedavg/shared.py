@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 
 from ...errors import UserError
+from ...data.shared import shared_zeros
 from ...federated.robust_round import PlanCell
 from ...federated.sampling import poisson_capacity
-from ...launch.sharing import shared_zeros
 from ..data_parallel import floating_state
-from .settings import server_optimizer
+from .settings import robust_settings_of, server_optimizer
 
 #: Above this, the table of one round's client results is not kept in shared memory; the
 #: workers then reduce per worker (results then depend on the number of workers, in the
@@ -87,8 +87,8 @@ def cut_clients(config, data) -> tuple[torch.Tensor, torch.Tensor]:
     where each client starts ([clients + 1])."""
     from ...data.partitions import partition_clients
 
-    parts = partition_clients(config.partition, data.train.targets, config.clients,
-                              config.seed)
+    parts = partition_clients(config.fedavg.partition, data.train.targets,
+                              config.fedavg.clients, config.seed)
     sizes = torch.tensor([0] + [len(p) for p in parts], dtype=torch.int64)
     return torch.cat([p.to(torch.int64) for p in parts]), sizes.cumsum(0)
 
@@ -97,7 +97,7 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
                       out_dir: Path | None) -> FedAvgShared:
     """The shared state of a run, made in the parent before any worker starts (under
     torchrun in every rank): ``clients`` is ``cut_clients``'s cut."""
-    c = config
+    f = config.fedavg
     client_index, client_offsets = clients
     shared_table = uses_shared_table(config, model, plan)
     flat = torch.cat([t.detach().reshape(-1).float() for t in floating_state(model)])
@@ -106,33 +106,33 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
     if shared_table:   # only when workers share memory (``uses_shared_table``)
         parts["table"] = shared_zeros((rows, flat.numel()))
         parts["weights"] = torch.zeros(rows, dtype=torch.float64)
-    if c.dp_clip is not None:
+    if f.dp_clip is not None:
         parts["within"] = torch.zeros(rows, dtype=torch.float64)
-        parts["clip"] = torch.tensor([float(c.dp_clip)], dtype=torch.float64)
-    if c.private:
+        parts["clip"] = torch.tensor([float(f.dp_clip)], dtype=torch.float64)
+    if f.private:
         from ...federated.accounting import require_dp_accounting
 
         require_dp_accounting()   # imported once here: forked workers inherit it
         parts["privacy"] = torch.zeros(2, dtype=torch.float64)
-    if c.scaffold:
+    if f.scaffold:
         params = param_numel(model)
         parts["controls"] = torch.zeros(params)
         parts["control_deltas"] = torch.zeros(rows, params)
-        parts["touched"] = torch.zeros(c.clients, dtype=torch.uint8)
+        parts["touched"] = torch.zeros(f.clients, dtype=torch.uint8)
         place, path = _client_controls_place(config, model, plan, out_dir)
         parts["controls_path"] = path
         if place == "shm":
-            shape = (c.clients, params)
+            shape = (f.clients, params)
             parts["client_controls_in_memory"] = shared_zeros(shape) \
                 if plan.comm.shares_memory else torch.zeros(shape)
-    if c.client_eval_every:
-        parts["client_accuracy"] = torch.full((c.clients,), float("nan"),
+    if f.client_eval_every:
+        parts["client_accuracy"] = torch.full((f.clients,), float("nan"),
                                               dtype=torch.float64)
     if _needs_plan_cell(config):
         parts["plan_cell"] = PlanCell(rows)
     shared = FedAvgShared(client_index=client_index, client_offsets=client_offsets,
                           global_flat=flat,
-                          server_state=server_optimizer(config).init_state(flat.numel()),
+                          server_state=server_optimizer(f).init_state(flat.numel()),
                           rows=rows, shared_table=shared_table, **parts)
     if plan.comm.shares_memory:
         small = [parts[k] for k in ("weights", "within", "clip", "privacy", "controls",
@@ -160,9 +160,10 @@ def _client_controls_place(config, model, plan, out_dir) -> tuple[str, Path | No
 def table_rows(config) -> int:
     """Rows of the round's table: the clients a round samples (a bound on Poisson's
     count)."""
-    if config.sampling == "poisson":
-        return poisson_capacity(config.clients, config.sample_rate)
-    return config.sampled_clients
+    f = config.fedavg
+    if f.sampling == "poisson":
+        return poisson_capacity(f.clients, f.sample_rate)
+    return f.sampled_clients
 
 
 def uses_shared_table(config, model, plan) -> bool:
@@ -174,7 +175,7 @@ def uses_shared_table(config, model, plan) -> bool:
 def controls_placement(config, model, out_dir: Path | None) -> tuple[str, int]:
     """Where SCAFFOLD's client variates go -- ``shm`` or ``file`` (under --out) -- and
     their bytes; a refusal with the figures when neither has room."""
-    need = config.clients * param_numel(model) * 4
+    need = config.fedavg.clients * param_numel(model) * 4
     shm_free = _free_bytes("/dev/shm")
     if shm_free is None or need <= SHM_SHARE * shm_free:
         return "shm", need
@@ -185,7 +186,7 @@ def controls_placement(config, model, out_dir: Path | None) -> tuple[str, int]:
     disk = f"{disk_free / 2**20:,.0f} MiB free under --out" if disk_free is not None \
         else "no --out folder to map a file in"
     raise UserError(f"SCAFFOLD's client variates need {need / 2**20:,.0f} MiB "
-                    f"({config.clients} clients x {param_numel(model):,} "
+                    f"({config.fedavg.clients} clients x {param_numel(model):,} "
                     f"parameters x 4 bytes): {shm}, {disk}; give --out on a disk with "
                     "room, or fewer --clients")
 
@@ -193,29 +194,27 @@ def controls_placement(config, model, out_dir: Path | None) -> tuple[str, int]:
 def shared_bytes(config, model, plan, out_dir: Path | None) -> int:
     """Bytes of /dev/shm the shared state takes beyond the model and data (for the
     memory preflight)."""
-    c = config
+    f = config.fedavg
     numel = sum(t.numel() for t in floating_state(model))
-    extra = 4 * numel * len(server_optimizer(config).init_state(0))
+    extra = 4 * numel * len(server_optimizer(f).init_state(0))
     if plan.comm.shares_memory and uses_shared_table(config, model, plan):
         extra += table_rows(config) * (numel * 4 + 16)
-    if c.scaffold:
+    if f.scaffold:
         params = param_numel(model)
-        extra += 4 * params * (table_rows(config) + 1) + c.clients
+        extra += 4 * params * (table_rows(config) + 1) + f.clients
         try:
             place, need = controls_placement(config, model, out_dir)
         except UserError:
             place, need = "none", 0     # ``check`` refuses it, with the figures
         extra += need if place == "shm" else 0
-    if c.client_eval_every:
-        extra += 8 * c.clients
+    if f.client_eval_every:
+        extra += 8 * f.clients
     if _needs_plan_cell(config):
         extra += PlanCell(table_rows(config)).tensor.nbytes
     return extra
 
 
 def _needs_plan_cell(config) -> bool:
-    from .robust import robust_settings_of
-
     robust = robust_settings_of(config)
     return robust.active and robust.rule.row_wise
 

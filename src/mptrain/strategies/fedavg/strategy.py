@@ -9,7 +9,7 @@ from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from ..data_parallel import floating_state
 from . import report, robust
 from .refusals import check_fedavg_config
-from .settings import accountant_name, dp_delta
+from .settings import FEDAVG_SETTINGS, accountant_name, dp_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
                      shared_bytes, uses_shared_table)
 
@@ -17,13 +17,8 @@ from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_
 class FedAvgStrategy(Strategy):
     name = "fedavg"
     unit = "round"
-    settings = frozenset({
-        "rounds", "clients", "clients_per_round", "client_fraction", "local_epochs",
-        "partition", "prox_mu", "server_optimizer", "server_lr", "server_momentum",
-        "server_betas", "server_tau", "accept_failures", "max_restarts", "scaffold",
-        "sampling", "dropout_rate", "straggler_rate", "dp_clip", "dp_noise", "dp_delta",
-        "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
-        "client_eval_every", "aggregator", "malicious_fraction", "attack"})
+    #: Its own section's (``FedAvgSettings``), and restarts as sync and ddp have them.
+    settings = frozenset(FEDAVG_SETTINGS) | {"max_restarts"}
     instead = {"epochs": "--rounds",
                "steps_per_epoch": "--rounds with fewer --clients-per-round"}
     runs_under_torchrun = True
@@ -55,7 +50,7 @@ class FedAvgStrategy(Strategy):
 
     @classmethod
     def units(cls, config):
-        return config.rounds
+        return config.fedavg.rounds
 
     # -- parent side -------------------------------------------------------------------------
     def check(self, data, model, plan) -> None:
@@ -63,29 +58,29 @@ class FedAvgStrategy(Strategy):
         that cannot split this data set (or a user's function that returns bad clients) is
         found -- in one line, before any output exists. The cut is kept for ``prepare``.
         Then what needs shared memory, the accountant, and room for SCAFFOLD's variates."""
-        c = self.config
+        c, f = self.config, self.config.fedavg
         self.partition(data)
-        if (c.dp_clip is not None or c.scaffold) and not uses_shared_table(c, model, plan):
-            what = "--scaffold" if c.scaffold else "--dp-clip/--dp-noise"
+        if (f.dp_clip is not None or f.scaffold) and not uses_shared_table(c, model, plan):
+            what = "--scaffold" if f.scaffold else "--dp-clip/--dp-noise"
             raise UserError(f"{what} needs the round's results in one machine's shared "
                             "memory (every client's row, summed in client order); run "
                             "mptrain's own workers on one machine, or fewer "
                             "--clients-per-round for a smaller table")
-        if c.client_eval_every and not plan.comm.shares_memory:
+        if f.client_eval_every and not plan.comm.shares_memory:
             raise UserError("--client-eval-every needs one machine's shared memory (every "
                             "rank writes its clients' accuracies into one table); run "
                             "mptrain's own workers on one machine")
-        if c.private:
+        if f.private:
             from ...federated.accounting import PrivacyAccountant, require_dp_accounting
 
             require_dp_accounting()
-            first = PrivacyAccountant(accountant_name(c)).epsilon_after(
-                c.sample_rate, c.dp_noise, dp_delta(c))
-            if c.target_epsilon is not None and first > c.target_epsilon:
-                raise UserError(f"--target-epsilon {c.target_epsilon:g} is spent by the first "
-                                f"round alone (epsilon {first:.3g} at delta {dp_delta(c):g}); "
+            first = PrivacyAccountant(accountant_name(f)).epsilon_after(
+                f.sample_rate, f.dp_noise, dp_delta(f))
+            if f.target_epsilon is not None and first > f.target_epsilon:
+                raise UserError(f"--target-epsilon {f.target_epsilon:g} is spent by the first "
+                                f"round alone (epsilon {first:.3g} at delta {dp_delta(f):g}); "
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
-        if c.scaffold:
+        if f.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
         robust.check_robust(c, data, model, plan)
 
@@ -110,8 +105,9 @@ class FedAvgStrategy(Strategy):
                                                              self.out_dir))
 
     def samples_per_round(self, data, workers):
-        mean_client = len(data.train) / self.config.clients
-        return round(self.config.sampled_clients * mean_client * self.config.local_epochs)
+        f = self.config.fedavg
+        mean_client = len(data.train) / f.clients
+        return round(f.sampled_clients * mean_client * f.local_epochs)
 
     def program(self, setup) -> WorkerProgram:
         from .worker import FedAvgProgram

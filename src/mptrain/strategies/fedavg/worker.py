@@ -43,9 +43,8 @@ from ..base import RoundWork, WorkerProgram
 from ..data_parallel import copy_model_state
 from . import checkpoint
 from .clients import ClientTrainer
-from .robust import robust_settings_of
 from .server import ServerStep
-from .settings import accountant_name, server_optimizer
+from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
 
 
@@ -58,20 +57,20 @@ class FedAvgProgram(WorkerProgram):
         self.client_controls = shared.client_controls()   # mapped once per process
         self.trainer = ClientTrainer(config, shared, setup, self.client_controls)
         accountant = None
-        if config.private:
+        if config.fedavg.private:
             from ...federated.accounting import PrivacyAccountant
 
-            accountant = PrivacyAccountant(accountant_name(config))
+            accountant = PrivacyAccountant(accountant_name(config.fedavg))
         # The rule and the attackers (None: FedAvg's mean, nobody attacks).
         settings = robust_settings_of(config)
         self.robust = RobustServer(settings, shared.plan_cell, config.seed,
                                    setup.data.output_size) if settings.active else None
-        self.server = ServerStep(config, shared, self.group, server_optimizer(config),
+        self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
                                  accountant, self.robust)
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
-        c, group, shared = self.config, self.group, self.shared
+        c, f, group, shared = self.config, self.config.fedavg, self.group, self.shared
         sampled = self._sample(round_index)
         mine = assign_clients(sampled, self.trainer.sizes, group.world_size)[group.rank]
         clip = float(shared.clip[0]) if shared.clip is not None else None
@@ -86,8 +85,8 @@ class FedAvgProgram(WorkerProgram):
         else:
             self.server.reduce_through_group(partial_sum, partial_weight)
         self.trainer.load_global()
-        if c.client_eval_every and ((round_index + 1) % c.client_eval_every == 0
-                                    or round_index + 1 == c.rounds):
+        if f.client_eval_every and ((round_index + 1) % f.client_eval_every == 0
+                                    or round_index + 1 == f.rounds):
             figures.update(self._evaluate_clients())
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
         return RoundWork(steps=tally.steps, samples=tally.samples, loss_sum=tally.loss_sum,
@@ -96,14 +95,14 @@ class FedAvgProgram(WorkerProgram):
                          else self.server.privacy_stop())
 
     def _sample(self, round_index: int) -> list[int]:
-        c = self.config
-        if c.sampling == "poisson":
-            sampled = poisson_sample(c.clients, c.sample_rate, c.seed, round_index)
+        c, f = self.config, self.config.fedavg
+        if f.sampling == "poisson":
+            sampled = poisson_sample(f.clients, f.sample_rate, c.seed, round_index)
             if len(sampled) > self.shared.rows:   # < 1e-20 per round
                 raise ClientFailedError(f"round {round_index + 1} sampled {len(sampled)} "
                                         "clients, more than the table holds")
             return sampled
-        return sample_clients(c.clients, c.sampled_clients, c.seed, round_index)
+        return sample_clients(f.clients, f.sampled_clients, c.seed, round_index)
 
     def train_my_clients(self, mine: list[int], sampled: list[int], round_index: int,
                          clip: float | None, tally: "RoundTally"):
@@ -130,7 +129,8 @@ class FedAvgProgram(WorkerProgram):
                     row: torch.Tensor | None, slot: int, tally: "RoundTally") -> float:
         """Train ``client``, put its result in ``row``; returns its weight in the aggregate
         (0: it dropped out, failed or sent a non-finite update)."""
-        c, shared, trainer, robust = self.config, self.shared, self.trainer, self.robust
+        c, f, shared, trainer = self.config, self.config.fedavg, self.shared, self.trainer
+        robust = self.robust
         trainer.load_global()
         if robust is not None and not robust.trains(client):
             return self._forge(client, round_index, row, tally)
@@ -138,7 +138,7 @@ class FedAvgProgram(WorkerProgram):
             relabel = robust.targets(client) if robust is not None else None
             steps, samples, loss = trainer.train(client, round_index, relabel)
         except Exception as err:  # noqa: BLE001 - a client's failure is reported by id
-            if not c.accept_failures:
+            if not f.accept_failures:
                 raise ClientFailedError(
                     f"client {client} failed in round {round_index + 1} on worker rank "
                     f"{self.group.rank}: {type(err).__name__}: {err} (--accept-failures "
@@ -154,11 +154,11 @@ class FedAvgProgram(WorkerProgram):
             tally.nonfinite.append(client)
             return 0.0
         tally.count(steps, samples, loss, partial=steps < trainer.full_steps(client))
-        if availability.drops_out(c.seed, round_index, client, c.dropout_rate):
+        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
             tally.dropped += 1     # trained, never reported: nothing of it is kept
             return 0.0
         tally.reported += 1
-        if c.scaffold:
+        if f.scaffold:
             p = trainer.param_numel
             scaffold.update_client_control_(
                 self.client_controls[client], shared.controls, shared.global_flat[:p],
@@ -171,19 +171,19 @@ class FedAvgProgram(WorkerProgram):
         result.sub_(shared.global_flat)
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
-        return 1.0 if c.private else float(samples)
+        return 1.0 if f.private else float(samples)
 
     def _forge(self, client: int, round_index: int, row: torch.Tensor,
                tally: "RoundTally") -> float:
         """An attacker that does not train (gaussian, ALIE): it writes what it sends into
         its row of the shared table and claims its data's weight. The server drops what is
         non-finite, whoever sent it; attackers drop out like everyone else."""
-        c = self.config
+        c, f = self.config, self.config.fedavg
         self.robust.send_(client, row, self.shared.global_flat, round_index)
         if not update_is_finite(row):
             tally.nonfinite.append(client)
             return 0.0
-        if availability.drops_out(c.seed, round_index, client, c.dropout_rate):
+        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
             tally.dropped += 1
             return 0.0
         tally.reported += 1
@@ -193,9 +193,10 @@ class FedAvgProgram(WorkerProgram):
         """The global model on every client's own data, each rank a run of clients; rank 0
         summarises after a barrier."""
         shared, setup, group, c = self.shared, self.setup, self.group, self.config
+        f = c.fedavg
         if setup.data.task != CLASSIFICATION:
             return {}
-        mine = column_slice(c.clients, group.world_size, group.rank)
+        mine = column_slice(f.clients, group.world_size, group.rank)
         for client in range(mine.start, mine.stop):
             _, correct, count = evaluate(self.trainer.model, self.trainer.feed,
                                          shared.client_indices(client), setup.data.task,
