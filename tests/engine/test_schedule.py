@@ -10,7 +10,7 @@ from torch.utils.data import TensorDataset
 
 import mptrain
 from mptrain.engine.schedule import learning_rate
-from mptrain.strategies import data_parallel
+from mptrain.strategies import epochs
 
 BASE, DECAY, STEPS = 0.1, 0.5, 8
 
@@ -78,7 +78,7 @@ def test_the_epoch_loop_sets_the_scheduled_rate_before_every_step(monkeypatch, n
         applied.append(self.param_groups[0]["lr"])
         return original_step(self, *args, **kwargs)
 
-    monkeypatch.setattr(data_parallel, "learning_rate", recording_rate)
+    monkeypatch.setattr(epochs, "learning_rate", recording_rate)
     monkeypatch.setattr(torch.optim.SGD, "step", recording_step)
     generator = torch.Generator().manual_seed(0)
     inputs = torch.randn(40, 3, generator=generator)

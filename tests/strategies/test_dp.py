@@ -13,7 +13,7 @@ import mptrain
 from mptrain.config import TrainConfig
 from mptrain.data.sharding import shard_indices
 from mptrain.errors import UserError
-from mptrain.strategies import dp
+from mptrain.strategies import data_parallel_gpus as dp
 from mptrain.strategies.registry import make_strategy
 
 

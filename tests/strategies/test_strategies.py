@@ -34,7 +34,7 @@ from mptrain.engine.loop import WorkerSetup, train
 from mptrain.errors import RunInterrupted, WorkerFailedError
 from mptrain.launch.board import ProgressBoard
 from mptrain.launch.supervisor import Supervisor
-from mptrain.strategies.data_parallel import floating_state
+from mptrain.strategies.model_state import floating_state
 from mptrain.strategies.ddp import DDPStrategy
 from mptrain.strategies.hogwild import HogwildStrategy
 from mptrain.strategies.sync import SyncStrategy

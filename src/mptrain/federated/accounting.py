@@ -54,10 +54,10 @@ PLD_INTERVAL = 1e-4      # dp-accounting's PLDAccountant default
 @lru_cache(maxsize=32)
 def _rdp_of_one_round(q: float, z: float):
     """dp-accounting's RDP of one round at its default orders (read-only: it is shared)."""
-    dp = require_dp_accounting()
-    accountant = dp.rdp.RdpAccountant(dp.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+    library = require_dp_accounting()
+    accountant = library.rdp.RdpAccountant(library.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
     with _quiet_absl():
-        accountant.compose(dp.PoissonSampledDpEvent(q, dp.GaussianDpEvent(z)))
+        accountant.compose(library.PoissonSampledDpEvent(q, library.GaussianDpEvent(z)))
     rdp = accountant.rdp
     rdp.setflags(write=False)
     return rdp
@@ -66,10 +66,10 @@ def _rdp_of_one_round(q: float, z: float):
 @lru_cache(maxsize=32)
 def _pld_of_one_round(q: float, z: float):
     """dp-accounting's PLD of one round, built with the arguments its PLDAccountant passes."""
-    dp = require_dp_accounting()
-    return dp.pld.privacy_loss_distribution.from_gaussian_mechanism(
+    library = require_dp_accounting()
+    return library.pld.privacy_loss_distribution.from_gaussian_mechanism(
         standard_deviation=z, value_discretization_interval=PLD_INTERVAL, sampling_prob=q,
-        neighboring_relation=dp.NeighboringRelation.ADD_OR_REMOVE_ONE)
+        neighboring_relation=library.NeighboringRelation.ADD_OR_REMOVE_ONE)
 
 
 @lru_cache(maxsize=256)
@@ -79,7 +79,7 @@ def _epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: fl
     PLD: each run's distribution self-composed, then composed in order; a run that samples
     nobody adds nothing, one without noise makes epsilon infinite), with each round's own
     figures asked of it once."""
-    dp = require_dp_accounting()
+    library = require_dp_accounting()
     if not history:
         return 0.0
     with _quiet_absl():
@@ -87,11 +87,11 @@ def _epsilon(kind: str, history: tuple[tuple[float, float, int], ...], delta: fl
             rdp = 0.0
             for q, z, rounds in history:
                 rdp = rdp + rounds * _rdp_of_one_round(q, z)
-            orders = dp.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS
-            return float(dp.rdp.rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)[0])
+            orders = library.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS
+            return float(library.rdp.rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)[0])
         if any(q > 0 and z == 0 for q, z, _ in history):
             return math.inf
-        pld = dp.pld.privacy_loss_distribution.identity(
+        pld = library.pld.privacy_loss_distribution.identity(
             value_discretization_interval=PLD_INTERVAL)
         for q, z, rounds in history:
             if q > 0:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
+import torch
 import torch.nn as nn
 
 from ..comm.kind import CommKind
@@ -221,3 +222,9 @@ class Strategy(ABC):
 
 def model_tensor_count(model: nn.Module) -> int:
     return len(list(model.parameters())) + len(list(model.buffers()))
+
+
+def visible_gpus() -> int:
+    """GPUs this process may use (CUDA_VISIBLE_DEVICES respected); asks NVML, so CUDA is not
+    initialised in the parent by asking."""
+    return torch.cuda.device_count()

@@ -25,7 +25,8 @@ from ..comm.dist import TorchDistGroup
 from ..comm.kind import CommKind
 from ..comm.shm import ShmGroup
 from ..errors import UserError
-from .data_parallel import DataParallelStrategy
+from .base import visible_gpus
+from .epochs import EpochStrategy
 from .sharded_step import SharedParameters, ShardedStep, worth_sharding
 
 
@@ -118,9 +119,9 @@ def gradients(replica: nn.Module) -> list[torch.Tensor]:
     return grads
 
 
-class DDPStrategy(DataParallelStrategy):
+class DDPStrategy(EpochStrategy):
     name = "ddp"
-    settings = DataParallelStrategy.settings | {"ddp_backend"}
+    settings = EpochStrategy.settings | {"ddp_backend"}
     runs_under_torchrun = True
     ranks_take_turns = True
 
@@ -203,9 +204,3 @@ class DDPStrategy(DataParallelStrategy):
 
     def _shards(self, model, plan) -> bool:
         return plan.comm is CommKind.SHM and worth_sharding(model, self.config, plan.workers)
-
-
-def visible_gpus() -> int:
-    """GPUs this process may use (CUDA_VISIBLE_DEVICES respected); asks NVML, so CUDA is not
-    initialised in the parent by asking."""
-    return torch.cuda.device_count()

@@ -31,12 +31,12 @@ from ..comm.tickets import SharedTickets
 from ..data.sharding import batches, epoch_permutation
 from ..engine.channels_last import hand_back_layout, lay_out_shared_model
 from ..engine.optim import fresh_scalar_state, state_like_params
-from .data_parallel import DataParallelStrategy, EpochBatches, batch_shapes
+from .epochs import EpochBatches, EpochStrategy, batch_shapes
 
 
-class HogwildStrategy(DataParallelStrategy):
+class HogwildStrategy(EpochStrategy):
     name = "hogwild"
-    settings = DataParallelStrategy.settings | {"share_optimizer_state"}
+    settings = EpochStrategy.settings | {"share_optimizer_state"}
     ranks_share_one_device = True
 
     def __init__(self, config):

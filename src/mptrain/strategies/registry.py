@@ -16,7 +16,7 @@ _HOMES = {
     "sync": ".sync:SyncStrategy",
     "ddp": ".ddp:DDPStrategy",
     "fedavg": ".fedavg:FedAvgStrategy",
-    "dp": ".dp:DataParallelGPUsStrategy",
+    "dp": ".data_parallel_gpus:DataParallelGPUsStrategy",
 }
 
 STRATEGIES = tuple(_HOMES)

@@ -4,10 +4,10 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
-from .data_parallel import DataParallelStrategy
+from .epochs import EpochStrategy
 
 
-class SingleStrategy(DataParallelStrategy):
+class SingleStrategy(EpochStrategy):
     name = "single"
     in_process = True
     takes_worker_count = False

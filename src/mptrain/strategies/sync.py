@@ -12,12 +12,13 @@ The averaging itself is a :class:`~mptrain.comm.Group` collective and the math l
 
 from __future__ import annotations
 
-from .data_parallel import DataParallelStrategy, floating_state
+from .epochs import EpochStrategy
+from .model_state import floating_state
 
 
-class SyncStrategy(DataParallelStrategy):
+class SyncStrategy(EpochStrategy):
     name = "sync"
-    settings = DataParallelStrategy.settings | {"sync_every"}
+    settings = EpochStrategy.settings | {"sync_every"}
     runs_under_torchrun = True
     ranks_take_turns = True
 

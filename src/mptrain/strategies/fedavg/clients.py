@@ -18,7 +18,7 @@ from ...engine.step import train_step
 from ...federated import availability, scaffold
 from ...federated.client import add_proximal_gradient_, full_steps
 from ...federated.sampling import client_seed
-from ..data_parallel import floating_state
+from ..model_state import floating_state
 from .shared import FedAvgShared, param_numel
 
 

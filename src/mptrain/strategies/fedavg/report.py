@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...report.console import metric_parts
 from . import robust
-from .settings import accountant_name, dp_delta, server_optimizer
+from .settings import accountant_name, privacy_delta, server_optimizer
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
 
 #: Rounds in a row of a lone trained client's non-finite update that mean the run diverged.
@@ -132,7 +132,7 @@ def summary_fields(config, last_epsilon: float | None,
               "sampling": f.sampling, "dropout_rate": f.dropout_rate,
               "straggler_rate": f.straggler_rate}
     if f.private:
-        fields.update({"epsilon": last_epsilon, "dp_delta": dp_delta(f),
+        fields.update({"epsilon": last_epsilon, "dp_delta": privacy_delta(f),
                        "dp_noise": f.dp_noise, "dp_clip": f.dp_clip,
                        "accountant": accountant_name(f),
                        "target_epsilon": f.target_epsilon,
@@ -182,5 +182,5 @@ def _privacy_line(f) -> str:
         return f"updates clipped ({clip}), no noise: no privacy guarantee"
     target = f", stop before epsilon {f.target_epsilon:g}" \
         if f.target_epsilon is not None else ""
-    return (f"DP-FedAvg: {clip}, noise multiplier {f.dp_noise:g}, delta {dp_delta(f):g}, "
+    return (f"DP-FedAvg: {clip}, noise multiplier {f.dp_noise:g}, delta {privacy_delta(f):g}, "
             f"{accountant_name(f)} accountant{target}")

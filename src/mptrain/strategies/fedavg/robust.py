@@ -9,7 +9,7 @@ from __future__ import annotations
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
 from ...federated.robust_server import size_text, table_refusal
-from ..data_parallel import floating_state
+from ..model_state import floating_state
 from .settings import robust_settings_of
 from .shared import TABLE_LIMIT_BYTES, table_rows
 

@@ -16,7 +16,7 @@ from ...federated import scaffold
 from ...federated.aggregate import aggregate_rows, column_slice, sum_rows
 from ...federated.privacy import count_noise, next_clip, noise_slice, private_mean
 from ...federated.robust_server import RobustServer
-from .settings import clip_lr, count_noise_std, dp_delta, dp_noise_of_updates
+from .settings import clip_lr, count_noise_std, privacy_delta, updates_noise_multiplier
 from .shared import FedAvgShared
 
 
@@ -73,7 +73,7 @@ class ServerStep:
         noise = None
         if f.private:
             # Noise even when nobody reported: what is released must never depend on it.
-            noise = noise_slice(numel, part, dp_noise_of_updates(f) * clip, c.seed,
+            noise = noise_slice(numel, part, updates_noise_multiplier(f) * clip, c.seed,
                                 round_index)
         target = combine_updates(shared.table[:rows, part], weights, params, clip, noise,
                                  f.sample_rate * f.clients)
@@ -119,7 +119,7 @@ class ServerStep:
                                        f.dp_clip_quantile, clip_lr(f), noise)
         if f.private:
             self.accountant.spend(f.sample_rate, f.dp_noise)
-            delta = dp_delta(f)
+            delta = privacy_delta(f)
             out["epsilon"] = self.accountant.epsilon(delta)
             stop = f.target_epsilon is not None and round_index + 1 < f.rounds and \
                 self.accountant.epsilon_after(f.sample_rate, f.dp_noise, delta) \

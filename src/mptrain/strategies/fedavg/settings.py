@@ -76,7 +76,7 @@ class FedAvgSettings:
 FEDAVG_SETTINGS = tuple(f.name for f in fields(FedAvgSettings))
 
 
-def dp_delta(settings: FedAvgSettings) -> float:
+def privacy_delta(settings: FedAvgSettings) -> float:
     return DEFAULT_DP_DELTA if settings.dp_delta is None else settings.dp_delta
 
 
@@ -99,7 +99,7 @@ def count_noise_std(settings: FedAvgSettings) -> float | None:
     return settings.sampled_clients / 20
 
 
-def dp_noise_of_updates(settings: FedAvgSettings) -> float:
+def updates_noise_multiplier(settings: FedAvgSettings) -> float:
     """The noise multiplier on the updates' sum (less than --dp-noise when adaptive
     clipping's count takes its share)."""
     from ...federated.privacy import update_noise_multiplier

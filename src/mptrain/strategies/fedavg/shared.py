@@ -22,7 +22,7 @@ from ...errors import UserError
 from ...data.shared import shared_zeros
 from ...federated.robust_round import PlanCell
 from ...federated.sampling import poisson_capacity
-from ..data_parallel import floating_state
+from ..model_state import floating_state
 from .settings import robust_settings_of, server_optimizer
 
 #: Above this, the table of one round's client results is not kept in shared memory; the

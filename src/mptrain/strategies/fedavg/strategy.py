@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from ...errors import UserError
 from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
-from ..data_parallel import floating_state
+from ..model_state import floating_state
 from . import report, robust
 from .refusals import check_fedavg_config
-from .settings import FEDAVG_SETTINGS, accountant_name, dp_delta
+from .settings import FEDAVG_SETTINGS, accountant_name, privacy_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
                      shared_bytes, uses_shared_table)
 
@@ -75,10 +75,10 @@ class FedAvgStrategy(Strategy):
 
             require_dp_accounting()
             first = PrivacyAccountant(accountant_name(f)).epsilon_after(
-                f.sample_rate, f.dp_noise, dp_delta(f))
+                f.sample_rate, f.dp_noise, privacy_delta(f))
             if f.target_epsilon is not None and first > f.target_epsilon:
                 raise UserError(f"--target-epsilon {f.target_epsilon:g} is spent by the first "
-                                f"round alone (epsilon {first:.3g} at delta {dp_delta(f):g}); "
+                                f"round alone (epsilon {first:.3g} at delta {privacy_delta(f):g}); "
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
         if f.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits

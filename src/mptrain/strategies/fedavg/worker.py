@@ -40,7 +40,7 @@ from ...federated.privacy import clip_
 from ...federated.robust_server import RobustServer
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
-from ..data_parallel import copy_model_state
+from ..model_state import copy_model_state
 from . import checkpoint
 from .clients import ClientTrainer
 from .server import ServerStep

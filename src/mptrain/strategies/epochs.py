@@ -1,8 +1,8 @@
-"""The data-parallel strategies' worker program: one round is one epoch over this rank's
-batches (its shard, or for hogwild what it takes from a shared queue).
+"""The epoch strategies' worker program: one round is one epoch over this rank's batches
+(its shard, or for hogwild what it takes from a shared queue).
 
-``single``, ``hogwild``, ``sync`` and ``ddp`` all run this loop; they differ only at the few
-points a :class:`DataParallelStrategy` names (which replica a worker trains, what happens
+``single``, ``hogwild``, ``sync``, ``ddp`` and ``dp`` all run this loop; they differ only at
+the few points an :class:`EpochStrategy` names (which replica a worker trains, what happens
 after backward, after a step and at the end of an epoch).
 """
 
@@ -28,6 +28,7 @@ from ..engine.autocast import in_precision
 from ..engine.profile import RoundClock
 from ..engine.schedule import learning_rate
 from ..engine.step import first_nonfinite, train_step
+from .model_state import copy_model_state
 from .base import ResourceNeeds, RoundWork, Strategy, WorkerProgram, model_tensor_count
 
 
@@ -46,7 +47,7 @@ def batch_shapes(samples: int, size: int) -> list[int]:
     return sorted({min(samples, size), samples % size} - {0})
 
 
-class DataParallelStrategy(Strategy):
+class EpochStrategy(Strategy):
     """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics), unless
     the strategy hands batches out otherwise (``epoch_batches``)."""
 
@@ -135,7 +136,7 @@ class DataParallelStrategy(Strategy):
 class EpochProgram(WorkerProgram):
     """A plain PyTorch training loop over this rank's batches of one epoch."""
 
-    def __init__(self, strategy: DataParallelStrategy, setup):
+    def __init__(self, strategy: EpochStrategy, setup):
         self.strategy, self.setup = strategy, setup
         self.group = setup.group
         self.model = strategy.replica(setup.model, setup.group, setup.device)
@@ -219,20 +220,3 @@ class EpochProgram(WorkerProgram):
         stops, it is in the layout the caller gave it."""
         if self.layout is not None and self.model is self.setup.model:
             self.layout.hand_back()
-
-
-def floating_state(model: nn.Module) -> list[torch.Tensor]:
-    """Parameters and floating-point buffers (BatchNorm statistics): what averaging touches.
-
-    Integer buffers (``num_batches_tracked``) are equal on every rank in synchronous
-    strategies, since every rank takes the same number of steps.
-    """
-    tensors = [p.data for p in model.parameters()]
-    tensors += [b for b in model.buffers() if b.is_floating_point()]
-    return tensors
-
-
-@torch.no_grad()
-def copy_model_state(source: nn.Module, target: nn.Module) -> None:
-    for mine, theirs in zip(source.state_dict().values(), target.state_dict().values()):
-        theirs.copy_(mine)

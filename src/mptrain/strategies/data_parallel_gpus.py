@@ -23,15 +23,11 @@ import torch.nn as nn
 from ..data.sharding import batches, epoch_permutation
 from ..engine.autocast import autocast_module, without_autocast_module
 from ..errors import UserError
-from .data_parallel import DataParallelStrategy, EpochBatches, batch_shapes
+from .base import visible_gpus
+from .epochs import EpochBatches, EpochStrategy, batch_shapes
 
 
-def visible_gpus() -> int:
-    """GPUs this process may use; asks NVML, so CUDA is not initialised by asking."""
-    return torch.cuda.device_count()
-
-
-class DataParallelGPUsStrategy(DataParallelStrategy):
+class DataParallelGPUsStrategy(EpochStrategy):
     name = "dp"
     in_process = True
     settings = frozenset({"epochs", "steps_per_epoch"})
