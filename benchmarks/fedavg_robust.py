@@ -222,7 +222,8 @@ def server_timing(rules, clients: int, repeats: int = 5) -> dict:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from mptrain.federated.robust_round import aggregate_slice, plan_round
-    from mptrain.federated.robust_rules import RobustRule, parse_aggregator
+    from mptrain.federated.robust_rules import RobustRule
+    from mptrain.federated.robust_spec import parse_aggregator
 
     torch.set_num_threads(1)
     numel = 199_210

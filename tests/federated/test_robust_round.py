@@ -10,7 +10,8 @@ from mptrain.federated.aggregate import column_slice
 from mptrain.federated.attacks import alie_rows_
 from mptrain.federated.robust_round import (PlanCell, aggregate_slice, forge_alie_slice_,
                                             plan_round, reporting_slots)
-from mptrain.federated.robust_rules import RobustRule, aggregate, parse_aggregator
+from mptrain.federated.robust_rules import RobustRule, aggregate
+from mptrain.federated.robust_spec import parse_aggregator
 
 RULES = ["mean", "median", "trimmed-mean:0.2", "krum:2", "multi-krum:2,4", "bulyan:1",
          "norm-bound:0.5", "geometric-median"]

@@ -10,8 +10,7 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, check_setting,
                       load_config_file)
-from ..federated.attacks import HELP as ATTACK_HELP
-from ..federated.robust_rules import HELP as AGGREGATOR_HELP
+from ..federated.robust_spec import AGGREGATOR_HELP, ATTACK_HELP
 from ..strategies.registry import STRATEGIES
 from .app import cli, joined_loggers, supervised_run_options
 

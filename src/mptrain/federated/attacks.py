@@ -20,79 +20,20 @@ and the same noise whatever ``--workers``.
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
 from ..errors import UserError
-from .robust_rules import _number, _suggestion
+from .robust_spec import AttackSpec
 from .sampling import mix_seed
 
-ATTACKS = ("sign-flip", "gaussian", "scaling", "label-flip", "alie")
-HELP = ("what the malicious clients (--malicious-fraction) send: sign-flip[:SCALE] "
-        "(-SCALE x their update, default 1) | gaussian[:STD] (noise, default STD 1) | "
-        "scaling:LAMBDA (LAMBDA x their update) | label-flip (trained on labels "
-        "classes-1-y) | alie[:Z] (mean + Z std of the honest updates, Baruch et al. 2019; "
-        "Z by default the paper's z_max)")
 _MALICIOUS, _GAUSSIAN = 0x5EED_A771, 0x5EED_A772
 
 
-@dataclass(frozen=True)
-class AttackSpec:
-    """An ``--attack`` string, parsed."""
-
-    name: str
-    value: float | None = None    # SCALE, STD, LAMBDA or Z (None: the default)
-
-    @property
-    def trains(self) -> bool:
-        """Whether a malicious client trains before sending (its update is the start)."""
-        return self.name in ("sign-flip", "scaling", "label-flip")
-
-    @property
-    def at_server(self) -> bool:
-        """Whether the attack update needs the round's honest updates (ALIE): it is
-        written once every client has reported."""
-        return self.name == "alie"
-
-    def describe(self) -> str:
-        if self.value is None:
-            return {"sign-flip": "sign-flip", "gaussian": "gaussian (std 1)",
-                    "label-flip": "label-flip", "alie": "ALIE (z_max)"}[self.name]
-        label = {"sign-flip": "scale", "gaussian": "std", "scaling": "lambda",
-                 "alie": "z"}[self.name]
-        return f"{'ALIE' if self.name == 'alie' else self.name} ({label} {self.value:g})"
-
-
-def parse_attack(text: str) -> AttackSpec:
-    """``name[:value]`` -> spec; a one-line UserError for what is wrong."""
-    name, colon, param = str(text).strip().partition(":")
-    name = name.strip().lower()
-    if name not in ATTACKS:
-        raise UserError(f"unknown --attack {name!r}{_suggestion(name, ATTACKS)}; choose "
-                        f"one of {', '.join(ATTACKS)}")
-    given = bool(colon)
-    if name == "label-flip":
-        if given:
-            raise UserError(f"--attack label-flip takes no parameter (got {text!r})")
-        return AttackSpec(name)
-    if name == "scaling" and not given:
-        raise UserError("--attack scaling needs its factor: scaling:LAMBDA, LAMBDA > 0 "
-                        "(e.g. the clients per round, for model replacement)")
-    if not given:
-        return AttackSpec(name)
-    label = {"sign-flip": "SCALE", "gaussian": "STD", "scaling": "LAMBDA", "alie": "Z"}[name]
-    value = _number(param, f"{name}:{label} needs {label} a number, got {param!r}")
-    if value in (float("inf"), float("-inf")) or (name != "alie" and not value > 0):
-        raise UserError(f"{name}:{label} needs a finite {label} > 0, got {param.strip()}"
-                        if name != "alie" else f"alie:Z needs a finite Z, got {param.strip()}")
-    return AttackSpec(name, value)
-
-
 def malicious_clients(clients: int, fraction: float, seed: int) -> list[int]:
-    """The malicious clients of a run: ``fraction * clients`` of them (halves rounded up), a seeded
-    choice fixed for the whole run, in increasing order."""
+    """The malicious clients of a run: ``fraction * clients`` of them (halves rounded
+    up), a seeded choice fixed for the whole run, in increasing order."""
     count = int(fraction * clients + 0.5)
     if fraction > 0 and count == 0:
         raise UserError(f"--malicious-fraction {fraction:g} of {clients} clients is no "

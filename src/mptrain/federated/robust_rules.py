@@ -1,4 +1,4 @@
-"""``--aggregator``: parsing the rule's string, and the rule resolved for a run -- what it
+"""``--aggregator``'s rule resolved for a run (the string's parsing: ``robust_spec``) -- what it
 assumes about the number of clients, and how a round's server applies it (decide once over
 whole rows, then combine one block of columns at a time; see ``robust``).
 
@@ -11,7 +11,6 @@ Sun et al.) and ``geometric-median`` (RFA's weighted geometric median). ``median
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,107 +18,7 @@ import torch
 
 from ..errors import UserError
 from . import robust
-
-AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "bulyan",
-               "norm-bound", "geometric-median")
-#: The rules whose aggregate weighs each client by its samples.
-WEIGHTED = ("mean", "multi-krum", "norm-bound", "geometric-median")
-#: Rules that decide over whole rows (a Gram matrix of the round's updates).
-ROW_WISE = ("krum", "multi-krum", "bulyan", "norm-bound", "geometric-median")
-#: Rules that pick a subset of the updates (a per-round count of attackers picked).
-SELECTING = ("krum", "multi-krum", "bulyan")
-DEFAULT_BETA = 0.1
-HELP = ("how the server combines the round's client updates: mean | median | "
-        "trimmed-mean[:BETA] | krum[:F] | multi-krum[:F[,M]] | bulyan[:F] | norm-bound:C | "
-        "geometric-median (default mean). Weighted by client data: mean, multi-krum, "
-        "norm-bound, geometric-median; the others treat every client alike. F (attackers "
-        "tolerated) defaults to the most the rule allows at --clients-per-round (Krum: "
-        "n > 2F+2, Bulyan: n > 4F+3); BETA (cut from each end) to 0.1; M to n - F")
-
-
-@dataclass(frozen=True)
-class AggregatorSpec:
-    """An ``--aggregator`` string, parsed: the rule and the parameters given (None: the
-    default)."""
-
-    name: str = "mean"
-    f: int | None = None
-    m: int | None = None
-    beta: float | None = None
-    bound: float | None = None
-
-
-def parse_aggregator(text: str) -> AggregatorSpec:
-    """``name[:params]`` -> spec; a one-line UserError for what is wrong."""
-    name, _, params = str(text).strip().partition(":")
-    name = name.strip().lower()
-    if name not in AGGREGATORS:
-        raise UserError(f"unknown --aggregator {name!r}{_suggestion(name, AGGREGATORS)}; "
-                        f"choose one of {', '.join(AGGREGATORS)}")
-    given = params.strip() != "" or text.strip().endswith(":")
-    if name in ("mean", "median", "geometric-median"):
-        if given:
-            raise UserError(f"--aggregator {name} takes no parameter (got {text!r})")
-        return AggregatorSpec(name)
-    if name == "trimmed-mean":
-        if not given:
-            return AggregatorSpec(name)
-        beta = _number(params, f"trimmed-mean:BETA needs BETA a number, got {params!r}")
-        if not 0 <= beta < 0.5:
-            raise UserError(f"trimmed-mean:BETA is the fraction cut from each end: give "
-                            f"0 <= BETA < 0.5, got {beta:g}")
-        return AggregatorSpec(name, beta=beta)
-    if name == "norm-bound":
-        if not given:
-            raise UserError("--aggregator norm-bound needs its bound: norm-bound:C, the "
-                            "longest update (L2) the server accepts, C > 0")
-        bound = _number(params, f"norm-bound:C needs C a number, got {params!r}")
-        if not bound > 0 or bound == float("inf"):
-            raise UserError(f"norm-bound:C needs a finite C > 0, got {params.strip()}")
-        return AggregatorSpec(name, bound=bound)
-    # krum, multi-krum, bulyan
-    if not given:
-        return AggregatorSpec(name)
-    parts = [p.strip() for p in params.split(",")]
-    if len(parts) > (2 if name == "multi-krum" else 1):
-        form = "multi-krum:F,M" if name == "multi-krum" else f"{name}:F"
-        raise UserError(f"--aggregator {text!r}: too many parameters; the form is {form}")
-    f = _count(parts[0], f"{name}:F is the number of attackers tolerated: a whole number "
-                         f">= 0, got {parts[0]!r}")
-    m = None
-    if len(parts) == 2:
-        m = _count(parts[1], f"multi-krum:F,M: M is how many updates are averaged, a "
-                             f"whole number >= 1, got {parts[1]!r}")
-        if m < 1:
-            raise UserError(f"multi-krum:F,M: M is how many updates are averaged, a whole "
-                            f"number >= 1, got {m}")
-    return AggregatorSpec(name, f=f, m=m)
-
-
-def _suggestion(name: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _number(text: str, message: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise UserError(message) from None
-    if value != value:
-        raise UserError(message)
-    return value
-
-
-def _count(text: str, message: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise UserError(message) from None
-    if value < 0:
-        raise UserError(message)
-    return value
-
+from .robust_spec import DEFAULT_BETA, ROW_WISE, SELECTING, AggregatorSpec
 
 def most_attackers(name: str, n: int) -> int:
     """The largest F the rule's assumption allows with ``n`` clients (Krum: n > 2F+2,

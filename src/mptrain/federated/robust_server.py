@@ -22,11 +22,11 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import UserError
-from .attacks import AttackSpec, alie_z, attack_row_, flip_labels, malicious_clients, \
-    parse_attack
+from .attacks import alie_z, attack_row_, flip_labels, malicious_clients
 from .robust_round import (PlanCell, aggregate_slice, forge_alie_slice_, plan_round,
                            reporting_slots)
-from .robust_rules import RobustRule, parse_aggregator
+from .robust_rules import RobustRule
+from .robust_spec import AttackSpec, parse_aggregator, parse_attack
 
 
 @dataclass(frozen=True)
