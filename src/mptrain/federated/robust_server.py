@@ -31,18 +31,18 @@ from .robust_spec import AttackSpec, parse_aggregator, parse_attack
 
 @dataclass(frozen=True)
 class RobustSettings:
-    """The run's rule and attack, resolved: ``rule`` None means plain FedAvg's mean with
-    no attacker (today's server, untouched)."""
+    """The run's rule (``mean`` by default), its attack (None: nobody attacks) and the
+    malicious clients."""
 
-    rule: RobustRule | None
+    rule: RobustRule
     attack: AttackSpec | None
     malicious: frozenset[int]
 
     @property
     def active(self) -> bool:
-        """Whether the server goes through this module (a rule other than mean, or an
-        attack)."""
-        return self.rule is not None and (self.rule.name != "mean" or self.attack is not None)
+        """Whether the server goes through this module: a rule other than the mean, or an
+        attack. Otherwise FedAvg's own server runs, untouched."""
+        return self.rule.name != "mean" or self.attack is not None
 
     @property
     def needs_table(self) -> bool:
