@@ -264,3 +264,13 @@ def test_bulyan_window_is_the_beta_values_nearest_the_median(theta, f):
         order = torch.sort((values - median).abs(), dim=0, stable=True).indices
         expected = values.gather(0, order[:theta - 2 * f]).mean(dim=0).float()
         assert torch.allclose(robust.bulyan_combine(rows, f), expected, atol=1e-6)
+
+
+def test_bulyan_late_selections_still_score_by_the_nearest_other():
+    """With more attackers than F, Bulyan's last Krum steps run on a few rows where
+    n - F - 2 < 1: they still score by the nearest other row, never by row order."""
+    rows, _ = honest_and_outliers(n_honest=8, f=2)
+    rows[9] *= -1                  # two independent attackers (as gaussian noise is), far
+    rows = torch.cat([rows[8:], rows[:8]])        # from each other too, first in order
+    chosen = robust.bulyan_select(robust.squared_distances(robust.gram_matrix(rows)), 1)
+    assert len(chosen) == 8 and 0 not in chosen and 1 not in chosen

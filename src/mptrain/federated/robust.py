@@ -75,10 +75,12 @@ def squared_distances(gram: torch.Tensor) -> torch.Tensor:
 
 def krum_scores(distances: torch.Tensor, f: int) -> torch.Tensor:
     """Blanchard et al. 2017: each row's score is the sum of its squared distances to its
-    ``n - f - 2`` nearest other rows (none when that is below 1: every score 0)."""
+    ``n - f - 2`` nearest other rows. Krum assumes n > 2f + 2; Bulyan's last selections
+    run on fewer remaining rows, where ``n - f - 2 < 1``: then a row scores its distances
+    to every other (the row closest to all, never the first in order); a lone row 0."""
     n = distances.shape[0]
-    neighbours = n - f - 2
-    if neighbours < 1:
+    neighbours = n - f - 2 if n - f - 2 >= 1 else n - 1
+    if n < 2:
         return torch.zeros(n, dtype=torch.float64)
     others = distances.clone()
     others.fill_diagonal_(float("inf"))
