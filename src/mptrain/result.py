@@ -19,7 +19,7 @@ class FitResult:
 
     model: nn.Module
     config: TrainConfig
-    epochs: list = field(default_factory=list)   # report.metrics.EpochMetrics
+    epochs: list = field(default_factory=list)   # report.metrics.RoundMetrics
     summary: dict = field(default_factory=dict)
     restarts: int = 0
 

@@ -24,7 +24,7 @@ from .launch.preflight import check_spawn_ready
 from .launch.restarts import train_with_restarts
 from .launch.start_method import AS_REQUESTED
 from .report.console import ConsolePresenter
-from .report.metrics import EpochMetrics
+from .report.metrics import RoundMetrics
 from .report.outputs import prepare_out_dir
 from .report.recorder import RunRecorder
 from .result import FitResult
@@ -53,12 +53,12 @@ class RunTask(Protocol):
 
     def banner(self, config, model, plan: RunPlan) -> list[str]: ...
 
-    def summary(self, config, model, plan: RunPlan, rows: list[EpochMetrics], wall_s: float,
+    def summary(self, config, model, plan: RunPlan, rows: list[RoundMetrics], wall_s: float,
                 startup_s: float | None) -> dict: ...
 
     def result_lines(self, summary: dict, out_dir: Path | None) -> list[str]: ...
 
-    def write_outputs(self, out_dir: Path, model: nn.Module, rows: list[EpochMetrics],
+    def write_outputs(self, out_dir: Path, model: nn.Module, rows: list[RoundMetrics],
                       summary: dict) -> None: ...
 
     def before_plotting(self) -> None:
@@ -117,7 +117,7 @@ def run(request: RunRequest) -> FitResult:
 
     result = task.result(model, config)
     if resume is not None:
-        result.epochs = [EpochMetrics.from_dict(row) for row in resume.metrics]
+        result.epochs = [RoundMetrics.from_dict(row) for row in resume.metrics]
     recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
                            plan.workers, strategy.samples_per_round(task.data, plan.workers),
                            started, result.epochs, model=model, callbacks=callbacks)

@@ -12,7 +12,7 @@ import mptrain
 from mptrain.api import bundle_from_datasets
 from mptrain.config import TrainConfig
 from mptrain.engine.gpu_memory import GPU_PEAK, device_memory
-from mptrain.report.metrics import EpochMetrics, combine
+from mptrain.report.metrics import RoundMetrics, combine
 from mptrain.report.summary import build_summary
 
 from round_reports import Report
@@ -35,7 +35,7 @@ def test_a_round_keeps_the_fullest_gpus_peak_and_the_summary_the_runs():
     assert GPU_PEAK not in combine([Report(0, {}), Report(1, {})], "classification").as_dict()
 
     def epoch(number, peak):
-        return EpochMetrics(epoch=number, train_loss=0.5, test_loss=0.4, test_accuracy=0.9,
+        return RoundMetrics(epoch=number, train_loss=0.5, test_loss=0.4, test_accuracy=0.9,
                             test_mse=None, samples_per_s=50.0, epoch_s=2.0, train_samples=100,
                             steps=4, minor_faults=0, extras={GPU_PEAK: peak})
     inputs, targets = torch.randn(20, 4), torch.randint(0, 3, (20,))
@@ -44,7 +44,7 @@ def test_a_round_keeps_the_fullest_gpus_peak_and_the_summary_the_runs():
                             [epoch(1, 700), epoch(2, 600)], wall_s=5.0, startup_s=1.0)
     assert summary[GPU_PEAK] == 700
     on_cpu = build_summary(TrainConfig(), bundle, nn.Linear(4, 3), "mine", PLAN,
-                           [EpochMetrics(epoch=1, train_loss=0.5, test_loss=None,
+                           [RoundMetrics(epoch=1, train_loss=0.5, test_loss=None,
                                          test_accuracy=None, test_mse=None, samples_per_s=1.0,
                                          epoch_s=1.0, train_samples=1, steps=1,
                                          minor_faults=0)], wall_s=1.0, startup_s=1.0)

@@ -10,7 +10,7 @@ import mptrain
 from mptrain.comm.shm import WaitCounts
 from mptrain.engine import profile
 from mptrain.engine.profile import RoundClock, describe, mean_over_ranks, shares
-from mptrain.report.metrics import EpochMetrics, combine
+from mptrain.report.metrics import RoundMetrics, combine
 from mptrain.report.summary import CUDA_HOST_TIME, result_lines, run_profile
 
 from round_reports import Report
@@ -103,7 +103,7 @@ def test_a_rounds_row_gets_the_ranks_mean_seconds_per_phase():
 
 def test_the_runs_profile_sums_its_rounds_and_needs_every_round():
     def row(**extras):
-        return EpochMetrics(1, 0.1, None, None, None, 1.0, 1.0, 1, 1, 0, extras=extras)
+        return RoundMetrics(1, 0.1, None, None, None, 1.0, 1.0, 1, 1, 0, extras=extras)
     columns = {f"time_{phase}": value
                for phase, value in timed(1.0, 0.5, 0.5, 0.25, 0.5, 0.25, 0.125).items()}
     assert run_profile([row(**columns), row(**columns)]) == timed(2.0, 1.0, 1.0, 0.5, 1.0, 0.5,

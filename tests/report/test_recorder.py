@@ -21,10 +21,10 @@ class Presenter:
     def __init__(self):
         self.lines = []
 
-    def start_epoch(self, *args):
+    def start_round(self, *args):
         pass
 
-    def end_epoch(self, metrics, units, unit, parts=None):
+    def end_round(self, metrics, units, unit, parts=None):
         self.lines.append(metrics.epoch)
 
     def note(self, line):

@@ -8,14 +8,14 @@ from torch.utils.data import TensorDataset
 
 from mptrain.api import bundle_from_datasets
 from mptrain.config import TrainConfig
-from mptrain.report.metrics import EpochMetrics
+from mptrain.report.metrics import RoundMetrics
 from mptrain.report.summary import build_summary, result_lines
 
 PLAN = SimpleNamespace(workers=2, processes=None, threads=1, start_method="fork", cores=2)
 
 
 def row(epoch, accuracy, seconds=2.0, samples=100, loss=0.5):
-    return EpochMetrics(epoch=epoch, train_loss=loss, test_loss=0.4, test_accuracy=accuracy,
+    return RoundMetrics(epoch=epoch, train_loss=loss, test_loss=0.4, test_accuracy=accuracy,
                         test_mse=None, samples_per_s=samples / seconds, epoch_s=seconds,
                         train_samples=samples, steps=4, minor_faults=0)
 
@@ -58,7 +58,7 @@ def test_a_one_input_linear_model_reports_its_weight_and_bias():
     with torch.no_grad():
         model.weight.fill_(2.0)
         model.bias.fill_(-1.0)
-    mse = EpochMetrics(epoch=1, train_loss=0.1, test_loss=None, test_accuracy=None,
+    mse = RoundMetrics(epoch=1, train_loss=0.1, test_loss=None, test_accuracy=None,
                        test_mse=None, samples_per_s=5.0, epoch_s=2.0, train_samples=10,
                        steps=1, minor_faults=0)
     summary = build_summary(TrainConfig(), bundle, model, "linreg", PLAN, [mse], 3.0, 1.0)

@@ -2,6 +2,7 @@
 (the seam robust aggregation plugs into), the shared state as one picklable value, and the
 parent's cut of the clients."""
 
+import dataclasses
 import pickle
 from types import SimpleNamespace
 
@@ -59,7 +60,7 @@ def test_shared_state_maps_a_file_of_client_variates_and_pickles_only_its_path(t
     assert torch.equal(again[1], torch.full((params,), 7.0))   # one file, seen by both
     assert torch.equal(shared.client_indices(2), torch.tensor([4, 5]))
     assert shared.client_sizes() == [2, 2, 2]
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         shared.rows = 3          # a value: its parts are written in place, never replaced
 
 

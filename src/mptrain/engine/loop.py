@@ -54,7 +54,7 @@ class WorkerSetup:
     progress: object        # has advance(samples) and beat()
     report: object          # callable(RoundReport)
     device: torch.device
-    start_epoch: int = 0
+    start_round: int = 0
     resume_state: dict | None = None      # this rank's part of the checkpoint resumed from
     checkpoint_every: int | None = None   # rounds
     #: How this rank scores its model after a round (``engine.evaluation``).
@@ -78,7 +78,7 @@ def train(setup: WorkerSetup) -> None:
     # shared state -- a replay buffer, an optimizer -- before anyone uses it.)
     group.barrier()
 
-    for index in range(setup.start_epoch, config.units):
+    for index in range(setup.start_round, config.units):
         faults_before = minor_faults() if setup.counts_faults else 0
         work = program.train_round(index)
         evaluating = evaluation.due(index, last=index + 1 == config.units or work.last)

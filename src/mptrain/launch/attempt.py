@@ -38,7 +38,7 @@ class Job:
     plan: object          # launch.plan.RunPlan
     presenter: object
     on_report: Callable
-    start_epoch: int = 0
+    start_round: int = 0
     rank_states: list | None = None       # per rank: optimizer and RNG state to resume from
     checkpoint_every: int | None = None
     #: Work for the parent while its own workers train (it only watches them then); it
@@ -50,7 +50,7 @@ class Job:
     def setup(self, rank, group, progress, report, device) -> WorkerSetup:
         return WorkerSetup(rank=rank, config=self.config, data=self.bundle, model=self.model,
                            strategy=self.strategy, group=group, progress=progress,
-                           report=report, device=device, start_epoch=self.start_epoch,
+                           report=report, device=device, start_round=self.start_round,
                            resume_state=_rank_state(self.rank_states, rank),
                            checkpoint_every=self.checkpoint_every,
                            evaluation=self.evaluation)

@@ -30,7 +30,7 @@ def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "wor
             model.load_state_dict(initial_state)
         done = latest.epoch if latest else 0
         recorder.start(done)
-        launcher.train(replace(job, start_epoch=done,
+        launcher.train(replace(job, start_round=done,
                                rank_states=latest.ranks if latest else None))
 
     def on_restart(failure: WorkerFailedError, restarts: int) -> None:

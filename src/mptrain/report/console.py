@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                            TimeElapsedColumn, TimeRemainingColumn)
 
-from .metrics import EpochMetrics
+from .metrics import RoundMetrics
 
 
 class ConsolePresenter:
@@ -37,7 +37,7 @@ class ConsolePresenter:
         for line in lines[1:]:
             self.console.print(f"  {line}")
 
-    def start_epoch(self, epoch: int, epochs: int, total_samples: int,
+    def start_round(self, epoch: int, epochs: int, total_samples: int,
                     unit: str = "epoch") -> None:
         if self.quiet:
             return
@@ -67,7 +67,7 @@ class ConsolePresenter:
         self._task = self._progress.add_task(description, total=total, rate="")
         self._pending = None
 
-    def end_epoch(self, metrics: EpochMetrics, epochs: int, unit: str = "epoch",
+    def end_round(self, metrics: RoundMetrics, epochs: int, unit: str = "epoch",
                   parts: list[str] | None = None) -> None:
         self._pending = None
         if self._progress is not None and self._task is not None:
@@ -75,7 +75,7 @@ class ConsolePresenter:
             self._task = None
         if self.quiet:
             return
-        self.console.print(format_epoch_line(metrics, epochs, unit, parts))
+        self.console.print(format_round_line(metrics, epochs, unit, parts))
 
     def note(self, text: str) -> None:
         """Something the user must know even in --quiet mode (a restart, a fallback)."""
@@ -111,7 +111,7 @@ class ConsolePresenter:
             self.console.print(line)
 
 
-def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch",
+def format_round_line(m: RoundMetrics, epochs: int, unit: str = "epoch",
                       parts: list[str] | None = None) -> str:
     """``epoch 3/10`` and then ``parts``: what the run's strategy shows of a round
     (``Strategy.round_line``), by default :func:`metric_parts`."""
@@ -119,7 +119,7 @@ def format_epoch_line(m: EpochMetrics, epochs: int, unit: str = "epoch",
     return "  ".join([counter] + (metric_parts(m) if parts is None else parts))
 
 
-def metric_parts(m: EpochMetrics) -> list[str]:
+def metric_parts(m: RoundMetrics) -> list[str]:
     """Losses, score, throughput and time of a supervised round."""
     parts = []
     if m.train_loss is not None:

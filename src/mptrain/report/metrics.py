@@ -16,7 +16,7 @@ from ..engine.profile import mean_over_ranks
 
 
 @dataclass(frozen=True)
-class EpochMetrics:
+class RoundMetrics:
     epoch: int                  # 1-based, as printed
     train_loss: float | None   # None when every client of a fedavg round failed
     test_loss: float | None
@@ -36,7 +36,7 @@ class EpochMetrics:
         return row
 
     @classmethod
-    def from_dict(cls, row: dict) -> "EpochMetrics":
+    def from_dict(cls, row: dict) -> "RoundMetrics":
         """Inverse of :meth:`as_dict` (rows kept in a checkpoint)."""
         known = {f.name for f in fields(cls)} - {"extras"}
         return cls(**{k: v for k, v in row.items() if k in known},
@@ -44,7 +44,7 @@ class EpochMetrics:
 
 
 def combine(reports: Sequence, task: str, run_started: float | None = None,
-            extras: dict | None = None) -> EpochMetrics:
+            extras: dict | None = None) -> RoundMetrics:
     """One epoch's metrics from every rank's ``RoundReport``.
 
     The epoch's time runs from the first rank's first step to the last rank's last step, so
@@ -68,7 +68,7 @@ def combine(reports: Sequence, task: str, run_started: float | None = None,
     fullest = fullest_gpu([r.extras for r in reports])
     if fullest is not None:
         columns[GPU_PEAK] = fullest
-    return EpochMetrics(
+    return RoundMetrics(
         epoch=reports[0].index + 1,
         train_loss=sum(r.train_loss_sum for r in reports) / samples if samples else None,
         test_loss=test_loss, test_accuracy=accuracy, test_mse=mse,
@@ -81,7 +81,7 @@ def combine(reports: Sequence, task: str, run_started: float | None = None,
     )
 
 
-class EpochCollector:
+class RoundCollector:
     """Buffers reports until every rank has reported an epoch, then yields its metrics."""
 
     def __init__(self, world_size: int, task: str, run_started: float | None = None,
@@ -93,7 +93,7 @@ class EpochCollector:
         self._pending: dict[int, list] = {}
         self.first_step_at: float | None = None
 
-    def add(self, report) -> tuple[EpochMetrics | None, list]:
+    def add(self, report) -> tuple[RoundMetrics | None, list]:
         """Return the epoch's metrics and reports once every rank is in, else (None, [])."""
         if self.first_step_at is None or report.train_started < self.first_step_at:
             self.first_step_at = report.train_started

@@ -10,21 +10,21 @@ from pathlib import Path
 import torch
 
 from ..errors import TrainingDiverged
-from .metrics import EpochCollector, EpochMetrics
+from .metrics import RoundCollector, RoundMetrics
 from .outputs import write_jsonl
 
 
 class RunRecorder:
     def __init__(self, config, strategy, task: str, presenter, keeper, out_dir: Path | None,
                  workers: int, samples_per_round: int, run_started: float,
-                 history: list[EpochMetrics], model=None, callbacks=None):
+                 history: list[RoundMetrics], model=None, callbacks=None):
         self.config, self.presenter, self.keeper, self.out_dir = config, presenter, keeper, \
             out_dir
         self.model = model   # the parent's: what a checkpoint of the round would hold
         self.strategy, self.samples_per_round = strategy, samples_per_round
         self.callbacks = callbacks  # callbacks.CallbackList: trackers and the user's
         self.history = history   # shared with the FitResult
-        self.collector = EpochCollector(workers, task, run_started=run_started,
+        self.collector = RoundCollector(workers, task, run_started=run_started,
                                         extras=strategy.round_extras)
 
     def start(self, done: int) -> None:
@@ -32,7 +32,7 @@ class RunRecorder:
         del self.history[done:]
         self.collector.reset()
         if done < self.config.units:
-            self.presenter.start_epoch(done + 1, self.config.units, self.samples_per_round,
+            self.presenter.start_round(done + 1, self.config.units, self.samples_per_round,
                                        self.config.unit)
 
     def on_report(self, report) -> None:
@@ -40,7 +40,7 @@ class RunRecorder:
         if metrics is None:
             return
         self.history.append(metrics)
-        self.presenter.end_epoch(metrics, self.config.units, self.config.unit,
+        self.presenter.end_round(metrics, self.config.units, self.config.unit,
                                  self.strategy.round_line(metrics))
         for note in self.strategy.round_notes(metrics):
             self.presenter.note(note)
@@ -61,10 +61,10 @@ class RunRecorder:
             raise TrainingDiverged(diverged)
         if metrics.epoch < self.config.units and not self.reached_target(metrics) \
                 and not metrics.extras.get("stopped"):   # a strategy's own stop (fedavg's ε)
-            self.presenter.start_epoch(metrics.epoch + 1, self.config.units,
+            self.presenter.start_round(metrics.epoch + 1, self.config.units,
                                        self.samples_per_round, self.config.unit)
 
-    def divergence(self, metrics: EpochMetrics, reports) -> str | None:
+    def divergence(self, metrics: RoundMetrics, reports) -> str | None:
         """What went non-finite in this round, in one line with what to do, or None.
 
         Checked before the round's checkpoint is offered: a diverged model never replaces a
@@ -91,7 +91,7 @@ class RunRecorder:
             kept = "no checkpoint was written"
         return f"training diverged: {what}; stopped, {kept}; try a lower --lr"
 
-    def reached_target(self, metrics: EpochMetrics) -> bool:
+    def reached_target(self, metrics: RoundMetrics) -> bool:
         target = self.config.target_accuracy
         return target is not None and metrics.test_accuracy is not None \
             and metrics.test_accuracy >= target

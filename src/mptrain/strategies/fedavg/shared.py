@@ -36,7 +36,7 @@ CONTROLS_FILE = "scaffold-client-controls.f32"
 SHM_SHARE = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)   # one value by identity: tensors do not compare as bools
 class FedAvgShared:
     """Everything fedavg's workers share (tensors written in place, never replaced)."""
 
