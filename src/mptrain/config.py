@@ -338,7 +338,8 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
 #: Settings that may be None (left to the run or off).
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
-                       "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise"})
+                       "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
+                       "attack"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
@@ -350,7 +351,7 @@ _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "dp_clip": (0, None, True, False), "dp_noise": (0, None, True, False),
             "dp_delta": (0, 1, True, True), "target_epsilon": (0, None, True, False),
             "dp_clip_quantile": (0, 1, True, True), "dp_clip_lr": (0, None, True, False),
-            "dp_count_noise": (0, None, True, False)}
+            "dp_count_noise": (0, None, True, False), "malicious_fraction": (0, 1, False, True)}
 
 
 def check_setting(name: str, value) -> None:
@@ -393,6 +394,15 @@ def check_setting(name: str, value) -> None:
     elif name == "server_betas":
         if value is not None:
             parse_betas(value)
+    elif name in ("aggregator", "attack"):
+        if value is not None or name == "aggregator":
+            if not isinstance(value, str):
+                raise UserError(f"--{flag_name(name)} must be a string such as "
+                                f"{'krum:4' if name == 'aggregator' else 'gaussian:1'}, "
+                                f"got {value!r}")
+            from .federated.robust_spec import parse_aggregator, parse_attack
+
+            (parse_aggregator if name == "aggregator" else parse_attack)(value)
     elif name == "partition":
         check_kind(name, value, "a name")
         if not value:

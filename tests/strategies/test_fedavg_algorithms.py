@@ -185,7 +185,7 @@ FLAT_CONFIG_KEYS = [
     "server_optimizer", "server_lr", "server_momentum", "server_betas", "server_tau",
     "accept_failures", "scaffold", "sampling", "dropout_rate", "straggler_rate", "dp_clip",
     "dp_noise", "dp_delta", "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr",
-    "dp_count_noise", "client_eval_every"]
+    "dp_count_noise", "client_eval_every", "aggregator", "malicious_fraction", "attack"]
 
 
 @pytest.mark.timeout(120)

@@ -10,6 +10,7 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, VECTORIZE_CLIENTS,
                       check_setting, load_config_file)
+from ..federated.robust_spec import AGGREGATOR_HELP, ATTACK_HELP
 from ..settings import RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer
@@ -180,6 +181,11 @@ class GroupedHelp(click.Command):
                    "auto (where its rule says faster; default), on, off (one at a time).")
 @click.option("--vectorize-chunk", type=int,
               help="fedavg: clients per stacked cohort (default: as many as fit memory).")
+@click.option("--aggregator", help="fedavg: " + AGGREGATOR_HELP + ".")
+@click.option("--malicious-fraction", type=float,
+              help="fedavg: fraction of the clients that attack (seeded, fixed for the run; "
+                   "0).")
+@click.option("--attack", help="fedavg: " + ATTACK_HELP + ".")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @supervised_run_options("worker", "epochs/rounds")

@@ -78,9 +78,11 @@ class ClientTrainer:
         c = self.config
         return learning_rate(c.lr_schedule, c.lr, c.lr_decay, round_index, 0, 1)
 
-    def train(self, client: int, round_index: int) -> tuple[int, int, float]:
+    def train(self, client: int, round_index: int,
+              relabel=None) -> tuple[int, int, float]:
         """Train ``client`` from the model as it stands (``load_global`` first); returns its
-        steps, samples and the sum of its training loss over samples."""
+        steps, samples and the sum of its training loss over samples. ``relabel``: a
+        transform of the client's labels (a label-flipping attacker's)."""
         c, f, setup, shared = self.config, self.config.fedavg, self.setup, self.shared
         indices = shared.client_indices(client)
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
@@ -104,6 +106,8 @@ class ClientTrainer:
                     enumerate(torch.split(order, c.batch_size))):
                 if steps == budget:
                     break   # a straggler stops here
+                if relabel is not None:
+                    targets = relabel(targets)
                 loss = train_step(self.forward, self.optimizer, inputs, targets,
                                   setup.data.task, self.correct_gradients)
                 loss_sum += loss * len(batch)

@@ -4,7 +4,8 @@ make no sense, each refused in one line that says why and what to do instead."""
 from __future__ import annotations
 
 from ...errors import UserError
-from .settings import count_noise_std
+from ...federated.robust_server import refuse_combinations
+from .settings import count_noise_std, robust_settings_of
 
 
 def check_fedavg_config(config) -> None:
@@ -37,6 +38,8 @@ def check_fedavg_config(config) -> None:
             raise UserError("--scaffold and --prox-mu both correct client drift; "
                             "choose one")
     _check_privacy(f)
+    refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
+                        scaffold=f.scaffold)
 
 
 def _check_privacy(f) -> None:

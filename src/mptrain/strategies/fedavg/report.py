@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...report.console import metric_parts
+from . import robust
 from .settings import accountant_name, privacy_delta, server_optimizer
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
 
@@ -40,7 +41,8 @@ def round_row(reports, watch: "DivergenceWatch") -> dict:
     if diverged:
         row["diverged"] = diverged
     server = extras[0]   # rank 0 speaks for the server
-    row.update({key: server[key] for key in SERVER_KEYS if key in server})
+    row.update({key: server[key] for key in (*SERVER_KEYS, *robust.ROBUST_KEYS)
+                if key in server})
     if server.get("privacy_stop"):
         row["stopped"] = "privacy budget"
     return row
@@ -84,6 +86,7 @@ def round_line(metrics) -> list[str]:
             parts.append(f"{extras['reported']} reported")
     if extras.get("epsilon") is not None:
         parts.append(f"ε {extras['epsilon']:.3g}")
+    parts += robust.round_parts(extras)
     if extras.get("client_acc_mean") is not None:
         parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
                      f"(worst {100 * extras['client_acc_worst']:.1f}%)")
@@ -111,6 +114,7 @@ def round_notes(config, metrics) -> list[str]:
     elif extras.get("clients") and extras.get("reported") == 0:
         notes.append(f"round {index}: no sampled client reported; the round changed "
                      f"nothing{noise}")
+    notes += robust.round_notes(index, extras)
     if extras.get("stopped"):
         notes.append(f"round {index}: stopped: the next round would spend more than "
                      f"--target-epsilon {config.fedavg.target_epsilon:g} (epsilon now "
@@ -171,7 +175,7 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
                       "so the last bits depend on --workers")
     if extras:
         lines.append(" · ".join(extras))
-    return lines
+    return lines + robust.describe(c, model)
 
 
 def _privacy_line(f) -> str:

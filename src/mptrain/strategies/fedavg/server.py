@@ -15,6 +15,7 @@ import torch
 from ...federated import scaffold
 from ...federated.aggregate import aggregate_rows, column_slice, sum_rows
 from ...federated.privacy import count_noise, next_clip, noise_slice, private_mean
+from ...federated.robust_server import RobustServer
 from .settings import clip_lr, count_noise_std, privacy_delta, updates_noise_multiplier
 from .shared import FedAvgShared
 
@@ -44,19 +45,26 @@ def combine_updates(rows: torch.Tensor, weights: Sequence[float], params: torch.
 class ServerStep:
     """One rank's part of the server: its slice of the global model and server state."""
 
-    def __init__(self, config, shared: FedAvgShared, group, server_optimizer, accountant):
+    def __init__(self, config, shared: FedAvgShared, group, server_optimizer, accountant,
+                 robust: RobustServer | None = None):
         self.config, self.shared, self.group = config, shared, group
+        #: The robust rule and the attackers' server side (None: the mean, no attack).
+        self.robust = robust
         self.server = server_optimizer
         #: Rank 0 speaks for the server: the privacy spent so far (None without DP).
         self.accountant = accountant
         self.param_numel = shared.controls.numel() if shared.controls is not None else 0
 
-    def reduce_shared_table(self, round_index: int, rows: int, clip: float | None) -> dict:
+    def reduce_shared_table(self, round_index: int, sampled: list[int],
+                            clip: float | None) -> dict:
         """Every rank aggregates its slice of the columns, in client-id order, and steps the
         server on it; barriers on both sides: all rows written before, all slices after.
         Returns rank 0's figures for the round's report (nothing on the others)."""
         shared, c, f, group = self.shared, self.config, self.config.fedavg, self.group
+        rows = len(sampled)
         group.barrier()
+        if self.robust is not None:
+            return self._robust_step(sampled)
         weights = shared.weights[:rows].tolist()
         numel = shared.global_flat.numel()
         part = column_slice(numel, group.world_size, group.rank)
@@ -80,6 +88,21 @@ class ServerStep:
             if group.rank == 0 else {}
         group.barrier()
         return figures
+
+    def _robust_step(self, sampled: list[int]) -> dict:
+        """The robust rule (and ALIE's forging) instead of the mean: my slice of the
+        aggregate (the rule's barriers inside), the server step on it, then the closing
+        barrier. DP and SCAFFOLD are refused with a robust rule or an attack."""
+        shared, group = self.shared, self.group
+        part = column_slice(shared.global_flat.numel(), group.world_size, group.rank)
+        target, figures = self.robust.aggregate(
+            shared.table, shared.weights[:len(sampled)].tolist(), sampled,
+            shared.global_flat, part, group.rank, group.barrier)
+        if target is not None:
+            state = {name: tensor[part] for name, tensor in shared.server_state.items()}
+            self.server.step_(shared.global_flat[part], target, state)
+        group.barrier()
+        return figures if group.rank == 0 else {}
 
     def _server_scalars(self, round_index, rows, weights, clip) -> dict:
         """Rank 0's part of the server step: the adaptive clip, the privacy spent and

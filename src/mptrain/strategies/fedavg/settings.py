@@ -50,6 +50,9 @@ class FedAvgSettings:
     client_eval_every: int | None = None    # evaluate on every client's data every N rounds
     vectorize_clients: str = "auto"         # clients trained as stacked model copies: auto|on|off
     vectorize_chunk: int | None = None      # clients per stacked cohort; None: from memory
+    aggregator: str = "mean"                # how the server combines the round's updates
+    malicious_fraction: float = 0.0         # clients that attack (seeded, fixed for the run)
+    attack: str | None = None               # what they send (federated.attacks)
 
     @property
     def sampled_clients(self) -> int:
@@ -114,3 +117,14 @@ def server_optimizer(settings: FedAvgSettings):
     return build_server_optimizer(settings.server_optimizer, settings.server_lr,
                                   settings.server_momentum, settings.server_betas,
                                   settings.server_tau)
+
+
+def robust_settings_of(config):
+    """The run's ``--aggregator``, ``--malicious-fraction`` and ``--attack`` resolved
+    (``federated.robust_server.RobustSettings``): a pure function of the whole config (the
+    attackers are drawn from its seed), so every process gets the same."""
+    from ...federated.robust_server import robust_settings   # torch: not at import
+
+    f = config.fedavg
+    return robust_settings(f.aggregator, f.malicious_fraction, f.attack, f.clients,
+                           f.sampled_clients, config.seed)

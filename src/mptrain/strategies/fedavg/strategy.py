@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...errors import UserError
 from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from ..model_state import floating_state
-from . import cohorts, report
+from . import cohorts, report, robust
 from .refusals import check_fedavg_config
 from .settings import FEDAVG_SETTINGS, accountant_name, privacy_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
@@ -41,6 +41,7 @@ class FedAvgStrategy(Strategy):
         self.client_bytes: int | None = None
         #: Which path the clients trained on, as the workers reported it.
         self.client_path: str | None = None
+        self.rounds_skipped = 0   # rounds too few clients reported for the rule
 
     # -- facts ---------------------------------------------------------------------------------
     @classmethod
@@ -87,6 +88,7 @@ class FedAvgStrategy(Strategy):
                                 "raise it, add noise (--dp-noise) or sample fewer clients")
         if f.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
+        robust.check_robust(c, data, model, plan)
         if self.client_path_plan is None:   # once: restarts reuse it
             check, self.client_path_plan = cohorts.choose_path(c, model, data, plan.workers)
             self.client_bytes = check.client_bytes if check is not None else None
@@ -131,6 +133,8 @@ class FedAvgStrategy(Strategy):
             self.stopped_for_privacy_at = row["round"]
         if "client_path" in row:
             self.client_path = row["client_path"]
+        if "skipped" in row:
+            self.rounds_skipped += 1
         return row
 
     def round_line(self, metrics):
@@ -143,7 +147,8 @@ class FedAvgStrategy(Strategy):
         return {**report.summary_fields(self.config, self.last_epsilon,
                                         self.stopped_for_privacy_at),
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
-                "client_path": self.client_path}
+                "client_path": self.client_path,
+                **robust.summary_fields(self.config, self.rounds_skipped)}
 
     def describe(self, plan, model):
         return report.describe(self.config, plan, model, self.out_dir) + [

@@ -39,6 +39,7 @@ from ...federated.client_stats import summarize
 from ...federated.cohort_eval import client_accuracies
 from ...federated.cohort_round import chunks
 from ...federated.privacy import clip_
+from ...federated.robust_server import RobustServer
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
@@ -46,7 +47,7 @@ from . import checkpoint
 from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .server import ServerStep
-from .settings import accountant_name, server_optimizer
+from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
 
 
@@ -69,8 +70,12 @@ class FedAvgProgram(WorkerProgram):
             from ...federated.accounting import PrivacyAccountant
 
             accountant = PrivacyAccountant(accountant_name(config.fedavg))
+        # The rule and the attackers (None: FedAvg's mean, nobody attacks).
+        settings = robust_settings_of(config)
+        self.robust = RobustServer(settings, shared.plan_cell, config.seed,
+                                   setup.data.output_size) if settings.active else None
         self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
-                                 accountant)
+                                 accountant, self.robust)
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
@@ -87,7 +92,7 @@ class FedAvgProgram(WorkerProgram):
         ended = time.monotonic()
         figures = {}
         if shared.shared_table:
-            figures = self.server.reduce_shared_table(round_index, len(sampled), clip)
+            figures = self.server.reduce_shared_table(round_index, sampled, clip)
         else:
             self.server.reduce_through_group(partial_sum, partial_weight)
         self.trainer.load_global()
@@ -123,9 +128,19 @@ class FedAvgProgram(WorkerProgram):
         slots = {client: slot for slot, client in enumerate(sampled)}
         partial_sum, partial_weight = None, 0.0
         path = self.cohorts.path
-        cohorts = chunks(mine, path.chunk) if path.vectorized else [[c] for c in mine]
+        if path.vectorized:
+            # Attackers train (or forge, or flip labels) on the one-client path, which has
+            # the attack's hooks; the honest clients train stacked.
+            robust = self.robust
+            attackers = [c for c in mine if robust is not None and robust.is_malicious(c)]
+            honest = [c for c in mine if c not in set(attackers)]
+            cohorts = chunks(honest, path.chunk) + [[c] for c in attackers]
+        else:
+            cohorts = [[c] for c in mine]
         for cohort in cohorts:
-            outcomes = self._train_cohort(cohort, round_index) if path.vectorized else None
+            stacked = path.vectorized and not (self.robust is not None and len(cohort) == 1
+                                                and self.robust.is_malicious(cohort[0]))
+            outcomes = self._train_cohort(cohort, round_index) if stacked else None
             for position, client in enumerate(cohort):
                 row = shared.table[slots[client]] if shared.shared_table else None
                 if outcomes is None:
@@ -160,10 +175,13 @@ class FedAvgProgram(WorkerProgram):
                     row: torch.Tensor | None, slot: int, tally: "RoundTally") -> float:
         """Train ``client``, put its result in ``row``; returns its weight in the aggregate
         (0: it dropped out, failed or sent a non-finite update)."""
-        f, trainer = self.config.fedavg, self.trainer
+        f, trainer, robust = self.config.fedavg, self.trainer, self.robust
         trainer.load_global()
+        if robust is not None and not robust.trains(client):
+            return self._forge(client, round_index, row, tally)
         try:
-            steps, samples, loss = trainer.train(client, round_index)
+            relabel = robust.targets(client) if robust is not None else None
+            steps, samples, loss = trainer.train(client, round_index, relabel)
         except Exception as err:  # noqa: BLE001 - a client's failure is reported by id
             if not f.accept_failures:
                 raise ClientFailedError(
@@ -173,6 +191,8 @@ class FedAvgProgram(WorkerProgram):
             tally.failed.append(client)
             return 0.0
         result = trainer.flat_result(out=row)
+        if robust is not None:   # an attacker's update replaces its honest one
+            robust.send_(client, result, self.shared.global_flat, round_index)
         return self._take_result(client, round_index, clip, result, steps, samples, loss,
                                  slot, tally)
 
@@ -207,6 +227,22 @@ class FedAvgProgram(WorkerProgram):
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
         return 1.0 if f.private else float(samples)
+
+    def _forge(self, client: int, round_index: int, row: torch.Tensor,
+               tally: "RoundTally") -> float:
+        """An attacker that does not train (gaussian, ALIE): it writes what it sends into
+        its row of the shared table and claims its data's weight. The server drops what is
+        non-finite, whoever sent it; attackers drop out like everyone else."""
+        c, f = self.config, self.config.fedavg
+        self.robust.send_(client, row, self.shared.global_flat, round_index)
+        if not update_is_finite(row):
+            tally.nonfinite.append(client)
+            return 0.0
+        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
+            tally.dropped += 1
+            return 0.0
+        tally.reported += 1
+        return float(self.trainer.sizes[client])
 
     def _evaluate_clients(self) -> dict:
         """The global model on every client's own data, each rank a run of clients; rank 0
