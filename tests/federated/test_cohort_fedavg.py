@@ -118,8 +118,8 @@ def test_auto_keeps_small_cohorts_on_a_cpu_one_at_a_time():
 
 
 @pytest.mark.parametrize("options, needle", [
-    (dict(vectorize_clients="sometimes"), "--vectorize-clients"),
-    (dict(vectorize_chunk=0), "--vectorize-chunk must be a positive integer"),
+    (dict(vectorize_clients="sometimes"), "vectorize_clients"),
+    (dict(vectorize_chunk=0), "vectorize_chunk must be a positive integer"),
     (dict(vectorize_chunk=4, vectorize_clients="off"), "--vectorize-clients off trains none"),
 ])
 def test_bad_vectorize_settings_are_one_line_user_errors(options, needle):
@@ -132,7 +132,7 @@ def test_other_strategies_refuse_vectorize_clients():
     with pytest.raises(UserError) as caught:
         mptrain.fit(make_model(), make_data(), strategy="sync", workers=2,
                     vectorize_clients="on", quiet=True)
-    assert "--vectorize-clients" in str(caught.value) and "fedavg" in str(caught.value)
+    assert "vectorize_clients" in str(caught.value) and "fedavg" in str(caught.value)
 
 
 @pytest.mark.slow

@@ -66,16 +66,33 @@ CASES = {
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_each_rule_and_attack_gives_the_bitwise_same_model_on_one_and_two_workers(name):
+    # One client at a time: auto's rule stacks the 10 clients of one worker but not the 5
+    # of each of two, and the two paths agree to float tolerance, not bitwise.
     initial = make_model()
-    one = fit(copy.deepcopy(initial), workers=1, **CASES[name])
-    two = fit(copy.deepcopy(initial), workers=2, **CASES[name])
+    one = fit(copy.deepcopy(initial), workers=1, vectorize_clients="off", **CASES[name])
+    two = fit(copy.deepcopy(initial), workers=2, vectorize_clients="off", **CASES[name])
     assert_same(one.model, two.model)
     assert all(torch.isfinite(t).all() for t in state_of(two.model).values())
-    plain = fit(copy.deepcopy(initial), **{k: v for k, v in CASES[name].items()
+    plain = fit(copy.deepcopy(initial), vectorize_clients="off",
+                **{k: v for k, v in CASES[name].items()
                                            if k not in ("aggregator", "attack",
                                                         "malicious_fraction")})
     assert any(not torch.equal(t, state_of(plain.model)[k])
                for k, t in state_of(two.model).items())   # the rule did something
+
+
+@pytest.mark.parametrize("name", ["trimmed-label-flip", "krum-alie"])
+def test_with_stacked_clients_attackers_still_attack_on_any_worker_count(name):
+    """Attackers train on the one-client path (it has the attack's hooks), honest clients
+    stacked: the same bits on one and two workers, and not the unattacked model."""
+    initial = make_model()
+    one = fit(copy.deepcopy(initial), workers=1, vectorize_clients="on", **CASES[name])
+    two = fit(copy.deepcopy(initial), workers=2, vectorize_clients="on", **CASES[name])
+    assert_same(one.model, two.model)
+    honest = fit(copy.deepcopy(initial), workers=2, vectorize_clients="on",
+                 **{**CASES[name], "attack": None, "malicious_fraction": 0.0})
+    assert any(not torch.equal(t, state_of(honest.model)[k])
+               for k, t in state_of(two.model).items())
 
 
 def test_mean_with_no_attack_is_plain_fedavg_bit_for_bit():
@@ -149,7 +166,7 @@ DP = dict(sampling="poisson", dp_clip=0.5, dp_noise=0.8)
     (dict(WIDE, aggregator="bulyan:2"), "more than 4F+3 = 11 clients per round, got 10"),
     (dict(WIDE, aggregator="trimmed-mean:0.6"), "0 <= BETA < 0.5"),
     (dict(WIDE, attack="scaling", malicious_fraction=0.2), "needs its factor"),
-    (dict(WIDE, malicious_fraction=1.5, attack="alie"), "--malicious-fraction must be in"),
+    (dict(WIDE, malicious_fraction=1.5, attack="alie"), "malicious_fraction must be in"),
     (dict(WIDE, aggregator=3), "--aggregator must be a string"),
 ])
 def test_refusals_are_one_line(options, needle):
