@@ -79,6 +79,7 @@ class TrainConfig:
     ddp_backend: str = "auto"
     device: str = "cpu"
     precision: str = "32"                   # or "bf16": forward passes under autocast
+    compile: bool = False                   # each worker's model under torch.compile
     start_method: str | None = None         # None: chosen per run (launch.start_method)
     worker_timeout: float = 300.0
     sharing_strategy: str = "auto"
@@ -329,7 +330,7 @@ def check_positive_ints(settings, names) -> None:
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
                   "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk")
-_FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold")
+_FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold", "compile")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,

@@ -16,6 +16,7 @@ import torch.nn as nn
 
 from .callbacks import CallbackList
 from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
+from .engine.compiling import check_compilable
 from .launch import warmup
 from .launch.openmp import wait_policy_line
 from .launch.attempt import Job
@@ -92,6 +93,8 @@ def run(request: RunRequest) -> FitResult:
     config, strategy, launcher, model, task = request.config, request.strategy, \
         request.launcher, request.model, request.task
     presenter = ConsolePresenter(quiet=request.quiet, **launcher.presenter_role())
+    if getattr(config, "compile", False):   # before any process starts
+        check_compilable(config.device)
     strategy.out_dir = Path(request.out) if request.out is not None \
         and launcher.writes_outputs else None
     plan = launcher.plan(config, strategy, model, task.data)

@@ -107,6 +107,10 @@ class GroupedHelp(click.Command):
               help="32: float32 throughout (default); bf16: forward passes in bfloat16 "
                    "under autocast, parameters and gradients float32 (fast on GPUs from "
                    "Ampere on and CPUs with AVX512-BF16/AMX, emulated and slower elsewhere).")
+@click.option("--compile", is_flag=True, default=None,
+              help="Each worker's model under torch.compile (on a GPU with CUDA graphs where "
+                   "the strategy allows); one worker compiles first, the others read its "
+                   "cache. Needs a C++ compiler on CPU, Triton on a GPU.")
 @click.option("--start-method", type=click.Choice(START_METHODS),
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--steps-per-epoch", type=int,

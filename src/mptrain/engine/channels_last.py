@@ -192,7 +192,9 @@ class ChannelsLastEvaluation:
         self._twin: nn.Module | None = None
 
     def forward_for(self, model: nn.Module):
-        if not self._usable:
+        # A compiled model (``engine.compiling``: its own ``forward`` on the instance) is
+        # evaluated as it is: a deep-copied twin would call the original's compiled forward.
+        if not self._usable or "forward" in vars(model):
             return model
         if _already_channels_last(model):
             # It trains in that layout (ChannelsLastTraining): no twin to copy it into.

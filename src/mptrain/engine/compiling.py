@@ -8,7 +8,7 @@ compile, side by side on the same cores. So the first worker to reach a model co
 while holding a file lock, and the others wait for it and then compile from the cache:
 N workers pay one compile and N cache reads.
 
-The module is compiled in place (``nn.Module.compile``): its ``state_dict`` keeps its keys,
+The module is compiled in place (its ``forward``): its ``state_dict`` keeps its keys,
 so checkpoints, the shared model and the collectives see the same names as without
 ``--compile``.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import sys
@@ -34,6 +35,8 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
+
+log = logging.getLogger(__name__)
 
 #: ``torch.compile``'s mode on a GPU where CUDA graphs are allowed, and everywhere else.
 CUDA_GRAPHS = "reduce-overhead"
@@ -79,8 +82,12 @@ def compile_mode(device_type: str, cuda_graphs_allowed: bool) -> str:
 
 
 def compile_in_place(module: nn.Module, mode: str) -> None:
-    """Compile ``module`` itself (its ``state_dict`` keys unchanged)."""
-    module.compile(mode=None if mode == DEFAULT else mode)
+    """Compile ``module``'s forward on the instance: its ``state_dict`` keys, hooks and
+    ``__call__`` stay as they are. Not ``nn.Module.compile``: that compiles ``_call_impl``,
+    a frame in torch's own files, and dynamo skips those together with every frame that
+    is torch's too -- a model made of ``nn.Sequential`` and torch's layers was not compiled
+    at all (first call 3.5 ms instead of seconds, no frame traced; torch 2.13)."""
+    module.forward = torch.compile(module.forward, mode=None if mode == DEFAULT else mode)
 
 
 def compile_key(module: nn.Module, inputs: torch.Tensor, mode: str, precision: str) -> str:
@@ -178,3 +185,17 @@ def describe(device_type: str, mode: str, why_no_cuda_graphs: str | None) -> str
     if device_type == "cuda" and mode != CUDA_GRAPHS and why_no_cuda_graphs:
         line += f" (no CUDA graphs: {why_no_cuda_graphs})"
     return line + "; one worker compiles first, the others read its cache"
+
+
+def compile_if_asked(config, module: nn.Module, forward: Callable, feed, data, task: str,
+                     device: torch.device, no_cuda_graphs: str | None) -> None:
+    """A worker's part of ``--compile``: ``module`` (the one it trains) compiled and its
+    first step compiled on the first batch of ``data`` through ``feed``, before training.
+    Nothing without ``--compile``."""
+    if not getattr(config, "compile", False) or len(data) == 0:
+        return
+    inputs, targets = feed.batch(torch.arange(min(len(data), config.batch_size)))
+    mode = compile_mode(device.type, no_cuda_graphs is None)
+    seconds = compile_worker_model(module, forward, inputs, targets, task, config.precision,
+                                   mode)
+    log.info("compiled the model (mode %s) in %.1f s", mode, seconds)

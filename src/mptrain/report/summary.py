@@ -14,6 +14,7 @@ import torch.nn as nn
 from ..data.device_feed import RESIDENT_SHARE
 from ..data.sources import CLASSIFICATION
 from ..engine.gpu_memory import GPU_PEAK
+from ..engine.compiling import compile_mode, describe as describe_compile
 from ..engine.precision import FULL, describe as describe_precision
 from ..engine.profile import PHASES, describe, shares
 from .outputs import outputs_line, save_state_dict, write_json, write_jsonl
@@ -51,6 +52,10 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
         lines.append(f"batches: each data set resident on the GPU where every rank's copy "
                      f"together takes at most {RESIDENT_SHARE:.0%} of its free memory, else "
                      "gathered in pinned memory and copied one batch ahead on a side stream")
+    if config.compile:
+        strategy = config.strategy_class
+        lines.append(describe_compile(config.device, compile_mode(
+            config.device, strategy.no_cuda_graphs is None), strategy.no_cuda_graphs))
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
     return lines
@@ -77,6 +82,7 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
         "start_method": plan.start_method,
         "device": config.device,
         "precision": config.precision,
+        "compile": config.compile,
         "epochs": config.epochs if config.unit == "epoch" else None,
         "unit": config.unit,
         "rounds_done": len(epochs),

@@ -100,6 +100,9 @@ class Strategy(ABC):
     name: ClassVar[str] = "base"
     #: What one unit of the run's work is called: an ``epoch`` over the data, or a ``round``.
     unit: ClassVar[str] = "epoch"
+    #: Why ``--compile`` on a GPU records no CUDA graphs for this strategy, or None where it
+    #: does (``engine.compiling``).
+    no_cuda_graphs: ClassVar[str | None] = None
     #: Of the settings only some strategies use (``config.RESTRICTED_SETTINGS``), those this
     #: one does; the others are refused when given, rather than silently ignored.
     settings: ClassVar[frozenset[str]] = frozenset()

@@ -45,6 +45,10 @@ class DataParallelGPUsStrategy(EpochStrategy):
 
     @classmethod
     def check_config(cls, config):
+        if config.compile:
+            raise UserError("--compile does not work with strategy 'dp': nn.DataParallel "
+                            "copies the module onto every GPU each step, and a copy of a "
+                            "compiled module is not compiled; use --strategy ddp --compile")
         if config.device != "cuda":
             raise UserError("strategy 'dp' (nn.DataParallel) splits each batch over GPUs and "
                             "needs --device cuda; on CPU use --strategy ddp or sync")

@@ -23,6 +23,7 @@ from ..comm.base import Group
 from ..data.device_feed import feed_for
 from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
+from ..engine.compiling import compile_if_asked
 from ..engine.optim import build_optimizer
 from ..engine.autocast import in_precision
 from ..engine.profile import RoundClock
@@ -153,6 +154,9 @@ class EpochProgram(WorkerProgram):
         self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)
+        compile_if_asked(strategy.config, strategy.unwrap(self.model), self.forward,
+                         self.feed, setup.data.train, setup.data.task, setup.device,
+                         strategy.no_cuda_graphs)
 
     def train_round(self, epoch: int) -> RoundWork:
         config, strategy, group, setup = self.strategy.config, self.strategy, self.group, \

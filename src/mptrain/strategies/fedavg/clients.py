@@ -10,6 +10,7 @@ import torch
 
 from ...data.device_feed import feed_for
 from ...engine.channels_last import ChannelsLastTraining
+from ...engine.compiling import compile_if_asked
 from ...engine.optim import build_optimizer
 from ...engine.autocast import in_precision
 from ...engine.schedule import learning_rate
@@ -68,6 +69,9 @@ class ClientTrainer:
                 self.params)]
         self.correct_gradients = self._correct_gradients if f.prox_mu or f.scaffold else None
         self.load_global()
+        # Clients load the global model in place, so one compile serves them all.
+        compile_if_asked(config, self.model, self.forward, self.feed, setup.data.train,
+                         setup.data.task, setup.device, None)
 
     def full_steps(self, client: int) -> int:
         """The local steps ``client`` takes when it does not straggle."""

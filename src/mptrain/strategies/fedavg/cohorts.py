@@ -38,6 +38,11 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     mode = f.vectorize_clients
     if mode == "off":
         return None, ClientPath(False, reason="--vectorize-clients off")
+    if config.compile:   # stacked clients run through torch.func, not the compiled model
+        if mode == "on":
+            raise UserError("--vectorize-clients on and --compile: stacked clients train "
+                            "through torch.func, not the compiled model; choose one")
+        return None, ClientPath(False, reason="--compile compiles the one-client model")
     count = min(len(data.train), config.batch_size)
     # head(): a data set still to be built in shared memory is not built here for it
     inputs, targets = data.train.head(count), data.train.targets[:count]
