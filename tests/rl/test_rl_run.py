@@ -112,3 +112,13 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path: Path, algo):
     for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
         assert (tmp_path / name).is_file()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.timeout(120)
+def test_a3c_trains_a_value_head_of_shape_n_by_1_as_one_of_shape_n():
+    nets = Path(__file__).with_name("test_rl_nets.py")
+    short = dict(workers=1, steps=600, round_steps=300, seed=2, eval_episodes=1)
+    column = fit("CartPole-v1", "a3c", net=f"{nets}:make_column_value", **short)
+    flat = fit("CartPole-v1", "a3c", net=f"{nets}:make_squeezed_value", **short)
+    for a, b in zip(column.model.state_dict().values(), flat.model.state_dict().values()):
+        assert torch.equal(a, b)

@@ -22,7 +22,7 @@ from ..strategies.hogwild import (attach_shared_state, load_shared_state,
 from .acting import EpisodeTracker, actor_seed, as_batch, share_of
 from .driver import ActorProgram, ActorStrategy
 from .envs import make_env
-from .nets import ActorCritic
+from .nets import ActorCritic, flat_values
 from .returns import gae
 
 
@@ -114,6 +114,7 @@ class A3CProgram(ActorProgram):
         self.progress.advance(length)
 
         logits, values = self.model(torch.cat(observations))
+        values = flat_values(values)   # a value head of (N, 1) too
         with torch.no_grad():
             bootstrap = 0.0 if dones[-1] or cuts[-1] else \
                 self.model(as_batch(self.obs))[1].item()
