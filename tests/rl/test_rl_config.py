@@ -15,7 +15,8 @@ def test_rounds_cover_the_steps():
 @pytest.mark.parametrize("changes", [dict(algo="ppo"), dict(workers=0), dict(steps=-1),
                                      dict(gamma=1.5), dict(lr=0.0), dict(round_steps=1,
                                                                          workers=2),
-                                     dict(algo="dqn", buffer_size=300, workers=2)])
+                                     dict(algo="dqn", buffer_size=32, batch_size=64),
+                                     dict(algo="dqn", policy_every=0)])
 def test_bad_settings_are_refused(changes):
     with pytest.raises(UserError):
         RLConfig(**changes)

@@ -29,6 +29,8 @@ from .returns import gae
 class A3CStrategy(ActorStrategy):
     name = "a3c"
     network = ActorCritic   # built-in network, and the outputs a --net must give
+    default_lr = 1e-3
+    default_hidden = 128
 
     def __init__(self, config):
         super().__init__(config)

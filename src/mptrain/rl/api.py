@@ -52,7 +52,7 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     launcher = choose_launcher(strategy_class)
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
-    model = build_network(config.algo, shape, config.hidden, config.net)
+    model = build_network(config.algo, shape, config.network_width, config.net)
     task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
     return run(RunRequest(config=config, strategy=strategy_class(config), launcher=launcher,
                           model=model, task=task, out=out, resume=checkpoint, quiet=quiet,
