@@ -25,3 +25,11 @@ def test_bad_settings_are_refused(changes):
 def test_round_trip_through_a_dict():
     config = RLConfig(algo="dqn", seed=4, eval_every=2)
     assert RLConfig.from_dict({**config.as_dict(), "unknown": 1}) == config
+
+
+def test_one_registry_holds_both_families():
+    from mptrain.strategies.registry import ALGOS, STRATEGIES, strategy_class
+
+    assert ALGOS == ("a3c", "dqn") and "a3c" not in STRATEGIES
+    assert {strategy_class(name).family for name in ALGOS} == {"rl"}
+    assert {strategy_class(name).family for name in STRATEGIES} == {"supervised"}

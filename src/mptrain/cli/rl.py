@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..rl.algorithms import ALGOS
+from ..strategies.registry import ALGOS
 from .app import cli, joined_loggers, supervised_run_options
 
 

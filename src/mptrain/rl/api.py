@@ -10,7 +10,7 @@ from ..checkpoint import Checkpoint, resolve_resume, user_code_in
 from ..errors import UserError
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
-from .algorithms import ALGOS, algorithm_class
+from ..strategies.registry import ALGOS, strategy_class
 from .config import RLConfig
 from .envs import EnvSource, env_shape, require_gymnasium
 from .nets import build_network
@@ -48,12 +48,12 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
         given = {**checkpoint.config, **given}
     given["quiet"] = quiet
     config = RLConfig.from_dict(given)
-    strategy_class = algorithm_class(config.algo)
-    launcher = choose_launcher(strategy_class)
+    algorithm = strategy_class(config.algo)
+    launcher = choose_launcher(algorithm)
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
     model = build_network(config.algo, shape, config.network_width, config.net)
     task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
-    return run(RunRequest(config=config, strategy=strategy_class(config), launcher=launcher,
+    return run(RunRequest(config=config, strategy=algorithm(config), launcher=launcher,
                           model=model, task=task, out=out, resume=checkpoint, quiet=quiet,
                           **telling))

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..config import check_positive_ints, flag_name
 from ..errors import UserError
-from .algorithms import ALGOS, algorithm_class
+from ..strategies.registry import ALGOS, strategy_class
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class RLConfig:
                 raise UserError(f"--{flag_name(name)} must be in [0, 1]")
         if self.round_steps < self.workers:
             raise UserError("--round-steps must be at least --workers (steps per actor)")
-        algorithm_class(self.algo).check_config(self)   # what only one algorithm needs
+        strategy_class(self.algo).check_config(self)   # what only one algorithm needs
 
     @property
     def strategy(self) -> str:
@@ -93,13 +93,13 @@ class RLConfig:
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else algorithm_class(self.algo).default_lr
+        return self.lr if self.lr is not None else strategy_class(self.algo).default_lr
 
     @property
     def network_width(self) -> int:
         """Width of the built-in network's hidden layers."""
         return self.hidden if self.hidden is not None else \
-            algorithm_class(self.algo).default_hidden
+            strategy_class(self.algo).default_hidden
 
     def round_end(self, index: int) -> int:
         """Total environment steps at the end of round ``index`` (0-based)."""

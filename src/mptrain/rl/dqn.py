@@ -35,10 +35,11 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import model_snapshot
+from ..engine.step import step_on_loss
 from ..errors import UserError
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
-from .driver import ActorProgram, ActorStrategy
+from .base import ActorProgram, ActorStrategy
 from .envs import make_env
 from .nets import QNetwork
 from .published import PublishedPolicy
@@ -249,10 +250,7 @@ class DQNProgram(ActorProgram):
             next_q = self.target(batch.next_obs).gather(1, best).squeeze(1)
             target = batch.rewards + c.gamma * (1.0 - batch.dones) * next_q
         loss = F.smooth_l1_loss(q, target)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), MAX_GRAD_NORM)
-        self.optimizer.step()
+        step_on_loss(self.optimizer, loss, max_grad_norm=MAX_GRAD_NORM)
         self.updates += 1
         if self.updates % c.target_every == 0:
             update_target(self.target, self.model)

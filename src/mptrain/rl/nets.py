@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from ..errors import UserError
 from ..imports import load_object
-from .algorithms import algorithm_class
+from ..strategies.registry import strategy_class
 from .envs import EnvShape
 
 
@@ -80,7 +80,7 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
     """The network for ``algo``: its built-in one (``network`` of its strategy class), or
     the user's: ``spec`` (``module:make``) is called as ``make(obs_dim, n_actions)`` and must
     return what the algorithm expects (what its built-in network returns)."""
-    expected = algorithm_class(algo).network
+    expected = strategy_class(algo).network
     if spec is not None:
         model = load_object(spec, "--net")(shape.obs_dim, shape.n_actions)
         if not isinstance(model, nn.Module):

@@ -95,6 +95,8 @@ class WorkerProgram(ABC):
 
 class Strategy(ABC):
     name: ClassVar[str] = "base"
+    #: ``supervised`` (``mptrain run --strategy``) or ``rl`` (``mptrain rl --algo``).
+    family: ClassVar[str] = "supervised"
     #: What one unit of the run's work is called: an ``epoch`` over the data, or a ``round``.
     unit: ClassVar[str] = "epoch"
     #: Of the settings only some strategies use (``config.RESTRICTED_SETTINGS``), those this

@@ -1,6 +1,7 @@
-"""What every RL algorithm is to the shared driver (``engine.loop.train``): a strategy whose
-rounds are environment steps, a worker program with a greedy policy, and an evaluation by
-greedy episodes that stops the run at a target return."""
+"""The base classes of the RL algorithms -- what each is to the shared driver
+(``engine.loop.train``): a strategy whose rounds are environment steps, a worker program
+with a greedy policy, and an evaluation by greedy episodes that stops the run at a target
+return."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from .metrics import rl_round_extras, rl_round_parts
 class ActorStrategy(Strategy):
     """An RL algorithm: its rounds are environment steps and its reports carry returns."""
 
+    family = "rl"
     unit = "round"
 
     def needs(self, model, data, plan):
