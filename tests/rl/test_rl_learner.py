@@ -79,3 +79,15 @@ def test_a_published_version_is_what_actors_load_until_it_is_overwritten():
     again = PublishedPolicy.create(nn.Linear(3, 2))
     again.load_state(saved)
     assert again.newest() == 0 and torch.equal(again.slots[0][0], online.weight)
+
+
+def test_a_checkpoint_of_the_old_replay_layout_is_refused_in_one_line():
+    import pytest
+
+    from mptrain.errors import UserError
+    from mptrain.rl.dqn import DQNStrategy
+
+    old = SimpleNamespace(ranks=[{"rng": None, "replay": {}, "updates": 3}, {"rng": None}])
+    with pytest.raises(UserError, match="earlier mptrain.*start a new run"):
+        DQNStrategy.check_checkpoint(old)
+    DQNStrategy.check_checkpoint(SimpleNamespace(ranks=[{"published": 2}, {}]))

@@ -44,6 +44,7 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
         if given.get("algo", checkpoint.strategy) != checkpoint.strategy:
             raise UserError(f"the checkpoint was written by --algo {checkpoint.strategy}; "
                             f"resume with --algo {checkpoint.strategy}")
+        strategy_class(checkpoint.strategy).check_checkpoint(checkpoint)
         user_code_in(checkpoint, {"env": given.get("env"), "net": given.get("net")})
         given = {**checkpoint.config, **given}
     given["quiet"] = quiet

@@ -26,6 +26,10 @@ class ActorStrategy(Strategy):
         return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),
                              private_replicas=False, rehearse=False)
 
+    @classmethod
+    def check_checkpoint(cls, checkpoint) -> None:
+        """Refuse, in one line, a checkpoint of this algorithm that it cannot resume."""
+
     def samples_per_round(self, data, workers: int) -> int:
         return self.config.round_steps
 

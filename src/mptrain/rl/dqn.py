@@ -77,6 +77,12 @@ class DQNStrategy(ActorStrategy):
             raise UserError(f"--buffer-size {config.buffer_size} is smaller than "
                             f"--batch-size {config.batch_size}")
 
+    @classmethod
+    def check_checkpoint(cls, checkpoint) -> None:
+        if checkpoint.ranks and "published" not in checkpoint.ranks[0]:
+            raise UserError("this dqn checkpoint was written by an earlier mptrain, whose "
+                            "replay buffer had another layout; start a new run")
+
     def __init__(self, config):
         super().__init__(config)
         self.replay: SharedReplay | None = None
