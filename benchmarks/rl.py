@@ -1,20 +1,23 @@
 """Reinforcement learning on CartPole-v1 (issue 12): how fast ``mptrain rl`` solves it, and
 how environment throughput scales with actors.
 
-    python benchmarks/rl.py                          # everything, seeds 0-4
+    python benchmarks/rl.py                          # everything, seeds 0-9
     python benchmarks/rl.py --only a3c --seeds 0,1   # a part
-    python benchmarks/rl.py --json auto
+    python benchmarks/rl.py --json auto --baseline sb3.json   # beside a baseline's JSON
 
 "Solved" is the greedy policy's mean return over 100 evaluation episodes >= 475. Every run
 is a fresh ``mptrain rl`` of the tree this script lives in, with ``--eval-episodes 100
 --eval-every R --target-return 475``: it stops at the first evaluation that reaches 475,
 and the figures are that evaluation's environment steps and its seconds since the run
 started (start-up and every earlier evaluation included, so the time is an upper bound).
-Targets: a3c with 2 workers within 60 s in >= 4 of 5 seeds; dqn within 100k environment
-steps in >= 4 of 5 seeds; environment steps/s with 2 actors >= 1.8x one actor (a3c, fixed
+Targets: a3c with 2 workers within 60 s in >= 9 of 10 seeds; dqn within 100k environment
+steps in >= 9 of 10 seeds; environment steps/s with 2 actors >= 1.8x one actor (a3c, fixed
 work, interleaved repeats, ratio within each repeat so that outside load moves both sides;
 a control cell runs two independent 1-actor runs at once: what two processes get from the
 machine at that moment with nothing shared).
+At the end, one row per algorithm: seeds solved / seeds, median environment steps and
+seconds to 475 over the solved seeds, median environment steps/s; ``--baseline FILE``
+adds the rows of baseline scripts' JSON (``baselines/sb3_dqn.py``), run on the same machine.
 Nothing here asserts anything; it prints figures and writes JSON.
 """
 
@@ -36,7 +39,7 @@ SOLVE = {
     "a3c": ["--algo", "a3c", "--workers", "2", "--steps", "400000", "--round-steps", "10000",
             "--eval-every", "2"],
     # dqn: 2 actors and the learner, 100k environment steps at most
-    "dqn": ["--algo", "dqn", "--workers", "2", "--steps", "100000", "--round-steps", "10000",
+    "dqn": ["--algo", "dqn", "--workers", "2", "--steps", "100000", "--round-steps", "5000",
             "--eval-every", "1"],
 }
 BUDGET = {"a3c": ("target_reached_at_s", 60.0), "dqn": ("target_reached_at_steps", 100_000)}
@@ -75,6 +78,37 @@ def solve_cell(algo: str, seed: int, folder: Path) -> dict:
     return cell
 
 
+def table_row(name: str, cells: list[dict]) -> dict:
+    """Seeds solved, and medians over the solved seeds, of one algorithm's cells."""
+    solved = [c for c in cells if c.get("within_budget")]
+    rates = [c["env_steps_per_s"] for c in cells if c.get("env_steps_per_s")]
+    return {"name": name, "solved": len(solved), "seeds": len(cells),
+            "median_steps": statistics.median(c["solved_at_steps"] for c in solved)
+            if solved else None,
+            "median_s": statistics.median(c["solved_at_s"] for c in solved) if solved else None,
+            "median_steps_per_s": statistics.median(rates) if rates else None}
+
+
+def baseline_row(path: str) -> dict:
+    data = json.loads(Path(path).read_text())
+    cells = [{"within_budget": c["solved"], "solved_at_steps": c["steps_to_target"],
+              "solved_at_s": c["wall_to_target_s"],
+              "env_steps_per_s": c["env_steps"] / c["wall_s"] if c.get("wall_s") else None}
+             for c in data["cells"]]
+    return table_row(data["baseline"], cells)
+
+
+def print_table(rows: list[dict]) -> None:
+    def fmt(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    print(f"{'':44} {'solved':>7} {'steps to 475':>13} {'s to 475':>9} {'steps/s':>8}")
+    for r in rows:
+        print(f"{r['name'][:44]:44} {r['solved']:>3}/{r['seeds']:<3} "
+              f"{fmt(r['median_steps'], ',.0f'):>13} {fmt(r['median_s'], '.1f'):>9} "
+              f"{fmt(r['median_steps_per_s'], ',.0f'):>8}")
+
+
 def throughput(repeats: int, steps: int, folder: Path) -> dict:
     ratios, controls, cells = [], [], []
     for repeat in range(repeats):
@@ -110,8 +144,10 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
     parser.add_argument("--only", choices=("a3c", "dqn", "throughput"))
+    parser.add_argument("--baseline", action="append", default=[],
+                        help="a baseline script's JSON to show beside (repeatable)")
     parser.add_argument("--repeats", type=int, default=3, help="throughput repeats")
     parser.add_argument("--throughput-steps", type=int, default=60_000)
     parser.add_argument("--json", help="write the figures here (auto: "
@@ -134,6 +170,12 @@ def main(argv=None) -> int:
             ratio = results["throughput"]["median_ratio"]
             print(f"env steps/s, 2 actors over 1 (a3c): median ratio "
                   f"{ratio:.2f}" if ratio else "throughput: no result")
+    rows = [table_row(f"mptrain {algo} (2 workers)", results[algo]["cells"])
+            for algo in ("a3c", "dqn") if algo in results]
+    rows += [baseline_row(path) for path in args.baseline]
+    if rows:
+        results["table"] = rows
+        print_table(rows)
     if args.json:
         write_json(args.json, results)
     return 0

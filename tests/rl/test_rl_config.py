@@ -17,7 +17,8 @@ def test_rounds_cover_the_steps():
 @pytest.mark.parametrize("changes", [dict(algo="ppo"), dict(workers=0), dict(steps=-1),
                                      dict(gamma=1.5), dict(lr=0.0), dict(round_steps=1,
                                                                          workers=2),
-                                     dict(algo="dqn", buffer_size=300, workers=2)])
+                                     dict(algo="dqn", buffer_size=32, batch_size=64),
+                                     dict(algo="dqn", policy_every=0)])
 def test_bad_settings_are_refused(changes):
     with pytest.raises(UserError):
         RLConfig(**changes)
@@ -56,3 +57,14 @@ def test_a_value_of_the_wrong_kind_is_named_as_such(name, value, kind):
 def test_settings_that_went_unchecked_are_refused(changes):
     with pytest.raises(UserError):
         RLConfig(**changes)
+
+
+    assert RLConfig.from_dict({**config.as_dict(), "unknown": 1}) == config
+
+
+def test_one_registry_holds_both_families():
+    from mptrain.strategies.registry import ALGOS, STRATEGIES, strategy_class
+
+    assert ALGOS == ("a3c", "dqn") and "a3c" not in STRATEGIES
+    assert {strategy_class(name).family for name in ALGOS} == {"rl"}
+    assert {strategy_class(name).family for name in STRATEGIES} == {"supervised"}

@@ -70,9 +70,34 @@ def test_two_dqn_actors_fill_the_shared_buffer():
     result = fit("CartPole-v1", "dqn", workers=2, steps=4_000, round_steps=2_000, seed=1,
                  learning_starts=500, eps_steps=2_000, buffer_size=4_000, batch_size=32,
                  train_every=4, eval_episodes=2)
-    steps = result.summary["env_steps"]
-    assert 4_000 <= steps <= 4_002   # each actor may overshoot a round by one step
-    assert sum(row.extras["updates"] for row in result.rounds) == (steps - 500) // 4
+    assert result.summary["env_steps"] == 4_000   # step g is actor g % actors's: no overshoot
+    assert sum(row.extras["updates"] for row in result.rounds) == (4_000 - 500) // 4
+
+
+def curve(result) -> list:
+    """Everything a run's rows say that does not depend on time."""
+    keys = ("episodes", "return_mean", "return_max", "eval_return", "updates", "epsilon")
+    return [(row.train_loss, *(row.extras[key] for key in keys)) for row in result.rounds]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_seed_names_a_dqn_run_bit_for_bit():
+    # Two actors and a learner in three processes, twice, then one process that does
+    # everything: the actors' steps, the updates and the rows they draw are fixed by step
+    # counts, so the curves and the networks are the same bit for bit.
+    settings = dict(steps=3_000, round_steps=1_000, seed=7, eval_episodes=2, eval_every=1,
+                    learning_starts=300, buffer_size=2_000, batch_size=32, policy_every=64)
+    once = fit("CartPole-v1", "dqn", workers=3, **settings)
+    again = fit("CartPole-v1", "dqn", workers=3, **settings)
+    assert curve(once) == curve(again)
+    assert len({row.extras["episodes"] for row in once.rounds}) > 1   # not a constant
+    for a, b in zip(once.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
+    # One actor: the same in one process (workers=1) as beside a learner (workers=2).
+    alone = fit("CartPole-v1", "dqn", workers=1, **settings)
+    beside = fit("CartPole-v1", "dqn", workers=2, **settings)
+    assert curve(alone) == curve(beside)
 
 
 @pytest.mark.timeout(120)
@@ -112,3 +137,13 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path: Path, algo):
     for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
         assert (tmp_path / name).is_file()
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.timeout(120)
+def test_a3c_trains_a_value_head_of_shape_n_by_1_as_one_of_shape_n():
+    nets = Path(__file__).with_name("test_rl_nets.py")
+    short = dict(workers=1, steps=600, round_steps=300, seed=2, eval_episodes=1)
+    column = fit("CartPole-v1", "a3c", net=f"{nets}:make_column_value", **short)
+    flat = fit("CartPole-v1", "a3c", net=f"{nets}:make_squeezed_value", **short)
+    for a, b in zip(column.model.state_dict().values(), flat.model.state_dict().values()):
+        assert torch.equal(a, b)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..config import START_METHODS
-from ..rl.algorithms import ALGOS
+from ..strategies.registry import ALGOS
 from .app import cli, joined_loggers, supervised_run_options
 
 
@@ -20,9 +20,9 @@ from .app import cli, joined_loggers, supervised_run_options
               help="Environment steps per round: one metrics row, progress bar, checkpoint "
                    "(10,000).")
 @click.option("--seed", type=int, help="Seed; actor i uses seed and i (0).")
-@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 1e-3).")
+@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 2.3e-3).")
 @click.option("--gamma", type=float, help="Discount (0.99).")
-@click.option("--hidden", type=int, help="Width of the built-in networks' two layers (128).")
+@click.option("--hidden", type=int, help="Width of the built-in networks' two layers (a3c 128, dqn 256).")
 @click.option("--net", help="Your network, module:make(obs_dim, n_actions).")
 @click.option("--eval-episodes", type=int,
               help="Greedy evaluation episodes at the end (and at --eval-every) (10).")
@@ -39,12 +39,15 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--learning-starts", type=int, help="dqn: steps before the first update (1,000).")
 @click.option("--train-every", type=int, help="dqn: environment steps per update (2).")
 @click.option("--target-every", type=int,
-              help="dqn: updates between target-network copies (100).")
+              help="dqn: updates between target-network copies (128).")
+@click.option("--policy-every", type=int,
+              help="dqn: environment steps between renewals of the network the actors act "
+                   "with (256).")
 @click.option("--eps-start", type=float, help="dqn: epsilon at the start (1).")
-@click.option("--eps-end", type=float, help="dqn: epsilon at the end of --eps-steps (0.05).")
+@click.option("--eps-end", type=float, help="dqn: epsilon at the end of --eps-steps (0.04).")
 @click.option("--eps-steps", type=int,
               help="dqn: steps over which epsilon falls from --eps-start to --eps-end "
-                   "(20,000).")
+                   "(8,000).")
 @click.option("--start-method", type=click.Choice(START_METHODS),
               help="Override the automatic choice of how actors start (fork on Linux).")
 @click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
@@ -56,8 +59,9 @@ def rl(config_file, out, resume, quiet, logger, tb_dir, **flags):
 
     a3c runs --workers actor-learners, each stepping its own environment and applying
     n-step actor-critic gradients lock-free to one shared network (shared Adam state).
-    dqn runs --workers actors that feed a replay buffer in shared memory; rank 0 is also the
-    learner (double DQN, target network, epsilon schedule). Both end with a greedy
+    dqn runs one learner (double DQN, target network, epsilon schedule) and actors that feed
+    a replay buffer in shared memory (--workers 1: one process does both); a seed names a
+    dqn run: the same settings give the same curve bit for bit. Both end with a greedy
     evaluation over --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
     """
     from ..config import load_config_file

@@ -1,4 +1,5 @@
-"""One optimizer step on one batch: the few lines every training loop of mptrain shares."""
+"""One optimizer step: the few lines every training loop of mptrain shares, supervised
+(``train_step``, from a batch) and RL (``step_on_loss``, from a loss the algorithm made)."""
 
 from __future__ import annotations
 
@@ -21,16 +22,29 @@ def train_step(forward: Callable, optimizer: torch.optim.Optimizer, inputs: torc
     Returns the batch's mean loss, detached and still a tensor: no ``.item()``, so a GPU
     step does not wait for the device.
     """
-    optimizer.zero_grad(set_to_none=True)
     loss = loss_fn(task, forward(inputs), targets)
     _lap(clock, "forward")
+    step_on_loss(optimizer, loss, after_backward=after_backward, clock=clock)
+    return loss.detach()
+
+
+def step_on_loss(optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+                 after_backward: Callable[[], None] | None = None,
+                 max_grad_norm: float | None = None, clock=None) -> None:
+    """Zero the gradients, back-propagate ``loss``, call ``after_backward``, clip the
+    gradients of the optimizer's parameters to a total norm of ``max_grad_norm``, step.
+    (Zeroing after the forward pass is the same as before it: a forward pass does not touch
+    gradients.)"""
+    optimizer.zero_grad(set_to_none=True)
     loss.backward()
     _lap(clock, "backward")
     if after_backward is not None:
         after_backward()   # timed by its caller's wrapper (a collective), outside the laps
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(
+            [p for group in optimizer.param_groups for p in group["params"]], max_grad_norm)
     optimizer.step()
     _lap(clock, "optimizer")
-    return loss.detach()
 
 
 def _lap(clock, part: str) -> None:

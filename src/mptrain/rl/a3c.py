@@ -16,19 +16,22 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import model_snapshot
+from ..engine.step import step_on_loss
 from ..strategies.base import RoundWork
 from ..strategies.hogwild import (attach_shared_state, load_shared_state,
                                   shared_optimizer_state)
 from .acting import EpisodeTracker, actor_seed, as_batch, share_of
-from .driver import ActorProgram, ActorStrategy
+from .base import ActorProgram, ActorStrategy
 from .envs import make_env
-from .nets import ActorCritic
+from .nets import ActorCritic, flat_values
 from .returns import gae
 
 
 class A3CStrategy(ActorStrategy):
     name = "a3c"
     network = ActorCritic   # built-in network, and the outputs a --net must give
+    default_lr = 1e-3
+    default_hidden = 128
 
     def __init__(self, config):
         super().__init__(config)
@@ -114,6 +117,7 @@ class A3CProgram(ActorProgram):
         self.progress.advance(length)
 
         logits, values = self.model(torch.cat(observations))
+        values = flat_values(values)   # a value head of (N, 1) too
         with torch.no_grad():
             bootstrap = 0.0 if dones[-1] or cuts[-1] else \
                 self.model(as_batch(self.obs))[1].item()
@@ -125,10 +129,8 @@ class A3CProgram(ActorProgram):
         entropy = -(log_probs.exp() * log_probs).sum(-1)
         loss = -(chosen * advantages).mean() - c.entropy_coef * entropy.mean() \
             + c.value_coef * F.mse_loss(values, returns)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-        self.optimizer.step()  # lock-free, into the shared parameters and Adam state
+        # lock-free, into the shared parameters and Adam state
+        step_on_loss(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
         return loss.item()
 
     def greedy(self, obs: torch.Tensor) -> int:

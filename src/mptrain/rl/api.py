@@ -10,7 +10,7 @@ from ..checkpoint import Checkpoint, resolve_resume, user_code_in
 from ..errors import UserError
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
-from .algorithms import ALGOS, algorithm_class
+from ..strategies.registry import ALGOS, strategy_class
 from .config import RLConfig
 from .envs import EnvSource, env_shape, require_gymnasium
 from .nets import build_network
@@ -75,13 +75,13 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     config = resolved_config(layers, checkpoint, resume)   # a typo first, gymnasium or not
     require_gymnasium()
     telling = telling_whom(loggers, tb_dir, callbacks)
-    strategy_class = algorithm_class(config.algo)
-    launcher = choose_launcher(strategy_class)
+    algorithm = strategy_class(config.algo)
+    launcher = choose_launcher(algorithm)
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
-    model = build_network(config.algo, shape, config.hidden, config.net)
+    model = build_network(config.algo, shape, config.network_width, config.net)
     task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
-    return run(RunRequest(config=config, strategy=strategy_class(config), launcher=launcher,
+    return run(RunRequest(config=config, strategy=algorithm(config), launcher=launcher,
                           model=model, task=task, out=out, resume=checkpoint, quiet=config.quiet,
                           **telling))
 
@@ -93,6 +93,7 @@ def resolved_config(layers, checkpoint: Checkpoint | None, resume) -> RLConfig:
         if checkpoint.strategy not in ALGOS:
             raise UserError(f"the checkpoint was written by `mptrain run --strategy "
                             f"{checkpoint.strategy}`; resume it with mptrain run --resume")
+        strategy_class(checkpoint.strategy).check_checkpoint(checkpoint)
         said = {}
         for layer in layers:
             said.update({k: v for k, v in layer.values.items() if v is not None})

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from ..config import (MAX_SEED, MAX_WORKER_TIMEOUT_S, START_METHODS, check_choice, check_kind,
                       check_number, check_positive_ints, refuse_unknown)
 from ..errors import UserError, setting_name
-from .algorithms import ALGOS, algorithm_class
+from ..strategies.registry import ALGOS, strategy_class
 
 
 @dataclass(frozen=True)
@@ -26,9 +26,9 @@ class RLConfig:
     steps: int = 200_000          # environment steps in total, over all actors
     round_steps: int = 10_000     # environment steps per round (a metrics row, a checkpoint)
     seed: int = 0
-    lr: float | None = None       # None: 1e-3, the default of both algorithms
+    lr: float | None = None       # None: the algorithm's (``default_lr`` of its strategy)
     gamma: float = 0.99
-    hidden: int = 128
+    hidden: int | None = None     # None: the algorithm's (``default_hidden`` of its strategy)
     net: str | None = None        # module:make(obs_dim, n_actions)
     eval_episodes: int = 10       # greedy episodes at the end (and at --eval-every)
     eval_every: int | None = None   # rounds; None: only at the end
@@ -44,10 +44,14 @@ class RLConfig:
     batch_size: int = 64
     learning_starts: int = 1_000
     train_every: int = 2          # environment steps (all actors) per learner update
-    target_every: int = 100       # learner updates between target-network copies
+    # rl-baselines3-zoo's tuned DQN for CartPole-v1 (its train_freq 256 / gradient_steps 128
+    # are policy_every / train_every here; its target update every 10 env steps between
+    # bursts of 128 updates is a copy per 128 updates), measured in docs/rl.md.
+    target_every: int = 128       # learner updates between target-network copies
+    policy_every: int = 256       # environment steps between renewals of the actors' network
     eps_start: float = 1.0
-    eps_end: float = 0.05
-    eps_steps: int = 20_000
+    eps_end: float = 0.04
+    eps_steps: int = 8_000
     # -- processes ---------------------------------------------------------------------------
     threads_per_worker: int | None = 1   # small networks: more threads only add overhead
     start_method: str | None = None
@@ -67,7 +71,7 @@ class RLConfig:
         if self.round_steps < self.workers:
             raise UserError(f"{setting_name('round_steps')} must be at least "
                             f"{setting_name('workers')} (steps per actor)")
-        algorithm_class(self.algo).check_config(self)   # what only one algorithm needs
+        strategy_class(self.algo).check_config(self)   # what only one algorithm needs
 
     @property
     def strategy(self) -> str:
@@ -79,7 +83,13 @@ class RLConfig:
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else 1e-3
+        return self.lr if self.lr is not None else strategy_class(self.algo).default_lr
+
+    @property
+    def network_width(self) -> int:
+        """Width of the built-in network's hidden layers."""
+        return self.hidden if self.hidden is not None else \
+            strategy_class(self.algo).default_hidden
 
     def round_end(self, index: int) -> int:
         """Total environment steps at the end of round ``index`` (0-based)."""
@@ -107,6 +117,7 @@ def rl_setting_names() -> frozenset:
 
 # -- each setting on its own: kind first (a config file may hold "0.1"), then range --------
 _POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_episodes",
+                            "policy_every",
                             "eval_every", "n_steps", "buffer_size", "batch_size",
                             "train_every", "target_every", "threads_per_worker",
                             "checkpoint_every"})

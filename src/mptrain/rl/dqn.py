@@ -1,20 +1,28 @@
-"""DQN made right, with parallel actors (one machine Ape-X, Horgan et al. 2018): N actor
-processes step their own environments epsilon-greedily with the latest shared Q-network and
-feed transitions through a replay buffer in shared memory; rank 0 is also the one learner
-(double DQN targets from a target network, Huber loss, Adam).
+"""DQN with parallel actors (one machine Ape-X, Horgan et al. 2018), where a seed names a run.
 
-The learner updates the shared Q-network in place while the other actors read it, without
-a lock: an actor may pick one action from a half-updated network, which only changes which
-exploratory step it takes (Ape-X actors likewise act with parameters some updates old).
-The learner does one update per ``train_every`` transitions written by all actors, so the
-replay ratio -- and with it the sample efficiency -- does not depend on the number of
-actors; at the end of every round it catches up, so the updates done are a function of the
-environment steps done. On a few CPU cores the actors are much faster than the learner, so
-an actor waits while it is more than ``MAX_LAG`` updates' worth of transitions ahead:
-otherwise it would fill the buffer with a policy thousands of updates old (measured: 1 of 4
-seeds solved CartPole within 100k steps with free-running actors). The learner publishes
-its update count in a one-number shared tensor that only it writes; an actor that reads a
-stale count only waits a little longer.
+Actor processes step their own environments epsilon-greedily and feed a replay buffer in
+shared memory (``replay``); one learner does double DQN updates (target network, Huber loss,
+Adam) on the shared Q-network. With one worker, that process both acts and learns; with
+more, rank 0 is the learner only and ranks 1.. are the actors.
+
+Everything is fixed by step counts, never by timing, so two runs with the same settings
+give the same learning curve bit for bit:
+
+- environment step ``g`` (the run's ``g``-th, over all actors) is taken by actor
+  ``g % actors``; its epsilon is the schedule's at ``g``;
+- update ``k`` is due once ``learning_starts + (k + 1) * train_every`` steps exist, and
+  samples, with the learner's seeded generator, from the newest ``buffer_size`` of them;
+- the actors' steps of period ``c`` (``policy_every`` steps each) act with the network
+  published once every update due by the end of period ``c - 2`` was done
+  (``published``). An actor waits for that version, and the learner waits for the rows an
+  update draws from; neither waits for anything else.
+
+The one-period pipeline is what lets the actors act while the learner learns: the actors
+fill period ``c + 1`` while the learner does the updates of period ``c``. The network
+they act with is one to two periods old, as Ape-X's actors act with parameters some updates
+old, and as stable-baselines3's DQN acts for ``train_freq`` steps between bursts of
+``gradient_steps`` updates (rl-baselines3-zoo's CartPole-v1: 256 steps, 128 updates -- the
+defaults here).
 """
 
 from __future__ import annotations
@@ -27,185 +35,265 @@ import torch
 import torch.nn.functional as F
 
 from ..checkpoint import model_snapshot
+from ..engine.step import step_on_loss
 from ..errors import UserError
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
-from .driver import ActorProgram, ActorStrategy
+from .base import ActorProgram, ActorStrategy
 from .envs import make_env
 from .nets import QNetwork
-from .replay import SharedReplay
+from .published import PublishedPolicy
+from .replay import SharedReplay, rows_before
 from .schedules import linear_epsilon, update_target
 
-MAX_LAG = 64       # learner updates an actor may run ahead of
-WAIT_S = 0.0002    # an actor's pause while it waits for the learner
+POLICY_LAG = 2     # the actors' steps of period c use the network of period c - 2
+MARGIN = 16        # rows an actor writes past those the learner reads (see ``replay``)
+WAIT_S = 0.0002    # a pause while waiting for the learner or the actors
+MAX_GRAD_NORM = 10.0   # stable-baselines3's DQN default
+
+
+def actor_count(workers: int) -> int:
+    """Processes that step environments: all but the learner, or the one process."""
+    return max(1, workers - 1)
+
+
+def ahead_steps(config) -> int:
+    """How many global steps actors may run past the newest step an update draws from:
+    an actor in period ``c + 1`` needs version ``c - 1``, published before the updates of
+    period ``c``; the rest of period ``c`` and a margin fit in the third period."""
+    return 3 * config.policy_every
 
 
 class DQNStrategy(ActorStrategy):
     name = "dqn"
     network = QNetwork   # built-in network, and the outputs a --net must give
+    # rl-baselines3-zoo's CartPole-v1 DQN: 2.3e-3, two layers of 256
+    default_lr = 2.3e-3
+    default_hidden = 256
 
     @classmethod
     def check_config(cls, config) -> None:
-        if config.buffer_size // config.workers <= 256:
-            raise UserError(f"--buffer-size {config.buffer_size} leaves too few rows per "
-                            f"actor for {config.workers} workers; use at least "
-                            f"{257 * config.workers}")
+        if config.buffer_size < config.batch_size:
+            raise UserError(f"--buffer-size {config.buffer_size} is smaller than "
+                            f"--batch-size {config.batch_size}")
+
+    @classmethod
+    def check_checkpoint(cls, checkpoint) -> None:
+        if checkpoint.ranks and "published" not in checkpoint.ranks[0]:
+            raise UserError("this dqn checkpoint was written by an earlier mptrain, whose "
+                            "replay buffer had another layout; start a new run")
 
     def __init__(self, config):
         super().__init__(config)
         self.replay: SharedReplay | None = None
-        self.learner_updates: torch.Tensor | None = None
+        self.policy: PublishedPolicy | None = None
 
     def prepare(self, model, data=None, plan=None) -> None:
-        self.replay = SharedReplay.create(self.config.buffer_size, data.shape.obs_dim,
-                                          self.config.workers)
-        self.learner_updates = torch.zeros(1, dtype=torch.int64).share_memory_()
+        c = self.config
+        self.replay = SharedReplay.create(c.buffer_size, data.shape.obs_dim,
+                                          actor_count(c.workers), ahead_steps(c))
+        self.policy = PublishedPolicy.create(model)
 
     def needs(self, model, data, plan):
         needs = super().needs(model, data, plan)
-        replay = SharedReplay.estimate_nbytes(self.config.buffer_size, data.shape.obs_dim,
-                                              self.config.workers)
-        return replace(needs, shared_tensors=needs.shared_tensors + 7,
-                       extra_shared_bytes=replay)
+        c = self.config
+        replay = SharedReplay.estimate_nbytes(c.buffer_size, data.shape.obs_dim,
+                                              actor_count(c.workers), ahead_steps(c))
+        policy = 2 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        return replace(needs, shared_tensors=needs.shared_tensors + 6
+                       + PublishedPolicy.tensor_count(model),
+                       extra_shared_bytes=replay + policy)
 
     def program(self, setup) -> "DQNProgram":
-        return DQNProgram(setup, self.replay, self.learner_updates)
+        return DQNProgram(setup, self.replay, self.policy)
 
     def describe(self, plan, model) -> list[str]:
         c = self.config
-        return [f"dqn: {plan.workers} actor(s), rank 0 also the learner; replay "
-                f"{c.buffer_size:,} in shared memory, batch {c.batch_size}, 1 update per "
-                f"{c.train_every} steps after {c.learning_starts:,}, target copied every "
-                f"{c.target_every} updates, epsilon {c.eps_start:g}->{c.eps_end:g} over "
-                f"{c.eps_steps:,} steps"]
+        who = ("1 process acting and learning" if plan.workers == 1 else
+               f"{actor_count(plan.workers)} actor(s), rank 0 the learner")
+        return [f"dqn: {who}; replay {c.buffer_size:,} in shared memory, batch "
+                f"{c.batch_size}, 1 update per {c.train_every} steps after "
+                f"{c.learning_starts:,}, target copied every {c.target_every} updates, "
+                f"actors' network renewed every {c.policy_every} steps, epsilon "
+                f"{c.eps_start:g}->{c.eps_end:g} over {c.eps_steps:,} steps"]
 
 
 class DQNProgram(ActorProgram):
-    def __init__(self, setup, replay: SharedReplay, learner_updates: torch.Tensor):
-        self.config, self.rank = setup.config, setup.group.rank
-        self.model, self.progress, self.replay = setup.model, setup.progress, replay
-        self.learner_updates = learner_updates   # written by the learner only
+    def __init__(self, setup, replay: SharedReplay, policy: PublishedPolicy):
+        c = self.config = setup.config
+        self.rank, world = setup.group.rank, setup.group.world_size
+        self.model, self.progress, self.replay, self.policy = \
+            setup.model, setup.progress, replay, policy
+        self.actors = actor_count(world)
         self.learner = self.rank == 0
+        self.actor = None if world > 1 and self.learner else max(0, self.rank - 1)
         if self.learner:
             self.target = copy.deepcopy(self.model)  # private: only the learner reads it
             for param in self.target.parameters():
                 param.requires_grad_(False)
-            self.optimizer = torch.optim.Adam(self.model.parameters(),
-                                              lr=self.config.learning_rate)
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
             self.updates = 0
-        self.generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.rank)
-        self.env = make_env(self.config.env, seed=actor_seed(self.config.seed, self.rank, 0))
-        self.obs = None
-        self.tracker = EpisodeTracker()
+            self.published = -1
+            self.sampler = torch.Generator().manual_seed(c.seed * 7919)
+        if self.actor is not None:
+            self.acting_net = copy.deepcopy(self.model)   # private: a published version
+            for param in self.acting_net.parameters():
+                param.requires_grad_(False)
+            self.acting_version: int | None = None
+            self.explorer = torch.Generator().manual_seed(c.seed * 7919 + 1 + self.actor)
+            self.env = make_env(c.env, seed=actor_seed(c.seed, self.actor, 0))
+            self.obs = None
+            self.tracker = EpisodeTracker()
+
+    # -- the round ---------------------------------------------------------------------------
 
     def train_round(self, index: int) -> RoundWork:
         c = self.config
-        if self.obs is None:  # a new or resumed run starts a fresh episode
-            self.obs, _ = self.env.reset(seed=actor_seed(c.seed, self.rank, index))
         started = time.monotonic()
         end = c.round_end(index)
-        steps, loss_sum, updates_before = 0, 0.0, self.updates if self.learner else 0
-        while (total := self.replay.total()) < end:
-            if not self.learner and self.ahead_of_learner(total):
-                self.progress.beat()
-                time.sleep(WAIT_S)
-                continue
-            epsilon = self.act(total)
-            steps += 1
-            if self.learner:
-                # + 1: this actor's own transition; what the other actors wrote since
-                # ``total`` was read counts from the next step on.
-                loss_sum += self.learn_up_to(total + 1)
+        steps, loss_sum = 0, 0.0
+        updates_before = self.updates if self.learner else 0
+        extras = {}
+        if self.actor is not None:
+            if self.obs is None:  # a new or resumed run starts a fresh episode
+                self.obs, _ = self.env.reset(seed=actor_seed(c.seed, self.actor, index))
+            while (step := self.replay.next_step(self.actor)) < end:
+                loss_sum += self.use_version(step // c.policy_every - POLICY_LAG)
+                epsilon = self.act(step)
+                steps += 1
+            extras = {**self.tracker.take(), "env_steps": self.replay.count(self.actor)}
+            if steps:
+                extras["epsilon"] = epsilon
         if self.learner:
-            loss_sum += self.learn_up_to(end)
+            loss_sum += self.learn_until(end)
         updates = self.updates - updates_before if self.learner else 0
-        extras = {**self.tracker.take(), "env_steps": int(self.replay.counts[self.rank]),
-                  "updates": updates}
-        if steps:
-            extras["epsilon"] = epsilon
-        return RoundWork(steps=updates, samples=steps,
-                         loss_sum=loss_sum / max(updates, 1) * steps,
+        extras["updates"] = updates
+        # The run's loss is the reports' loss sums over its samples (env steps): the
+        # learner's mean update loss, weighted by the round's steps of all actors.
+        weighted = loss_sum / max(updates, 1) * c.round_size(index) if self.learner else 0.0
+        return RoundWork(steps=updates, samples=steps, loss_sum=weighted,
                          started=started, ended=time.monotonic(), extras=extras)
 
-    def act(self, total: int) -> float:
-        """One epsilon-greedy step of this actor's environment into the replay buffer;
-        ``total``: the transitions all actors have written (it sets epsilon)."""
-        c = self.config
-        epsilon = linear_epsilon(total, c.eps_start, c.eps_end, c.eps_steps)
-        if float(torch.rand((), generator=self.generator)) < epsilon:
-            action = int(torch.randint(self.env.action_space.n, (), generator=self.generator))
+    # -- acting ------------------------------------------------------------------------------
+
+    def use_version(self, version: int) -> float:
+        """Act with published ``version`` from now on: the acting learner first learns up
+        to it, an actor waits until it is published. Returns the loss sum of updates done."""
+        if version == self.acting_version:
+            return 0.0
+        loss_sum = 0.0
+        if self.learner:
+            loss_sum = self.learn_until((version + 1) * self.config.policy_every)
         else:
-            action = self.greedy(as_batch(self.obs))
+            while self.policy.newest() < version:
+                self.progress.beat()
+                time.sleep(WAIT_S)
+        self.policy.load_into(self.acting_net, version)
+        self.acting_version = version
+        return loss_sum
+
+    def act(self, step: int) -> float:
+        """Global step ``step``: one epsilon-greedy step of this actor's environment into
+        the replay buffer. Returns the epsilon it used."""
+        c = self.config
+        epsilon = linear_epsilon(step, c.eps_start, c.eps_end, c.eps_steps)
+        if float(torch.rand((), generator=self.explorer)) < epsilon:
+            action = int(torch.randint(self.env.action_space.n, (), generator=self.explorer))
+        else:
+            with torch.no_grad():
+                action = int(self.acting_net(as_batch(self.obs)).argmax(-1))
         next_obs, reward, terminated, truncated, _ = self.env.step(action)
         # A time limit (truncated) is not terminal: the target bootstraps from next_obs.
-        self.replay.add(self.rank, self.obs, action, reward, next_obs, terminated)
+        self.replay.add(self.actor, self.obs, action, reward, next_obs, terminated)
         self.tracker.step(reward, terminated or truncated)
         self.obs = self.env.reset()[0] if terminated or truncated else next_obs
         self.progress.advance(1)
         return epsilon
 
-    def ahead_of_learner(self, total: int) -> bool:
-        c = self.config
-        due = (total - c.learning_starts) // c.train_every
-        return due > int(self.learner_updates[0]) + MAX_LAG
+    # -- learning ----------------------------------------------------------------------------
 
-    def learn_up_to(self, total: int) -> float:
-        """Updates until there is one per ``train_every`` transitions past
-        ``learning_starts``; returns the sum of their losses."""
+    def learn_until(self, limit: int) -> float:
+        """Every update due by global step ``limit``, and every version to publish by then,
+        in the order of the steps they are due at; returns the updates' loss sum."""
         c = self.config
         loss_sum = 0.0
-        while (self.updates + 1) * c.train_every <= total - c.learning_starts:
-            loss = self.update()
-            if loss is None:
-                break  # nothing readable yet (see SharedReplay.sample): catch up later
-            loss_sum += loss
-        return loss_sum
+        while True:
+            update_due = c.learning_starts + (self.updates + 1) * c.train_every
+            publish_due = (self.published + 2) * c.policy_every
+            if min(update_due, publish_due) > limit:
+                return loss_sum
+            if update_due <= publish_due:
+                self.wait_for_rows(update_due, limit, margin=True)
+                loss_sum += self.update(max(0, update_due - c.buffer_size), update_due)
+            else:
+                # No actor reads the slot being overwritten once every step before
+                # ``publish_due`` is written (see ``published``).
+                self.wait_for_rows(publish_due, limit, margin=False)
+                self.published += 1
+                self.policy.publish(self.model, self.published)
 
-    def update(self) -> float | None:
-        """One learner step; None when no row is readable yet: every actor has written
-        fewer rows than the margin kept clear of its writes, which happens just past
-        ``learning_starts`` when the actors' counts are close."""
+    def wait_for_rows(self, step: int, limit: int, margin: bool) -> None:
+        """Until every other process's actor has written its steps before ``step`` (and
+        with ``margin``, up to ``MARGIN`` more, but none past ``limit``, where actors stop
+        for this round)."""
+        extra = min(MARGIN, self.config.policy_every // self.actors) if margin else 0
+        for actor in range(self.actors):
+            if actor == self.actor:
+                continue   # this process's own rows are written
+            needed = min(rows_before(step, actor, self.actors) + extra,
+                         rows_before(limit, actor, self.actors))
+            while self.replay.written(actor) < needed:
+                self.progress.beat()
+                time.sleep(WAIT_S)
+
+    def update(self, first: int, end: int) -> float:
+        """One double DQN step on a batch drawn from global steps ``[first, end)``."""
         c = self.config
-        batch = self.replay.sample(c.batch_size, self.generator)
-        if batch is None:
-            return None
+        batch = self.replay.sample(first, end, c.batch_size, self.sampler)
         q = self.model(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         with torch.no_grad():  # double DQN: the online net picks, the target net values
             best = self.model(batch.next_obs).argmax(1, keepdim=True)
             next_q = self.target(batch.next_obs).gather(1, best).squeeze(1)
             target = batch.rewards + c.gamma * (1.0 - batch.dones) * next_q
         loss = F.smooth_l1_loss(q, target)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(self.model.parameters(), 10.0)
-        self.optimizer.step()
+        step_on_loss(self.optimizer, loss, max_grad_norm=MAX_GRAD_NORM)
         self.updates += 1
-        self.learner_updates[0] = self.updates
         if self.updates % c.target_every == 0:
             update_target(self.target, self.model)
         return loss.item()
 
+    # -- evaluation and checkpoints ----------------------------------------------------------
+
     @torch.no_grad()
     def greedy(self, obs: torch.Tensor) -> int:
+        # The learner's network: evaluations come after the round's barrier, when every
+        # update due by the round's end is done and nobody writes it.
         return int(self.model(obs).argmax(-1))
 
     def eval_model(self):
         return self.model
 
     def state(self) -> dict:
-        state = {"rng": self.generator.get_state()}
+        state = {}
+        if self.actor is not None:
+            state["explorer"] = self.explorer.get_state()
         if self.learner:  # the learner's and the shared parts, once
-            state.update(model=model_snapshot(self.model),
+            state.update(model=model_snapshot(self.model), sampler=self.sampler.get_state(),
                          target=self.target.state_dict(), optimizer=self.optimizer.state_dict(),
-                         updates=self.updates, replay=self.replay.state())
+                         updates=self.updates, published=self.published,
+                         policy=self.policy.state(), replay=self.replay.state())
         return state
 
     def load_state(self, state: dict) -> None:
-        if "rng" in state:
-            self.generator.set_state(state["rng"])
-        if self.learner and "replay" in state:
+        if self.learner and "published" not in state:
+            raise UserError("this dqn checkpoint was written by an earlier mptrain, whose "
+                            "replay buffer had another layout; start a new run")
+        if self.actor is not None and "explorer" in state:
+            self.explorer.set_state(state["explorer"])
+        if self.learner:
+            self.sampler.set_state(state["sampler"])
             self.target.load_state_dict(state["target"])
             self.optimizer.load_state_dict(state["optimizer"])
-            self.updates = state["updates"]
-            self.learner_updates[0] = self.updates
+            self.updates, self.published = state["updates"], state["published"]
+            self.policy.load_state(state["policy"])
             self.replay.load_state(state["replay"])

@@ -7,7 +7,7 @@ import torch.nn as nn
 
 from ..errors import UserError
 from ..imports import load_object
-from .algorithms import algorithm_class
+from ..strategies.registry import strategy_class
 from .envs import EnvShape
 
 
@@ -27,12 +27,32 @@ class ActorCritic(nn.Module):
 
     @staticmethod
     def outputs_fit(out, batch: int, n_actions: int) -> bool:
-        return isinstance(out, tuple) and len(out) == 2 and \
-            tuple(out[0].shape) == (batch, n_actions) and out[1].numel() == batch
+        # A value head of (N, 1), the usual nn.Linear(hidden, 1), is as good as (N,):
+        # the algorithms read values through ``flat_values``.
+        return isinstance(out, tuple) and len(out) == 2 \
+            and all(isinstance(part, torch.Tensor) for part in out) \
+            and tuple(out[0].shape) == (batch, n_actions) \
+            and tuple(out[1].shape) in ((batch,), (batch, 1))
 
     @staticmethod
     def outputs_wanted(n_actions: int) -> str:
-        return f"(logits [batch, {n_actions}], value [batch])"
+        return f"(logits [batch, {n_actions}], value [batch] or [batch, 1])"
+
+
+def flat_values(values: torch.Tensor) -> torch.Tensor:
+    """A value head's output as one value per observation, (N,), from (N,) or (N, 1)."""
+    return values.reshape(values.shape[0]) if values.dim() == 2 else values
+
+
+def shapes_of(out) -> str:
+    """What a network returned, by shape, for an error message."""
+    if isinstance(out, torch.Tensor):
+        return f"a tensor of shape {tuple(out.shape)}"
+    if isinstance(out, (tuple, list)):
+        parts = [str(tuple(part.shape)) if isinstance(part, torch.Tensor)
+                 else type(part).__name__ for part in out]
+        return f"({', '.join(parts)})"
+    return type(out).__name__
 
 
 class QNetwork(nn.Module):
@@ -60,7 +80,7 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
     """The network for ``algo``: its built-in one (``network`` of its strategy class), or
     the user's: ``spec`` (``module:make``) is called as ``make(obs_dim, n_actions)`` and must
     return what the algorithm expects (what its built-in network returns)."""
-    expected = algorithm_class(algo).network
+    expected = strategy_class(algo).network
     if spec is not None:
         model = load_object(spec, "--net")(shape.obs_dim, shape.n_actions)
         if not isinstance(model, nn.Module):
@@ -72,5 +92,6 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
         out = model(torch.zeros(2, shape.obs_dim))
     if not expected.outputs_fit(out, batch=2, n_actions=shape.n_actions):
         raise UserError(f"--net: {spec or 'the built-in network'} must return "
-                        f"{expected.outputs_wanted(shape.n_actions)} for --algo {algo}")
+                        f"{expected.outputs_wanted(shape.n_actions)} for --algo {algo}; "
+                        f"for a batch of 2 observations it got {shapes_of(out)}")
     return model

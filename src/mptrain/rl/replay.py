@@ -1,18 +1,22 @@
-"""A replay buffer in shared memory that N actors fill and one learner samples, no locks.
+"""DQN's replay buffer in shared memory: N actors fill it, one learner samples it, no locks.
 
-The buffer is split into one ring segment per actor, and each actor is the only writer of
-its segment and of its own counter (transitions written so far, ever). The learner reads
-the counters and samples rows from the filled part of every segment.
+Every environment step of a run has a number, its global step ``g``, and the actor that
+takes it is fixed by that number: actor ``g % actors``, as its ``g // actors``-th step. Each
+actor writes its steps into its own ring segment and counts them in its own counter; nobody
+else writes either. The learner asks for rows by global step -- "uniformly from steps
+``[first, end)``" -- so what it may draw is fixed by step counts, never by how far the
+actors happen to be: with a seeded generator, the same draws give the same rows.
 
-Why no lock is needed: a row is written completely before its actor increments the
-counter. On x86 (TSO) stores become visible in program order, so a row is whole whenever
-the counter says it exists. Weakly ordered CPUs (aarch64, POWER) may show the counter
-before the row, and a ring overwrites its oldest row while the learner may read it. So the
-learner never samples the ``margin`` newest rows nor the ``margin`` oldest of a segment: a
-torn read would need an actor to write ``margin`` (64) transitions -- 64 environment steps
-and network evaluations, tens of microseconds each -- while the learner gathers one batch
-(a few microseconds). That is a bound from the work involved, not a memory-model guarantee,
-and it is the same bargain as Hogwild's parameters.
+Why no lock is needed: the learner reads a global step only once its actor has counted it
+(``rows_before``), and a row is written completely before its actor increments the counter.
+On x86 (TSO) stores become visible in program order, so a counted row is whole. Weakly
+ordered CPUs (aarch64, POWER) may show the counter before the row, so the learner also waits
+until the actor has written a ``margin`` of further rows (see ``dqn``): a torn read would need
+the row's stores to stay invisible while the actor takes that many more environment steps
+and network evaluations -- a bound from the work involved, not a memory-model guarantee, the
+same bargain as Hogwild's parameters. A ring segment is larger than its share of the
+buffer's capacity by what an actor may run ahead of the learner (``ahead``), so no row the
+learner may still draw is overwritten.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
-MARGIN = 64
 
 
 @dataclass
@@ -33,15 +35,24 @@ class Batch:
     dones: torch.Tensor        # 1.0 where the episode terminated (no bootstrap)
 
 
+def rows_before(step: int, actor: int, actors: int) -> int:
+    """How many of the global steps before ``step`` belong to ``actor``."""
+    return max(0, (step - actor + actors - 1) // actors)
+
+
+def segment_rows(capacity: int, actors: int, ahead: int) -> int:
+    """Rows of each actor's ring: its share of ``capacity`` global steps, plus the ``ahead``
+    global steps that actors may run past the newest step the learner draws from."""
+    return -(-(capacity + ahead) // actors) + 1
+
+
 class SharedReplay:
     def __init__(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                 next_obs: torch.Tensor, dones: torch.Tensor, counts: torch.Tensor,
-                 margin: int = MARGIN):
+                 next_obs: torch.Tensor, dones: torch.Tensor, counts: torch.Tensor):
         self.obs, self.actions, self.rewards = obs, actions, rewards
         self.next_obs, self.dones, self.counts = next_obs, dones, counts
-        self.segments = counts.numel()
-        self.segment_size = obs.shape[0] // self.segments
-        self.margin = margin
+        self.actors = counts.numel()
+        self.segment_size = obs.shape[0] // self.actors
         self._bind()
 
     def _bind(self) -> None:
@@ -64,34 +75,28 @@ class SharedReplay:
         self._bind()
 
     @classmethod
-    def create(cls, capacity: int, obs_dim: int, actors: int,
-               margin: int = MARGIN) -> "SharedReplay":
-        """``capacity`` transitions in total, ``capacity // actors`` per actor's segment."""
-        per = capacity // actors
-        if per <= 2 * margin:
-            raise ValueError(f"a replay buffer of {capacity} for {actors} actors leaves "
-                             f"{per} rows per actor; need more than {2 * margin}")
-        rows = per * actors
+    def create(cls, capacity: int, obs_dim: int, actors: int, ahead: int = 0) -> "SharedReplay":
+        """Room for the newest ``capacity`` global steps, while actors may write up to
+        ``ahead`` steps past the newest one drawn from."""
+        rows = segment_rows(capacity, actors, ahead) * actors
         tensors = [torch.zeros(rows, obs_dim), torch.zeros(rows, dtype=torch.int64),
                    torch.zeros(rows), torch.zeros(rows, obs_dim), torch.zeros(rows),
                    torch.zeros(actors, dtype=torch.int64)]
         for tensor in tensors:  # before the views are taken: this moves the storage
             tensor.share_memory_()
-        return cls(*tensors, margin)
+        return cls(*tensors)
 
     @staticmethod
-    def estimate_nbytes(capacity: int, obs_dim: int, actors: int) -> int:
-        rows = capacity // actors * actors
+    def estimate_nbytes(capacity: int, obs_dim: int, actors: int, ahead: int = 0) -> int:
+        rows = segment_rows(capacity, actors, ahead) * actors
         return rows * (2 * obs_dim * 4 + 8 + 4 + 4) + actors * 8
 
     def tensors(self) -> list[torch.Tensor]:
         return [self.obs, self.actions, self.rewards, self.next_obs, self.dones, self.counts]
 
     def add(self, actor: int, obs, action: int, reward: float, next_obs, done: bool) -> None:
-        """Append one transition to ``actor``'s segment (only that actor calls this)."""
-        count = self._own_counts.get(actor)
-        if count is None:
-            count = int(self.counts[actor])
+        """Append ``actor``'s next step to its segment (only that actor calls this)."""
+        count = self.count(actor)
         obs_rows, actions, rewards, next_rows, dones, counts = self._views
         row = actor * self.segment_size + count % self.segment_size
         obs_rows[row] = obs
@@ -102,37 +107,30 @@ class SharedReplay:
         counts[actor] = count + 1  # last: the row is complete before it is counted
         self._own_counts[actor] = count + 1
 
+    def count(self, actor: int) -> int:
+        """Steps ``actor`` has written; exact in the actor's own process."""
+        own = self._own_counts.get(actor)
+        return own if own is not None else int(self._views[-1][actor])
+
+    def next_step(self, actor: int) -> int:
+        """The global step ``actor`` takes next."""
+        return self.count(actor) * self.actors + actor
+
     def total(self) -> int:
         """Transitions written by all actors so far."""
         return sum(self._views[-1].tolist())  # a few actors: faster than a NumPy sum
 
-    def sampleable(self) -> list[tuple[int, int]]:
-        """Per segment, the (first, end) positions -- in that actor's count of writes -- that
-        the learner may read: filled, past the newest ``margin`` rows and clear of the
-        ``margin`` oldest, which the next writes will overwrite."""
-        ranges = []
-        for count in self.counts.tolist():
-            end = count - self.margin
-            first = max(0, count - self.segment_size + self.margin)
-            ranges.append((first, max(first, end)))
-        return ranges
+    def written(self, actor: int) -> int:
+        """``actor``'s count as the other processes see it now."""
+        return int(self._views[-1][actor])
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> Batch | None:
-        """``batch_size`` transitions drawn uniformly from every actor's readable rows (None
-        while there are none)."""
-        ranges = self.sampleable()
-        sizes = torch.tensor([end - first for first, end in ranges], dtype=torch.float64)
-        available = int(sizes.sum())
-        if available == 0:
-            return None
-        # Uniform over all readable rows: a position among them, then its segment.
-        picks = torch.randint(available, (batch_size,), generator=generator)
-        bounds = sizes.cumsum(0).to(torch.int64)
-        segment = torch.searchsorted(bounds, picks, right=True)
-        offset = picks - (bounds[segment] - sizes.to(torch.int64)[segment])
-        firsts = torch.tensor([first for first, _ in ranges], dtype=torch.int64)
-        position = firsts[segment] + offset
-        rows = segment * self.segment_size + position % self.segment_size
+    def sample(self, first: int, end: int, batch_size: int,
+               generator: torch.Generator) -> Batch:
+        """``batch_size`` transitions drawn uniformly from global steps ``[first, end)``;
+        the caller has made sure they are written and not yet overwritten."""
+        steps = torch.randint(first, end, (batch_size,), generator=generator)
+        actor = steps % self.actors
+        rows = actor * self.segment_size + (steps // self.actors) % self.segment_size
         return Batch(self.obs[rows], self.actions[rows], self.rewards[rows],
                      self.next_obs[rows], self.dones[rows])
 

@@ -13,7 +13,7 @@ import torch.nn as nn
 from ..launch.plan import check_shared_memory
 from ..result import FitResult
 from . import report
-from .driver import GreedyEvaluation
+from .base import GreedyEvaluation
 from .envs import EnvSource
 
 

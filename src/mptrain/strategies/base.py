@@ -98,6 +98,8 @@ class WorkerProgram(ABC):
 
 class Strategy(ABC):
     name: ClassVar[str] = "base"
+    #: ``supervised`` (``mptrain run --strategy``) or ``rl`` (``mptrain rl --algo``).
+    family: ClassVar[str] = "supervised"
     #: What one unit of the run's work is called: an ``epoch`` over the data, or a ``round``.
     unit: ClassVar[str] = "epoch"
     #: Why ``--compile`` on a GPU records no CUDA graphs for this strategy, or None where it

@@ -1,6 +1,7 @@
-"""What every RL algorithm is to the shared driver (``engine.loop.train``): a strategy whose
-rounds are environment steps, a worker program with a greedy policy, and an evaluation by
-greedy episodes that stops the run at a target return."""
+"""The base classes of the RL algorithms -- what each is to the shared driver
+(``engine.loop.train``): a strategy whose rounds are environment steps, a worker program
+with a greedy policy, and an evaluation by greedy episodes that stops the run at a target
+return."""
 
 from __future__ import annotations
 
@@ -17,12 +18,17 @@ from .metrics import rl_round_extras, rl_round_parts
 class ActorStrategy(Strategy):
     """An RL algorithm: its rounds are environment steps and its reports carry returns."""
 
+    family = "rl"
     unit = "round"
 
     def needs(self, model, data, plan):
         # Actors act on the shared model (a3c) or a learner's (dqn): nothing to rehearse.
         return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),
                              private_replicas=False, rehearse=False)
+
+    @classmethod
+    def check_checkpoint(cls, checkpoint) -> None:
+        """Refuse, in one line, a checkpoint of this algorithm that it cannot resume."""
 
     def samples_per_round(self, data, workers: int) -> int:
         return self.config.round_steps
