@@ -48,10 +48,14 @@ def test_report_values_are_sane(report):
     assert report["start_methods"]["default"] in report["start_methods"]["available"]
 
 
-def test_collection_does_not_fix_the_start_method(report):
-    # The launcher must still be free to call set_start_method after the report.
+def test_collection_does_not_fix_the_start_method(monkeypatch):
+    # The launcher must still be free to call set_start_method after the report. Checked
+    # from an unset default: an earlier test in this process (torch.compile's worker pool)
+    # may have fixed it.
     import multiprocessing
 
+    monkeypatch.setattr(multiprocessing.context._default_context, "_actual_context", None)
+    collect_device_report()
     assert multiprocessing.get_start_method(allow_none=True) is None
 
 

@@ -186,9 +186,11 @@ FLAT_CONFIG_KEYS = [
     "accept_failures", "scaffold", "sampling", "dropout_rate", "straggler_rate", "dp_clip",
     "dp_noise", "dp_delta", "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr",
     "dp_count_noise", "client_eval_every"]
-#: Settings added since (issue 39's two, issue 41's three), after the others.
+#: Settings added since (issue 39's two, issue 41's three), after the others; issue 40's
+#: --compile sits after --precision.
 ADDED_KEYS = ["vectorize_clients", "vectorize_chunk", "aggregator", "malicious_fraction",
               "attack"]
+COMPILE_AFTER = "precision"
 
 
 @pytest.mark.timeout(120)
@@ -199,9 +201,11 @@ def test_a_flat_checkpoint_config_resumes_with_its_own_fedavg_settings(tmp_path)
     fit(copy.deepcopy(initial), rounds=2, out=tmp_path, checkpoint_every=1, **options)
     path = tmp_path / "checkpoint.pt"
     saved = torch.load(path, weights_only=True)
-    # Settings added since then come after.
-    assert list(saved["config"]) == FLAT_CONFIG_KEYS + ADDED_KEYS
-    for added in ADDED_KEYS:
+    # Settings added since then come after (--compile beside --precision).
+    expected = FLAT_CONFIG_KEYS + ADDED_KEYS
+    expected.insert(expected.index(COMPILE_AFTER) + 1, "compile")
+    assert list(saved["config"]) == expected
+    for added in ADDED_KEYS + ["compile"]:
         del saved["config"][added]
     # As a config file or an older mptrain may have left it: betas as a list.
     saved["config"]["server_betas"] = [0.8, 0.9]
