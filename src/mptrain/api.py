@@ -17,7 +17,7 @@ from .launch.preflight import GUARD_HELP
 from .result import FitResult
 from .runner import RunRequest, run
 from .strategies import make_strategy
-from .supervised import SupervisedTask
+from .supervised import SupervisedFamily
 
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
@@ -106,9 +106,9 @@ def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name:
     if config.checkpoint_every and out is None:
         raise UserError(f"{setting_name('checkpoint_every')} needs {setting_name('out')} "
                         "DIR, the folder the checkpoint is written to")
-    task = SupervisedTask(bundle, model_name, run_info=dict(run_info or {}))
+    family = SupervisedFamily(bundle, model_name, run_info=dict(run_info or {}))
     return run(RunRequest(config=config, strategy=make_strategy(config), launcher=launcher,
-                          model=model, task=task, out=out, resume=checkpoint,
+                          model=model, family=family, out=out, resume=checkpoint,
                           quiet=config.quiet, loggers=tuple(loggers), tb_dir=tb_dir,
                           callbacks=list(callbacks or [])))
 

@@ -3,7 +3,7 @@ everything that can be checked before a process starts, say what will happen, tr
 the restart policy of ``launch.restarts``), write the outputs. Each step is someone else's
 job; this module only puts them in order. Supervised runs (``fit()``, ``mptrain run``) and
 RL runs (``mptrain.rl``) both end up here; what differs between them is a
-:class:`RunTask` (banner, summary, closing lines, outputs)."""
+:class:`RunFamily` (banner, summary, closing lines, outputs)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,9 @@ from .report.recorder import RunRecorder
 from .result import FitResult
 
 
-class RunTask(Protocol):
-    """What one kind of run says about itself and leaves behind."""
+class RunFamily(Protocol):
+    """What one family of runs (supervised, RL: the strategies' ``family`` fact) says about
+    itself and leaves behind. "Task" is the loss's kind alone (``engine.task``)."""
 
     #: The progress and metrics vocabulary of the run's reports (``data.sources`` task).
     kind: str
@@ -78,7 +79,7 @@ class RunRequest:
     strategy: object
     launcher: Launcher
     model: nn.Module
-    task: RunTask
+    family: RunFamily
     out: str | Path | None = None
     resume: Checkpoint | None = None
     quiet: bool = False
@@ -90,31 +91,31 @@ class RunRequest:
 
 def run(request: RunRequest) -> FitResult:
     started = time.monotonic()
-    config, strategy, launcher, model, task = request.config, request.strategy, \
-        request.launcher, request.model, request.task
+    config, strategy, launcher, model, family = request.config, request.strategy, \
+        request.launcher, request.model, request.family
     presenter = ConsolePresenter(quiet=request.quiet, **launcher.presenter_role())
     if getattr(config, "compile", False):   # before any process starts
         check_compilable(config.device)
     strategy.out_dir = Path(request.out) if request.out is not None \
         and launcher.writes_outputs else None
-    plan = launcher.plan(config, strategy, model, task.data)
+    plan = launcher.plan(config, strategy, model, family.data)
     if plan.start_method not in (None, "fork"):
         check_spawn_ready(model, "" if plan.start_reason == AS_REQUESTED else plan.start_reason)
     callbacks = make_callbacks(request, presenter)
     joined = launcher.join(config, plan, request.out, request.resume)
     resume = joined.resume
     check_resumable(resume, config, plan.workers, strategy)
-    machine_warnings = task.preflight(config, model, strategy, plan)
+    machine_warnings = family.preflight(config, model, strategy, plan)
     out = request.out if launcher.writes_outputs else None
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
-    run_info = {**task.run_info, **request.extra_run_info, **joined.run_info}
+    run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable)
     if resume is not None:
         model.load_state_dict(resume.model)
     # How OpenMP threads wait: only where a worker has more than one to wait for.
     waiting = [wait_policy_line()] if plan.threads > 1 else []
-    presenter.banner(task.banner(config, model, plan) + waiting
+    presenter.banner(family.banner(config, model, plan) + waiting
                      + strategy.describe(plan, model)
                      + tracker_lines(callbacks) + resume_lines(config, resume))
     for note in joined.notes:
@@ -122,11 +123,11 @@ def run(request: RunRequest) -> FitResult:
     for warning in machine_warnings:
         presenter.machine_note(warning)
 
-    result = task.result(model, config)
+    result = family.result(model, config)
     if resume is not None:
         result.epochs = [RoundMetrics.from_dict(row) for row in resume.metrics]
-    recorder = RunRecorder(config, strategy, task.kind, presenter, keeper, out_dir,
-                           plan.workers, strategy.samples_per_round(task.data, plan.workers),
+    recorder = RunRecorder(config, strategy, family.kind, presenter, keeper, out_dir,
+                           plan.workers, strategy.samples_per_round(family.data, plan.workers),
                            started, result.epochs, model=model, callbacks=callbacks)
     try:
         # Trackers open here, before the workers fork: none of them leaves a thread running
@@ -134,28 +135,28 @@ def run(request: RunRequest) -> FitResult:
         callbacks.on_run_start(config, run_info, resume.epoch if resume is not None else None)
         try:
             result.restarts = train_with_restarts(
-                Job(config=config, bundle=task.data, model=model, strategy=strategy,
+                Job(config=config, bundle=family.data, model=model, strategy=strategy,
                     plan=plan, presenter=presenter, on_report=recorder.on_report,
-                    checkpoint_every=keeper.every, evaluation=task.evaluation,
-                    while_workers_train=task.before_plotting if out_dir is not None else None),
-                keeper, recorder, launcher, who=task.who, command=task.command)
+                    checkpoint_every=keeper.every, evaluation=family.evaluation,
+                    while_workers_train=family.before_plotting if out_dir is not None else None),
+                keeper, recorder, launcher, who=family.who, command=family.command)
         finally:
             strategy.finish(model)
         warmup.wait_for_imports()  # the plotting import, before the plot
 
         wall_s = time.monotonic() - started
         first = recorder.first_step_at
-        result.summary = task.summary(config, model, plan, result.epochs, wall_s,
+        result.summary = family.summary(config, model, plan, result.epochs, wall_s,
                                       first - started if first else None)
         result.summary.update(strategy.summary_fields())
         result.summary["restarts"] = result.restarts
         if out_dir is not None:
-            task.write_outputs(out_dir, model, result.epochs, result.summary)
+            family.write_outputs(out_dir, model, result.epochs, result.summary)
     except BaseException as error:
         callbacks.on_abort(error)
         raise
     callbacks.on_end(result.summary, out_dir)
-    presenter.result(task.result_lines(result.summary, out_dir))
+    presenter.result(family.result_lines(result.summary, out_dir))
     return result
 
 

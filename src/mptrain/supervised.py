@@ -1,4 +1,4 @@
-"""A supervised run as the runner sees it (``runner.RunTask``): a data set in shared
+"""A supervised run as the runner sees it (``runner.RunFamily``): a data set in shared
 memory, its test set to score a round, and the banner, summary and files of
 ``report.summary``."""
 
@@ -16,7 +16,7 @@ from .result import FitResult
 
 
 @dataclass
-class SupervisedTask:
+class SupervisedFamily:
     data: DataBundle
     model_name: str
     #: How ``mptrain run --resume`` rebuilds the data and model (``data``, ``data_dir``,

@@ -149,8 +149,8 @@ def captured_run(monkeypatch):
     calls = []
 
     def record(request):
-        calls.append({"config": request.config, "data": request.task.data.name,
-                      "model": request.task.model_name, "out": request.out})
+        calls.append({"config": request.config, "data": request.family.data.name,
+                      "model": request.family.model_name, "out": request.out})
 
     monkeypatch.setattr(mptrain.api, "run", record)
     return calls

@@ -140,7 +140,7 @@ def test_user_callbacks_run_only_where_the_run_is_presented(tmp_path):
         writes_outputs = False
 
     request = RunRequest(config=None, strategy=None, launcher=OtherRank(), model=None,
-                         task=None, out=tmp_path, loggers=("csv",), callbacks=[Recorder()])
+                         family=None, out=tmp_path, loggers=("csv",), callbacks=[Recorder()])
     callbacks = make_callbacks(request, presenter=type("P", (), {"note": print})())
     assert callbacks.trackers == [] and callbacks.callbacks == [] and not callbacks
 

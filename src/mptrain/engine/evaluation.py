@@ -3,7 +3,7 @@
 The driver (``engine.loop``) is the same for every run; what differs between a supervised
 run and an RL run is only this: a test set split over the ranks or greedy episodes, and the
 accuracy or the mean return that stops the run. Each kind is a small class the run's task
-names (``SupervisedTask.evaluation``, ``RLTask.evaluation``); the driver builds one per rank.
+names (``SupervisedFamily.evaluation``, ``RLFamily.evaluation``); the driver builds one per rank.
 """
 
 from __future__ import annotations

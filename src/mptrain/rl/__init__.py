@@ -11,4 +11,4 @@ from ..imports import lazy_exports
 
 __all__ = ["fit", "RLConfig", "RLResult", "ALGOS"]
 __getattr__, __dir__ = lazy_exports(__name__, {
-    "fit": ".api", "RLConfig": ".config", "RLResult": ".task", "ALGOS": "..strategies.registry"})
+    "fit": ".api", "RLConfig": ".config", "RLResult": ".family", "ALGOS": "..strategies.registry"})

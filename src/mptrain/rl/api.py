@@ -14,7 +14,7 @@ from ..strategies.registry import ALGOS, strategy_class
 from .config import RLConfig
 from .envs import EnvSource, env_shape, require_gymnasium
 from .nets import build_network
-from .task import RLResult, RLTask
+from .family import RLResult, RLFamily
 
 
 def rl_family():
@@ -48,7 +48,7 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
         **settings) -> RLResult:
     """Train an agent on ``env`` (a Gymnasium id such as ``"CartPole-v1"`` or an import
     string ``"module:make_env"``) with ``algo`` (``"a3c"`` or ``"dqn"``) and return an
-    :class:`~mptrain.rl.task.RLResult` (``model``, ``rounds``, ``summary``).
+    :class:`~mptrain.rl.family.RLResult` (``model``, ``rounds``, ``summary``).
 
     ``settings`` are those of :class:`~mptrain.rl.config.RLConfig` (``workers``, ``steps``,
     ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...); an unknown
@@ -80,9 +80,10 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
     model = build_network(config.algo, shape, config.network_width, config.net)
-    task = RLTask(EnvSource(shape), run_info={"env": config.env, "net": config.net})
+    family = RLFamily(EnvSource(shape), run_info={"env": config.env, "net": config.net})
     return run(RunRequest(config=config, strategy=algorithm(config), launcher=launcher,
-                          model=model, task=task, out=out, resume=checkpoint, quiet=config.quiet,
+                          model=model, family=family, out=out, resume=checkpoint,
+                          quiet=config.quiet,
                           **telling))
 
 

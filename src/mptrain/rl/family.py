@@ -1,5 +1,6 @@
-"""An RL run as the runner sees it (``runner.RunTask``): actors on environments instead of a
-data set, greedy episodes to score a round, and RL's banner, summary and files (``rl.report``). Everything
+"""An RL run as the runner sees it (``runner.RunFamily``): actors on environments instead of
+a data set, greedy episodes to score a round, and RL's banner, summary and files
+(``rl.report``). Everything
 else -- plan, launcher, supervision, restarts, recorder, checkpoints, console -- is the one
 the supervised runs use."""
 
@@ -28,7 +29,7 @@ class RLResult(FitResult):
 
 
 @dataclass
-class RLTask:
+class RLFamily:
     data: EnvSource
     run_info: dict = field(default_factory=dict)
     kind: str = "rl"
