@@ -20,8 +20,8 @@ def test_without_a_cpp_compiler_cpu_compiles_are_refused_with_the_fix(monkeypatc
 
 
 def test_an_unsupported_python_is_refused(monkeypatch):
-    import torch._dynamo.eval_frame as eval_frame
-    monkeypatch.setattr(eval_frame, "is_dynamo_supported", lambda: False)
+    import torch._dynamo
+    monkeypatch.setattr(torch._dynamo, "is_dynamo_supported", lambda: False)
     assert "cannot compile on Python" in compile_refusal("cpu")
 
 
@@ -203,3 +203,19 @@ def test_a_model_of_torchs_own_layers_is_really_compiled():
         explained = torch._dynamo.explain(net.forward)(torch.randn(4, 8))
     assert explained.graph_count >= 1
     assert list(net.state_dict()) == list(_net().state_dict())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_command_compiles_from_a_fresh_process(tmp_path):
+    """`mptrain run --compile` asks whether torch can compile before anything else has
+    loaded dynamo: that question must not be what fails (it was, a circular import)."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mptrain", "run", "--compile", "--epochs",
+                           "1", "--steps-per-epoch", "5", "--quiet", "--out",
+                           str(tmp_path)], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["compile"] is True

@@ -46,8 +46,10 @@ DEFAULT = "default"
 def compile_refusal(device_type: str) -> str | None:
     """Why ``torch.compile`` cannot work here, with what to do, or None."""
     try:
-        from torch._dynamo.eval_frame import is_dynamo_supported
-        supported = is_dynamo_supported()
+        # The package first: importing torch._dynamo.eval_frame on its own, in a process
+        # that has not loaded dynamo yet (the CLI's), is a circular import in torch 2.13.
+        import torch._dynamo
+        supported = torch._dynamo.is_dynamo_supported()
     except Exception:   # noqa: BLE001 -- any failure to ask is an unsupported torch/Python
         supported = False
     if not supported:
