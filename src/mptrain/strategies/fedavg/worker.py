@@ -29,14 +29,9 @@ import time
 import torch
 import torch.nn as nn
 
-from ...data.sources import CLASSIFICATION
-from ...engine.task import evaluate
 from ...errors import ClientFailedError
 from ...federated import availability, scaffold
-from ...federated.aggregate import column_slice
 from ...federated.client import update_is_finite
-from ...federated.client_stats import summarize
-from ...federated.cohort_eval import client_accuracies
 from ...federated.cohort_round import chunks
 from ...federated.privacy import clip_
 from ...federated.robust_server import RobustServer
@@ -44,11 +39,13 @@ from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
 from . import checkpoint
+from .client_evaluation import evaluate_clients
 from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
+from .tally import RoundTally
 
 
 class FedAvgProgram(WorkerProgram):
@@ -245,28 +242,8 @@ class FedAvgProgram(WorkerProgram):
         return float(self.trainer.sizes[client])
 
     def _evaluate_clients(self) -> dict:
-        """The global model on every client's own data, each rank a run of clients; rank 0
-        summarises after a barrier."""
-        shared, setup, group, c = self.shared, self.setup, self.group, self.config
-        f = c.fedavg
-        if setup.data.task != CLASSIFICATION:
-            return {}
-        mine = column_slice(f.clients, group.world_size, group.rank)
-        if self.cohorts.path.vectorized:
-            shared.client_accuracy[mine] = client_accuracies(
-                self.trainer.model, self.trainer.feed, shared.client_index,
-                shared.client_offsets, range(mine.start, mine.stop), c.eval_batch_size,
-                setup.device, c.precision, beat=setup.progress.beat)
-            group.barrier()
-            return summarize(shared.client_accuracy) if group.rank == 0 else {}
-        for client in range(mine.start, mine.stop):
-            _, correct, count = evaluate(self.trainer.model, self.trainer.feed,
-                                         shared.client_indices(client), setup.data.task,
-                                         c.eval_batch_size, setup.device,
-                                         beat=setup.progress.beat, precision=c.precision)
-            shared.client_accuracy[client] = correct / count if count else float("nan")
-        group.barrier()
-        return summarize(shared.client_accuracy) if group.rank == 0 else {}
+        return evaluate_clients(self.config, self.shared, self.setup, self.trainer,
+                                self.cohorts.path.vectorized)
 
     # -- what the loop asks of every program -----------------------------------------------------
     def eval_model(self) -> nn.Module:
@@ -287,26 +264,3 @@ class FedAvgProgram(WorkerProgram):
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
             copy_model_state(self.trainer.model, shared_model)
-
-
-class RoundTally:
-    """What happened to my clients in one round."""
-
-    def __init__(self):
-        self.steps = self.samples = self.reported = self.dropped = self.partial = 0
-        self.loss_sum = self.client_loss_sum = 0.0
-        self.failed: list[int] = []
-        self.nonfinite: list[int] = []
-
-    def count(self, steps: int, samples: int, loss_sum: float, partial: bool) -> None:
-        self.steps += steps
-        self.samples += samples
-        self.loss_sum += loss_sum
-        self.client_loss_sum += loss_sum / max(1, samples)
-        self.partial += int(partial)
-
-    def as_extras(self) -> dict:
-        return {"failed_clients": self.failed + self.nonfinite,
-                "nonfinite_clients": self.nonfinite, "reported": self.reported,
-                "dropped": self.dropped, "partial": self.partial,
-                "client_loss_sum": self.client_loss_sum}
