@@ -62,7 +62,10 @@ class SteppedNet(nn.Module):
         rank = int(os.environ.get("RANK", "-1"))
         if self.training and rank >= 0 and _in_training_round():
             if self.steps == 0 and MARK_DIR:
-                torch.save(self.state_dict(), Path(MARK_DIR) / f"initial-{rank}.pt")
+                # Whole or absent: a test that sees the file may SIGKILL this rank next.
+                final = Path(MARK_DIR) / f"initial-{rank}.pt"
+                torch.save(self.state_dict(), final.with_suffix(".tmp"))
+                os.replace(final.with_suffix(".tmp"), final)
                 _mark(f"first-step-{_ATTEMPT}-{rank}")
             if rank == CRASH_RANK and self.steps == CRASH_STEP and \
                     os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
