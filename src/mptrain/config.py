@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .data.defaults import TrainingDefaults
 from .engine.precision import PRECISIONS
-from .errors import UserError, setting_name
+from .errors import UserError, closest, setting_name
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
 
@@ -215,13 +215,11 @@ def check_given(settings: Mapping[str, Any]) -> dict:
 def refuse_unknown(said: Mapping[str, Any], known, what: str = "setting") -> None:
     """Refuse names outside ``known`` in one line that suggests the close one and lists
     them all (a silently ignored typo is worse than a refusal)."""
-    import difflib
-
     unknown = sorted(set(said) - set(known))
     if not unknown:
         return
-    close = difflib.get_close_matches(unknown[0], list(known), n=1)
-    hint = f" (did you mean {setting_name(close[0])}?)" if close else ""
+    close = closest(unknown[0], known)
+    hint = f" (did you mean {setting_name(close)}?)" if close else ""
     names = ", ".join(setting_name(k) for k in unknown)
     raise UserError(f"unknown {what}{'s' if len(unknown) > 1 else ''} {names}{hint}; known: "
                     f"{', '.join(sorted(setting_name(k) for k in known))}")
@@ -290,11 +288,9 @@ def load_config_file(path: str | Path, keys=None) -> FileValues:
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in keys:
-            import difflib
-
             known = sorted(k.replace("_", "-") for k in keys)
-            close = difflib.get_close_matches(key.replace("_", "-"), known, n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            close = closest(key.replace("_", "-"), known)
+            hint = f" (did you mean {close!r}?)" if close else ""
             raise UserError(f"config file {path}: unknown key {key!r}{hint}; known keys: "
                             f"{', '.join(known)}")
         if name in _LOCATION_KEYS | {"tb_dir", "env", "net"} and not isinstance(value, str):

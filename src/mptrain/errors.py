@@ -90,3 +90,12 @@ def spelled(spelling: Callable[[str], str]):
 def as_keyword(name: str) -> str:
     """Python's spelling: the keyword argument itself."""
     return name
+
+
+def closest(name: str, choices, cutoff: float = 0.6) -> str | None:
+    """The choice ``name`` most likely misspells, or None: what every "did you mean ...?"
+    of a one-line refusal names."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
+    return close[0] if close else None

@@ -16,7 +16,7 @@ from mptrain.federated.vectorizable import GPU_SHARE, check_cohort, memory_budge
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
-from test_cohort import BATCH, SETTINGS, small_model, streams  # noqa: E402
+from test_cohort import BATCH, SETTINGS, data, small_model, streams  # noqa: E402,F401  (data: the fixture)
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() == 0,
@@ -36,15 +36,6 @@ def cohort_on(device, data, settings):
     return stacked_rows(result, model).cpu()
 
 
-@pytest.fixture(scope="module")
-def data():
-    from test_cohort import SIZES
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(sum(SIZES), 12, generator=generator)
-    targets = torch.randint(0, 3, (sum(SIZES),), generator=generator)
-    bounds = torch.tensor([0] + SIZES).cumsum(0)
-    return inputs, targets, [torch.arange(bounds[k], bounds[k + 1])
-                             for k in range(len(SIZES))]
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))

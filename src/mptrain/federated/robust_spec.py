@@ -7,11 +7,10 @@ wrong, with the closest name when the name is unknown. What the rules and attack
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import UserError
+from ..errors import UserError, closest
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "bulyan",
                "norm-bound", "geometric-median")
@@ -90,8 +89,8 @@ def parse_aggregator(text: str) -> AggregatorSpec:
 
 
 def _suggestion(name: str, choices: Sequence[str]) -> str:
-    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest(name, choices, cutoff=0.5)
+    return f" (did you mean {close!r}?)" if close else ""
 
 
 def _number(text: str, message: str) -> float:

@@ -130,7 +130,7 @@ class FedAvgProgram(WorkerProgram):
             # the attack's hooks; the honest clients train stacked.
             robust = self.robust
             attackers = [c for c in mine if robust is not None and robust.is_malicious(c)]
-            honest = [c for c in mine if c not in set(attackers)]
+            honest = [c for c in mine if c not in attackers]
             cohorts = chunks(honest, path.chunk) + [[c] for c in attackers]
         else:
             cohorts = [[c] for c in mine]
