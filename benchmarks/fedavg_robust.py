@@ -4,7 +4,7 @@ the papers behind each rule.
     python benchmarks/fedavg_robust.py [--data-dir DIR] [--rounds 100] [--seeds 0,1,2]
         [--rules mean,median,...] [--attacks none,gaussian:1,...] [--malicious-fraction 0.2]
         [--clients-per-round 20] [--workers 2] [--json auto|PATH] [--smoke]
-        [--server-only]
+        [--server-only] [--cache DIR]
 
 Every run is a fresh ``python -m mptrain run`` (``common.run_measured``); figures come from
 its metrics.jsonl. The setting of the issue: the 2NN of McMahan et al. (``mnist-2nn``), 100
@@ -95,6 +95,28 @@ def run_cell(rule: str, attack: str, seed: int, args, data_dir: Path) -> dict:
             "malicious": [r.get("malicious", 0) for r in rows],
             "malicious_selected": [r.get("malicious_selected") for r in rows],
             "skipped": sum(1 for r in rows if r.get("skipped"))}
+
+
+def cached_run(cache: Path | None, rule: str, attack: str, seed: int, args,
+               data_dir: Path) -> dict:
+    """``run_cell``, or its result from an earlier sitting of the same setting (a JSON file
+    per run under ``--cache``, written atomically; failed runs are run again)."""
+    if cache is None:
+        return run_cell(rule, attack, seed, args, data_dir)
+    name = (f"{rule}_{attack}_seed{seed}_r{args.rounds}_c{args.clients_per_round}"
+            f"_m{args.malicious_fraction:g}{'_smoke' if args.smoke else ''}")
+    path = cache / (name.replace(":", "-").replace(",", "-") + ".json")
+    if path.exists():
+        try:
+            found = json.loads(path.read_text())
+        except ValueError:
+            found = None
+        if isinstance(found, dict) and found.get("ok"):
+            return found
+    run = run_cell(rule, attack, seed, args, data_dir)
+    if run["ok"]:
+        write_json(path, run)
+    return run
 
 
 def median(values):
@@ -270,6 +292,8 @@ def main(argv=None) -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", default="auto")
     parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--cache", help="a folder keeping each run's result, so that a "
+                        "sitting cut short carries on where it stopped")
     parser.add_argument("--server-only", action="store_true",
                         help="only time the server's share of a round for each rule")
     args = parser.parse_args(argv)
@@ -288,18 +312,22 @@ def main(argv=None) -> None:
     if args.server_only:
         return
     data_dir = mnist_dir(args.data_dir)
-    cells = {}
-    for rule in rules:
-        for attack in attacks:
-            runs = []
-            for seed in args.seeds:
-                run = run_cell(rule, attack, seed, args, data_dir)
-                runs.append(run)
+    cache = Path(args.cache) if args.cache else None
+    if cache is not None:
+        cache.mkdir(parents=True, exist_ok=True)
+    # Seed after seed, every cell within a seed: a sitting cut short still has whole
+    # tables for the seeds it finished, and --cache lets the next sitting carry on.
+    runs = {(rule, attack): [] for rule in rules for attack in attacks}
+    for seed in args.seeds:
+        for rule in rules:
+            for attack in attacks:
+                run = cached_run(cache, rule, attack, seed, args, data_dir)
+                runs[(rule, attack)].append(run)
                 final = run["accuracy"][-1] if run["ok"] and run["accuracy"] else None
                 print(f"  {rule} / {attack} / seed {seed}: "
                       f"{fmt(100 * final if final is not None else None)}%"
                       f"{'' if run['ok'] else ' ' + run['error']}", flush=True)
-            cells[(rule, attack)] = {**summarize(runs), "runs": runs}
+    cells = {key: {**summarize(found), "runs": found} for key, found in runs.items()}
     print_table(cells, rules, attacks, args)
     lines = verdicts(cells, rules, attacks, timing)
     if lines:
