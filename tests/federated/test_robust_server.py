@@ -46,10 +46,12 @@ def test_table_refusal_gives_the_figures():
     text = table_refusal(settings("krum:2"), 1000, 1_000_000, 1 << 30, True)
     assert "1000 clients x 1,000,000 parameters x 4 bytes = 3,814.7 MiB, over the " \
            "1,024.0 MiB limit" in text
-    assert "torchrun" in table_refusal(settings("median"), 10, 10, 1 << 30, False)
+    # Under torchrun the table is rank 0's, gathered: the same figures, the same limit.
+    assert table_refusal(settings("median"), 10, 10, 1 << 30, False) is None
     assert table_refusal(settings("median"), 10, 10, 1 << 30, True) is None
-    assert "--attack gaussian needs every" in table_refusal(
-        settings("mean", 0.2, "gaussian"), 10, 10, 1, False)
+    assert "--attack gaussian needs every client's update in one table on rank 0: " \
+        "10 clients x 10 parameters x 4 bytes = 400 B, over the 1 B limit" in table_refusal(
+            settings("mean", 0.2, "gaussian"), 10, 10, 1, False)
     assert table_refusal(settings(), 10, 10, 1, False) is None
 
 

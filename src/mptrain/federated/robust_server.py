@@ -92,18 +92,18 @@ def refuse_combinations(settings: RobustSettings, *, dp: bool, scaffold: bool) -
 
 def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
                   shares_memory: bool) -> str | None:
-    """Why the rule cannot have the round's updates in one shared table (None: it can)."""
+    """Why the rule cannot have the round's updates in one table (None: it can). With
+    shared memory the table is shared by every worker; without (torchrun) it is rank 0's
+    own, gathered from the others' rows (``strategies.fedavg.gathered``): either way one
+    table of ``rows x numel`` floats, counted against ``limit``."""
     if not settings.needs_table:
         return None
     what = f"--aggregator {settings.rule.name}" if settings.rule.name != "mean" \
         else f"--attack {settings.attack.name}"
-    if not shares_memory:
-        return (f"{what} needs every client's update in one shared table; the ranks here "
-                "do not share memory (torchrun): run mptrain's own workers "
-                "on one machine, or --aggregator mean")
     need = rows * numel * 4
     if need > limit:
-        return (f"{what} needs every client's update in one shared table: {rows} clients x "
+        where = "one shared table" if shares_memory else "one table on rank 0"
+        return (f"{what} needs every client's update in {where}: {rows} clients x "
                 f"{numel:,} parameters x 4 bytes = {size_text(need)}, over the "
                 f"{size_text(limit)} limit; sample fewer --clients-per-round")
     return None

@@ -175,7 +175,7 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
                       "so the last bits depend on --workers")
     if extras:
         lines.append(" · ".join(extras))
-    return lines + robust.describe(c, model)
+    return lines + robust.describe(c, model, plan.comm.shares_memory)
 
 
 def _privacy_line(f) -> str:

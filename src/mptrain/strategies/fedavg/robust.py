@@ -19,8 +19,9 @@ ROBUST_KEYS = ("malicious", "malicious_reported", "malicious_selected", "selecte
 
 
 def check_robust(config, data, model, plan) -> None:
-    """What the rule and the attack need from this run: the round's updates in one shared
-    table (refused with the figures when they do not fit), class labels to flip."""
+    """What the rule and the attack need from this run: the round's updates in one table
+    (shared by the workers, or gathered to rank 0 under torchrun; refused with the figures
+    when it does not fit), class labels to flip."""
     robust = robust_settings_of(config)
     numel = sum(t.numel() for t in floating_state(model))
     refusal = table_refusal(robust, table_rows(config), numel, TABLE_LIMIT_BYTES,
@@ -33,15 +34,19 @@ def check_robust(config, data, model, plan) -> None:
                         "regression: choose another --attack")
 
 
-def describe(config, model) -> list[str]:
-    """The banner's parts: the rule and the memory of its table, the attackers."""
+def describe(config, model, shares_memory: bool = True) -> list[str]:
+    """The banner's parts: the rule and the memory of its table (shared by the workers,
+    or under torchrun rank 0's own), the attackers."""
     robust, lines = robust_settings_of(config), []
     if robust.rule.name != "mean":
         numel = sum(t.numel() for t in floating_state(model))
         rows = table_rows(config)
-        lines.append(f"aggregator {robust.rule.describe()}: every update in a shared table, "
-                     f"{rows} clients x {numel:,} parameters x 4 bytes = "
-                     f"{size_text(rows * numel * 4)}")
+        figures = (f"{rows} clients x {numel:,} parameters x 4 bytes = "
+                   f"{size_text(rows * numel * 4)}")
+        where = f"every update in a shared table, {figures}" if shares_memory else \
+            (f"every update gathered to rank 0, {figures} there (each other rank holds "
+             "its own clients' updates)")
+        lines.append(f"aggregator {robust.rule.describe()}: {where}")
     if robust.attack is not None:
         lines.append(f"attack {robust.attack.describe()} by {len(robust.malicious)} of "
                      f"{config.fedavg.clients} clients (--malicious-fraction "

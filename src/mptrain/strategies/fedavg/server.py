@@ -2,8 +2,9 @@
 client updates into the global update (:func:`combine_updates`), apply the server optimizer,
 move SCAFFOLD's ``c``; rank 0 also moves the adaptive clip and spends the privacy.
 
-Without a shared table (ranks on several machines) each rank averages its own clients and
-the ranks combine their partial averages through the group (``reduce_through_group``).
+Without a shared table (ranks from torchrun) each rank averages its own clients and the
+ranks combine their partial averages through the group (``reduce_through_group``); a robust
+rule or an attack gathers the rows to rank 0 instead (``reduce_gathered``).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ...federated import scaffold
 from ...federated.aggregate import aggregate_rows, column_slice, sum_rows
 from ...federated.privacy import count_noise, next_clip, noise_slice, private_mean
 from ...federated.robust_server import RobustServer
+from .gathered import GatheredTable
 from .settings import clip_lr, count_noise_std, privacy_delta, updates_noise_multiplier
 from .shared import FedAvgShared
 
@@ -103,6 +105,30 @@ class ServerStep:
             self.server.step_(shared.global_flat[part], target, state)
         group.barrier()
         return figures if group.rank == 0 else {}
+
+    def reduce_gathered(self, gathered: GatheredTable, sampled: list[int],
+                        owners: list[int]) -> dict:
+        """Without a shared table, with a robust rule or an attack: the rows gathered to
+        rank 0, the rule applied there to every column, the aggregate sent to every rank
+        (nothing when the round is skipped), and every rank's server step on it. Returns
+        rank 0's figures for the round's report (nothing on the others)."""
+        shared, group = self.shared, self.group
+        gathered.gather(group, owners)
+        moved = torch.zeros(1, dtype=torch.float64)
+        target, figures = None, {}
+        if group.rank == 0:
+            numel = shared.global_flat.numel()
+            target, figures = self.robust.aggregate(
+                gathered.table, gathered.weights[:len(sampled)].tolist(), sampled,
+                shared.global_flat, slice(0, numel), 0, lambda: None)
+            moved[0] = float(target is not None)
+        group.broadcast_([moved], src=0)
+        if moved[0] > 0:
+            if target is None:
+                target = torch.empty_like(shared.global_flat)
+            group.broadcast_([target], src=0)
+            self.server.step_(shared.global_flat, target, shared.server_state)
+        return figures
 
     def _server_scalars(self, round_index, rows, weights, clip) -> dict:
         """Rank 0's part of the server step: the adaptive clip, the privacy spent and

@@ -133,8 +133,11 @@ class FedAvgStrategy(Strategy):
             self.stopped_for_privacy_at = row["round"]
         if "client_path" in row:
             self.client_path = row["client_path"]
-        if "skipped" in row:
-            self.rounds_skipped += 1
+        # Rank 0's count since the run began (a resumed run's includes the rounds before
+        # its checkpoint, and a restart's re-run rounds are not counted twice).
+        skipped = reports[0].extras.get("rounds_skipped")
+        if skipped is not None:
+            self.rounds_skipped = skipped
         return row
 
     def round_line(self, metrics):

@@ -41,6 +41,7 @@ from ..model_state import copy_model_state
 from . import checkpoint
 from .client_evaluation import evaluate_clients
 from .clients import ClientTrainer
+from .gathered import GatheredTable, slot_owners
 from .cohorts import CohortClients
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
@@ -73,12 +74,24 @@ class FedAvgProgram(WorkerProgram):
                                    setup.data.output_size) if settings.active else None
         self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
                                  accountant, self.robust)
+        # Without shared memory (torchrun) the rule needs the rows gathered to rank 0.
+        self.gathered = GatheredTable(self.group.rank, shared.rows,
+                                      shared.global_flat.numel()) \
+            if self.robust is not None and not shared.shared_table else None
+        #: Rounds the rule skipped (too few reports for its F), since the run began:
+        #: rank 0's count, carried in its checkpoint part.
+        self.rounds_skipped = 0
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
         c, f, group, shared = self.config, self.config.fedavg, self.group, self.shared
         sampled = self._sample(round_index)
-        mine = assign_clients(sampled, self.trainer.sizes, group.world_size)[group.rank]
+        assignment = assign_clients(sampled, self.trainer.sizes, group.world_size)
+        mine = assignment[group.rank]
+        owners = slot_owners(sampled, assignment)
+        if self.gathered is not None:
+            self.gathered.start_round([slot for slot, rank in enumerate(owners)
+                                       if rank == group.rank])
         clip = float(shared.clip[0]) if shared.clip is not None else None
         started = time.monotonic()
         tally = RoundTally()
@@ -90,8 +103,14 @@ class FedAvgProgram(WorkerProgram):
         figures = {}
         if shared.shared_table:
             figures = self.server.reduce_shared_table(round_index, sampled, clip)
+        elif self.gathered is not None:
+            figures = self.server.reduce_gathered(self.gathered, sampled, owners)
         else:
             self.server.reduce_through_group(partial_sum, partial_weight)
+        if figures.get("skipped"):
+            self.rounds_skipped += 1
+        if self.robust is not None and group.rank == 0:
+            figures["rounds_skipped"] = self.rounds_skipped
         self.trainer.load_global()
         if f.client_eval_every and ((round_index + 1) % f.client_eval_every == 0
                                     or round_index + 1 == f.rounds):
@@ -119,8 +138,9 @@ class FedAvgProgram(WorkerProgram):
                          clip: float | None, tally: "RoundTally"):
         """Train this worker's share of the round's clients, each from the global model --
         one after another, or in stacked cohorts (``cohorts``) -- each result into its row
-        of the shared table with its weight, or without a shared table into this worker's
-        weighted sum. Returns that sum and its weight (None, 0.0 with a shared table)."""
+        of the round's table (shared, or ``gathered`` to rank 0) with its weight, or
+        without a table into this worker's weighted sum. Returns that sum and its weight
+        (None, 0.0 with a table)."""
         shared = self.shared
         slots = {client: slot for slot, client in enumerate(sampled)}
         partial_sum, partial_weight = None, 0.0
@@ -139,11 +159,11 @@ class FedAvgProgram(WorkerProgram):
                                                 and self.robust.is_malicious(cohort[0]))
             outcomes = self._train_cohort(cohort, round_index) if stacked else None
             for position, client in enumerate(cohort):
-                row = shared.table[slots[client]] if shared.shared_table else None
+                row = self._row(slots[client])
                 if outcomes is None:
                     weight = self._run_client(client, round_index, clip, row,
                                               slots[client], tally)
-                    result = None if shared.shared_table or not weight else \
+                    result = None if row is not None or not weight else \
                         self.trainer.flat_result()
                 else:
                     outcome = outcomes[position]
@@ -153,11 +173,22 @@ class FedAvgProgram(WorkerProgram):
                                                outcome.loss_sum, slots[client], tally)
                 if shared.shared_table:
                     shared.weights[slots[client]] = weight
+                elif self.gathered is not None:
+                    self.gathered.weights[slots[client]] = weight
                 elif weight:
                     partial_sum = result * weight if partial_sum is None else \
                         partial_sum.add_(result, alpha=weight)
                     partial_weight += weight
         return partial_sum, partial_weight
+
+    def _row(self, slot: int) -> torch.Tensor | None:
+        """Where the client of ``slot`` puts its result: its row of the shared table, or
+        of this rank's gathered rows; None when the rank sums its clients itself."""
+        if self.shared.shared_table:
+            return self.shared.table[slot]
+        if self.gathered is not None:
+            return self.gathered.row(slot)
+        return None
 
     def _train_cohort(self, cohort: list[int], round_index: int):
         """The cohort's outcomes, or None when it raised: its clients are then trained one
@@ -254,12 +285,16 @@ class FedAvgProgram(WorkerProgram):
                                         self.server.accountant, self.client_controls)
         if self.group.rank == 0:
             state.update(self.cohorts.state())
+            if self.robust is not None:
+                state["rounds_skipped"] = self.rounds_skipped
         return state
 
     def load_state(self, state: dict) -> None:
         checkpoint.load_server_state(self.shared, state, self.server.accountant,
                                      self.client_controls)
         self.cohorts.load_state(state)
+        # Checkpoints before the count was kept have none: counted from the resume on.
+        self.rounds_skipped = int(state.get("rounds_skipped", 0))
 
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
