@@ -120,7 +120,7 @@ def test_auto_keeps_small_cohorts_on_a_cpu_one_at_a_time():
 @pytest.mark.parametrize("options, needle", [
     (dict(vectorize_clients="sometimes"), "vectorize_clients"),
     (dict(vectorize_chunk=0), "vectorize_chunk must be a positive integer"),
-    (dict(vectorize_chunk=4, vectorize_clients="off"), "--vectorize-clients off trains none"),
+    (dict(vectorize_chunk=4, vectorize_clients="off"), "vectorize_clients off trains none"),
 ])
 def test_bad_vectorize_settings_are_one_line_user_errors(options, needle):
     with pytest.raises(UserError) as caught:

@@ -194,7 +194,7 @@ def test_fedprox_and_server_momentum_change_the_result():
     (dict(clients=1000), "--clients 1000 is more than"),
     (dict(partition="shards:50"), "shards"),
     (dict(partition="dirichlet:0"), "dirichlet"),
-    (dict(clients_per_round=20), "--clients-per-round 20 is more than --clients 12"),
+    (dict(clients_per_round=20), "clients_per_round 20 is more than clients 12"),
     (dict(epochs=2), "use --rounds"),
 ])
 def test_bad_federated_settings_are_one_line_user_errors(options, needle):

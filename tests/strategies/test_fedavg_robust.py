@@ -155,12 +155,12 @@ DP = dict(sampling="poisson", dp_clip=0.5, dp_noise=0.8)
 
 
 @pytest.mark.parametrize("options, needle", [
-    (dict(WIDE, aggregator="median", **DP), "--aggregator median with --dp-clip/--dp-noise"),
+    (dict(WIDE, aggregator="median", **DP), "aggregator median with dp_clip/dp_noise"),
     (dict(WIDE, aggregator="mean", attack="gaussian", malicious_fraction=0.2, dp_clip=1.0),
-     "--attack gaussian with --dp-clip"),
-    (dict(WIDE, aggregator="krum:1", scaffold=True), "with --scaffold is refused"),
-    (dict(WIDE, attack="sign-flip"), "add --malicious-fraction P"),
-    (dict(WIDE, malicious_fraction=0.2), "--malicious-fraction needs --attack"),
+     "attack gaussian with dp_clip"),
+    (dict(WIDE, aggregator="krum:1", scaffold=True), "with scaffold is refused"),
+    (dict(WIDE, attack="sign-flip"), "add malicious_fraction P"),
+    (dict(WIDE, malicious_fraction=0.2), "malicious_fraction needs attack"),
     (dict(WIDE, aggregator="krun"), "did you mean 'krum'"),
     (dict(WIDE, aggregator="krum:4"), "give F <= 3"),
     (dict(WIDE, aggregator="bulyan:2"), "more than 4F+3 = 11 clients per round, got 10"),

@@ -25,6 +25,7 @@ from typing import Sequence
 import torch
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .robust_spec import AttackSpec
 from .sampling import mix_seed
 
@@ -36,8 +37,8 @@ def malicious_clients(clients: int, fraction: float, seed: int) -> list[int]:
     up), a seeded choice fixed for the whole run, in increasing order."""
     count = int(fraction * clients + 0.5)
     if fraction > 0 and count == 0:
-        raise UserError(f"--malicious-fraction {fraction:g} of {clients} clients is no "
-                        f"client; give at least {1 / clients:.3g}")
+        raise UserError(f"{named('malicious_fraction')} {fraction:g} of {clients} clients "
+                        f"is no client; give at least {1 / clients:.3g}")
     generator = torch.Generator().manual_seed(mix_seed(seed, _MALICIOUS))
     return sorted(torch.randperm(clients, generator=generator)[:count].tolist())
 

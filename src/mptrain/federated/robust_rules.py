@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from . import robust
 from .robust_spec import DEFAULT_BETA, ROW_WISE, SELECTING, AggregatorSpec
 
@@ -76,7 +77,7 @@ class RobustRule:
             fix = f"give F <= {most}" if most >= 0 else "sample more clients"
             raise UserError(f"{self.name} with F={self.f} needs more than {bound} = "
                             f"{need - 1} clients per round, got {clients_per_round}: "
-                            f"{fix} or more --clients-per-round")
+                            f"{fix} or more {named('clients_per_round')}")
         if self.spec.m is not None and self.spec.m > clients_per_round - self.f:
             raise UserError(f"multi-krum:F,M averages M of the n - F best updates: M "
                             f"{self.spec.m} is more than {clients_per_round} - {self.f} "

@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import torch
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .attacks import alie_z, attack_row_, flip_labels, malicious_clients
 from .robust_round import (PlanCell, aggregate_slice, forge_alie_slice_, plan_round,
                            reporting_slots)
@@ -58,16 +59,16 @@ def robust_settings(aggregator: str, malicious_fraction: float, attack: str | No
     spec = parse_aggregator(aggregator)
     rule = RobustRule(spec, clients_per_round)
     if not 0 <= malicious_fraction < 1:
-        raise UserError(f"--malicious-fraction is the share of clients that attack: give "
-                        f"0 <= P < 1, got {malicious_fraction:g}")
+        raise UserError(f"{named('malicious_fraction')} is the share of clients that "
+                        f"attack: give 0 <= P < 1, got {malicious_fraction:g}")
     parsed = parse_attack(attack) if attack is not None else None
     if parsed is not None and not malicious_fraction:
-        raise UserError(f"--attack {attack} needs attackers: add --malicious-fraction P "
-                        "(e.g. 0.2)")
+        raise UserError(f"{named('attack')} {attack} needs attackers: add "
+                        f"{named('malicious_fraction')} P (e.g. 0.2)")
     if parsed is None and malicious_fraction:
-        raise UserError("--malicious-fraction needs --attack NAME: what the malicious "
-                        "clients send (sign-flip, gaussian, scaling:LAMBDA, label-flip, "
-                        "alie)")
+        raise UserError(f"{named('malicious_fraction')} needs {named('attack')} NAME: what "
+                        "the malicious clients send (sign-flip, gaussian, scaling:LAMBDA, "
+                        "label-flip, alie)")
     malicious = frozenset(malicious_clients(clients, malicious_fraction, seed)) \
         if parsed is not None else frozenset()
     return RobustSettings(rule, parsed, malicious)
@@ -77,17 +78,17 @@ def refuse_combinations(settings: RobustSettings, *, dp: bool, scaffold: bool) -
     """The combinations whose guarantees would not hold, refused in one line."""
     if not settings.active:
         return
-    what = f"--aggregator {settings.rule.name}" if settings.rule.name != "mean" \
-        else f"--attack {settings.attack.name}"
+    what = _what(settings)
     if dp:
-        raise UserError(f"{what} with --dp-clip/--dp-noise is refused: DP-FedAvg's clip is "
-                        "each client's own step (an attacker would skip it) and its noise "
-                        "is calibrated to a sum of clipped updates, not to a robust rule; "
-                        "for a server-side clip use --aggregator norm-bound:C")
+        raise UserError(f"{what} with {named('dp_clip')}/{named('dp_noise')} is refused: "
+                        "DP-FedAvg's clip is each client's own step (an attacker would skip "
+                        "it) and its noise is calibrated to a sum of clipped updates, not to "
+                        f"a robust rule; for a server-side clip use {named('aggregator')} "
+                        "norm-bound:C")
     if scaffold:
-        raise UserError(f"{what} with --scaffold is refused: SCAFFOLD's control variates "
-                        "are averaged with the plain mean, which the rule and the attackers "
-                        "would bypass")
+        raise UserError(f"{what} with {named('scaffold')} is refused: SCAFFOLD's control "
+                        "variates are averaged with the plain mean, which the rule and the "
+                        "attackers would bypass")
 
 
 def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
@@ -98,15 +99,21 @@ def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
     table of ``rows x numel`` floats, counted against ``limit``."""
     if not settings.needs_table:
         return None
-    what = f"--aggregator {settings.rule.name}" if settings.rule.name != "mean" \
-        else f"--attack {settings.attack.name}"
+    what = _what(settings)
     need = rows * numel * 4
     if need > limit:
         where = "one shared table" if shares_memory else "one table on rank 0"
         return (f"{what} needs every client's update in {where}: {rows} clients x "
                 f"{numel:,} parameters x 4 bytes = {size_text(need)}, over the "
-                f"{size_text(limit)} limit; sample fewer --clients-per-round")
+                f"{size_text(limit)} limit; sample fewer {named('clients_per_round')}")
     return None
+
+
+def _what(settings: RobustSettings) -> str:
+    """What a refusal is about: the rule, or the attack when the rule is the mean."""
+    if settings.rule.name != "mean":
+        return f"{named('aggregator')} {settings.rule.name}"
+    return f"{named('attack')} {settings.attack.name}"
 
 
 def size_text(nbytes: int) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..errors import UserError, closest
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "bulyan",
                "norm-bound", "geometric-median")
@@ -46,12 +47,14 @@ def parse_aggregator(text: str) -> AggregatorSpec:
     name, _, params = str(text).strip().partition(":")
     name = name.strip().lower()
     if name not in AGGREGATORS:
-        raise UserError(f"unknown --aggregator {name!r}{_suggestion(name, AGGREGATORS)}; "
+        raise UserError(f"unknown {named('aggregator')} {name!r}"
+                        f"{_suggestion(name, AGGREGATORS)}; "
                         f"choose one of {', '.join(AGGREGATORS)}")
     given = params.strip() != "" or text.strip().endswith(":")
     if name in ("mean", "median", "geometric-median"):
         if given:
-            raise UserError(f"--aggregator {name} takes no parameter (got {text!r})")
+            raise UserError(f"{named('aggregator')} {name} takes no parameter "
+                            f"(got {text!r})")
         return AggregatorSpec(name)
     if name == "trimmed-mean":
         if not given:
@@ -63,8 +66,8 @@ def parse_aggregator(text: str) -> AggregatorSpec:
         return AggregatorSpec(name, beta=beta)
     if name == "norm-bound":
         if not given:
-            raise UserError("--aggregator norm-bound needs its bound: norm-bound:C, the "
-                            "longest update (L2) the server accepts, C > 0")
+            raise UserError(f"{named('aggregator')} norm-bound needs its bound: "
+                            "norm-bound:C, the longest update (L2) the server accepts, C > 0")
         bound = _number(params, f"norm-bound:C needs C a number, got {params!r}")
         if not bound > 0 or bound == float("inf"):
             raise UserError(f"norm-bound:C needs a finite C > 0, got {params.strip()}")
@@ -75,7 +78,8 @@ def parse_aggregator(text: str) -> AggregatorSpec:
     parts = [p.strip() for p in params.split(",")]
     if len(parts) > (2 if name == "multi-krum" else 1):
         form = "multi-krum:F,M" if name == "multi-krum" else f"{name}:F"
-        raise UserError(f"--aggregator {text!r}: too many parameters; the form is {form}")
+        raise UserError(f"{named('aggregator')} {text!r}: too many parameters; the form "
+                        f"is {form}")
     f = _count(parts[0], f"{name}:F is the number of attackers tolerated: a whole number "
                          f">= 0, got {parts[0]!r}")
     m = None
@@ -153,16 +157,17 @@ def parse_attack(text: str) -> AttackSpec:
     name, colon, param = str(text).strip().partition(":")
     name = name.strip().lower()
     if name not in ATTACKS:
-        raise UserError(f"unknown --attack {name!r}{_suggestion(name, ATTACKS)}; choose "
-                        f"one of {', '.join(ATTACKS)}")
+        raise UserError(f"unknown {named('attack')} {name!r}{_suggestion(name, ATTACKS)}; "
+                        f"choose one of {', '.join(ATTACKS)}")
     given = bool(colon)
     if name == "label-flip":
         if given:
-            raise UserError(f"--attack label-flip takes no parameter (got {text!r})")
+            raise UserError(f"{named('attack')} label-flip takes no parameter "
+                            f"(got {text!r})")
         return AttackSpec(name)
     if name == "scaling" and not given:
-        raise UserError("--attack scaling needs its factor: scaling:LAMBDA, LAMBDA > 0 "
-                        "(e.g. the clients per round, for model replacement)")
+        raise UserError(f"{named('attack')} scaling needs its factor: scaling:LAMBDA, "
+                        "LAMBDA > 0 (e.g. the clients per round, for model replacement)")
     if not given:
         return AttackSpec(name)
     label = {"sign-flip": "SCALE", "gaussian": "STD", "scaling": "LAMBDA", "alie": "Z"}[name]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated.robust_server import size_text, table_refusal
 from ..model_state import floating_state
 from .settings import robust_settings_of
@@ -30,8 +31,8 @@ def check_robust(config, data, model, plan) -> None:
         raise UserError(refusal)
     if robust.attack is not None and robust.attack.name == "label-flip" \
             and data.task != CLASSIFICATION:
-        raise UserError("--attack label-flip flips class labels; this data set is "
-                        "regression: choose another --attack")
+        raise UserError(f"{named('attack')} label-flip flips class labels; this data set "
+                        f"is regression: choose another {named('attack')}")
 
 
 def describe(config, model, shares_memory: bool = True) -> list[str]:

@@ -5,6 +5,7 @@ reports (``report``)."""
 from __future__ import annotations
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from ..model_state import floating_state
 from . import cohorts, report, robust
@@ -67,14 +68,15 @@ class FedAvgStrategy(Strategy):
         c, f = self.config, self.config.fedavg
         self.partition(data)
         if (f.dp_clip is not None or f.scaffold) and not uses_shared_table(c, model, plan):
-            what = "--scaffold" if f.scaffold else "--dp-clip/--dp-noise"
+            what = named("scaffold") if f.scaffold else \
+                f"{named('dp_clip')}/{named('dp_noise')}"
             raise UserError(f"{what} needs the round's results in one machine's shared "
                             "memory (every client's row, summed in client order); run "
                             "mptrain's own workers on one machine, or fewer "
-                            "--clients-per-round for a smaller table")
+                            f"{named('clients_per_round')} for a smaller table")
         if f.client_eval_every and not plan.comm.shares_memory:
-            raise UserError("--client-eval-every needs one machine's shared memory (every "
-                            "rank writes its clients' accuracies into one table); run "
+            raise UserError(f"{named('client_eval_every')} needs one machine's shared memory "
+                            "(every rank writes its clients' accuracies into one table); run "
                             "mptrain's own workers on one machine")
         if f.private:
             from ...federated.accounting import PrivacyAccountant, require_dp_accounting
@@ -83,9 +85,10 @@ class FedAvgStrategy(Strategy):
             first = PrivacyAccountant(accountant_name(f)).epsilon_after(
                 f.sample_rate, f.dp_noise, privacy_delta(f))
             if f.target_epsilon is not None and first > f.target_epsilon:
-                raise UserError(f"--target-epsilon {f.target_epsilon:g} is spent by the first "
-                                f"round alone (epsilon {first:.3g} at delta {privacy_delta(f):g}); "
-                                "raise it, add noise (--dp-noise) or sample fewer clients")
+                raise UserError(f"{named('target_epsilon')} {f.target_epsilon:g} is spent by "
+                                f"the first round alone (epsilon {first:.3g} at delta "
+                                f"{privacy_delta(f):g}); raise it, add noise "
+                                f"({named('dp_noise')}) or sample fewer clients")
         if f.scaffold:
             controls_placement(c, model, self.out_dir)   # refuses when neither place fits
         robust.check_robust(c, data, model, plan)
