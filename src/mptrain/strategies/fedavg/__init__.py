@@ -15,8 +15,9 @@ same model whatever the number of workers (at the same threads per worker).
 
 Where ranks do not share memory (torchrun across nodes) each rank averages its own clients
 and the ranks combine the partial averages with the weighted-average collective instead: the
-same maths, summed in a different order; SCAFFOLD and DP need the shared table and are
-refused there.
+same maths, summed in a different order; a robust rule or an attack gathers the ranks'
+rows to rank 0 instead (``gathered``: the same rule, the same bits); SCAFFOLD and DP need
+the shared table and are refused there.
 
 The parts, in the order a run meets them:
 
