@@ -8,7 +8,9 @@
 3. barrier; aggregate my slice of the columns (``server.combine_updates``: weighted mean, or
    with DP the sum plus noise over the expected count) and apply the server optimizer to my
    slice of the global model; SCAFFOLD's ``c`` moves by the clients' ``dc_i``; rank 0 also
-   updates the adaptive clip and the privacy spent;
+   updates the adaptive clip and the privacy spent. Under torchrun, with no shared table,
+   the ranks combine their own clients' means through the group, or for a robust rule
+   gather their rows to rank 0 (``gathered``), which applies the rule for all;
 4. barrier; every N rounds, evaluate the global model on every client's data.
 
 Shared state without locks, and why it is safe: a row of the table, of ``dc`` and of the
@@ -41,8 +43,8 @@ from ..model_state import copy_model_state
 from . import checkpoint
 from .client_evaluation import evaluate_clients
 from .clients import ClientTrainer
-from .gathered import GatheredTable, slot_owners
 from .cohorts import CohortClients
+from .gathered import GatheredTable, slot_owners
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
