@@ -394,7 +394,7 @@ def check_setting(name: str, value) -> None:
     elif name in ("aggregator", "attack"):
         if value is not None or name == "aggregator":
             if not isinstance(value, str):
-                raise UserError(f"--{flag_name(name)} must be a string such as "
+                raise UserError(f"{said} must be a string such as "
                                 f"{'krum:4' if name == 'aggregator' else 'gaussian:1'}, "
                                 f"got {value!r}")
             from .federated.robust_spec import parse_aggregator, parse_attack

@@ -167,7 +167,7 @@ DP = dict(sampling="poisson", dp_clip=0.5, dp_noise=0.8)
     (dict(WIDE, aggregator="trimmed-mean:0.6"), "0 <= BETA < 0.5"),
     (dict(WIDE, attack="scaling", malicious_fraction=0.2), "needs its factor"),
     (dict(WIDE, malicious_fraction=1.5, attack="alie"), "malicious_fraction must be in"),
-    (dict(WIDE, aggregator=3), "--aggregator must be a string"),
+    (dict(WIDE, aggregator=3), "fit(): aggregator must be a string"),
 ])
 def test_refusals_are_one_line(options, needle):
     with pytest.raises(UserError) as caught:
