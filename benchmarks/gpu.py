@@ -52,13 +52,37 @@ CASES = [
     ("fedavg x2 cpu", FEDAVG[:-1] + ["cpu"]),
 ]
 
+#: Issue 40's figures, one sitting: single eager vs compiled (the compiled run's first step
+#: is in its own column), sync and ddp with 4 ranks on the one GPU (both collectives), and
+#: fedavg's ranks under torchrun on the GPU. ``bash benchmarks/gpu_check.sh speed`` runs
+#: them beside the plain loop.
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            "--nproc-per-node", "2", "-m", "mptrain", "run", "--data", "digits-60k"]
+SPEED_CASES = [
+    ("single cuda", EPOCH + ["--strategy", "single", "--device", "cuda"]),
+    ("single cuda --compile", EPOCH + ["--strategy", "single", "--device", "cuda",
+                                       "--compile"]),
+    ("sync x4 cuda", EPOCH + ["--strategy", "sync", "--workers", "4", "--device", "cuda"]),
+    ("ddp x4 cuda (auto: shm)", EPOCH + ["--strategy", "ddp", "--workers", "4",
+                                         "--device", "cuda"]),
+    ("ddp x4 cuda (gloo)", EPOCH + ["--strategy", "ddp", "--workers", "4", "--device", "cuda",
+                                    "--ddp-backend", "gloo"]),
+    ("hogwild x4 cuda --compile", EPOCH + ["--strategy", "hogwild", "--workers", "4",
+                                           "--device", "cuda", "--compile"]),
+    ("fedavg torchrun x2 cuda", ["--strategy", "fedavg", "--rounds", "5", "--device", "cuda"],
+     TORCHRUN),
+    ("fedavg torchrun x2 cuda median", ["--strategy", "fedavg", "--rounds", "5", "--device",
+                                        "cuda", "--aggregator", "median"], TORCHRUN),
+]
+SETS = {"paths": CASES, "speed": SPEED_CASES}
+
 FIGURES = ("train_samples_per_s", "test_accuracy", "wall_s", "process_start_to_first_step_s",
            "start_method", "gpu_peak_bytes")
 
 
-def run_case(label: str, extra: list[str], timeout_s: float) -> dict:
+def run_case(label: str, extra: list[str], timeout_s: float, head: list[str] = RUN) -> dict:
     with tempfile.TemporaryDirectory(prefix="mptrain-gpu-") as out:
-        command = RUN + extra + ["--out", out]
+        command = head + extra + ["--out", out]
         started = time.monotonic()
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
@@ -131,6 +155,9 @@ def main() -> None:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--timeout", type=float, default=150, help="seconds per case")
     parser.add_argument("--only", help="comma-separated case labels to run")
+    parser.add_argument("--set", choices=sorted(SETS), default="paths",
+                        help="paths: every strategy's --device cuda run (default); speed: "
+                             "issue 40's figures (compile, 4 ranks on one GPU, torchrun)")
     parser.add_argument("--hogwild-check-only", action="store_true",
                         help="only check that hogwild trains the parent's CUDA parameters")
     args = parser.parse_args()
@@ -139,10 +166,10 @@ def main() -> None:
     if args.hogwild_check_only:
         print(json.dumps(hogwild_shares_the_parents_parameters()))
         return
-    for label, extra in CASES:
+    for label, extra, *head in SETS[args.set]:
         if wanted and label not in wanted:
             continue
-        results.append(run_case(label, extra, args.timeout))
+        results.append(run_case(label, extra, args.timeout, *head))
         r = results[-1]
         print(f"{label}: exit {r['exit']} in {r['seconds']} s", flush=True)
         if r["exit"] != 0:

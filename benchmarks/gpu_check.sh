@@ -15,7 +15,9 @@
 # named. Each step has its own bound, so a hang in one still leaves the others' results.
 # `bash benchmarks/gpu_check.sh suite` runs the whole test suite instead (SUITE_S bounds it,
 # default 360 s), and `bash benchmarks/gpu_check.sh vectorized` fl_vectorized.py's full GPU
-# sitting (20 rounds a case, at most 540 s): neither fits in the same command as the rest.
+# sitting (20 rounds a case, at most 540 s), and `bash benchmarks/gpu_check.sh speed` issue
+# 40's figures (single eager/compiled, sync and ddp x4 on the one GPU, fedavg under torchrun,
+# the plain loop beside them; at most 560 s): none fits in the same command as the rest.
 # fl_vectorized needs the MNIST files, which the GPU machine lacks: copy them beforehand
 # (`mkdir -p .gpudata && cp -r ../shared/data/mnist .gpudata/`, git ignores it) and carry
 # ".gpudata" too; without them step 5 is skipped and said so.
@@ -31,8 +33,8 @@
 set -u
 WHAT=${1:-all}
 case "$WHAT" in
-    all|paths|suite|vectorized) ;;
-    *) echo "usage: $0 [all|paths|suite|vectorized]" >&2; exit 2 ;;
+    all|paths|suite|vectorized|speed) ;;
+    *) echo "usage: $0 [all|paths|suite|vectorized|speed]" >&2; exit 2 ;;
 esac
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD/src
@@ -65,6 +67,18 @@ if [ "$WHAT" = vectorized ]; then
         --json "$OUT/fl_vectorized.json" > "$OUT/fl_vectorized.txt" 2>&1
     status=$?
     tail -14 "$OUT/fl_vectorized.txt"
+    date -u +%H:%M:%S
+    exit $status
+fi
+
+if [ "$WHAT" = speed ]; then
+    timeout 60 python3 benchmarks/plain_loop.py --data digits-60k --device cuda \
+        --json "$OUT/plain-cuda-nchw.json" > "$OUT/plain-cuda-nchw.txt" 2>&1
+    tail -3 "$OUT/plain-cuda-nchw.txt"
+    timeout 480 python3 benchmarks/gpu.py --set speed --timeout 150 \
+        --json "$OUT/gpu-speed.json" > "$OUT/gpu-speed.txt" 2>&1
+    status=$?
+    tail -24 "$OUT/gpu-speed.txt"
     date -u +%H:%M:%S
     exit $status
 fi
