@@ -141,3 +141,19 @@ def test_process_settings_in_a_rank_are_refused_in_one_line_with_exit_2(tmp_path
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"mptrain: error: {words}"), done.stderr
     assert done.stdout == ""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+def test_a_rank_asked_for_cuda_without_a_gpu_refuses_before_joining(tmp_path):
+    """Before the fix a rank joined an nccl group first: 'Distributed package doesn't have
+    NCCL built in', a traceback from every rank."""
+    done = mptrain_run(tmp_path, ["run", "--data", "linreg", "--quiet", "--strategy", "fedavg",
+                                  "--rounds", "1", "--device", "cuda"],
+                       env={"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+                            "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                            "MASTER_PORT": "1"})  # a port nothing listens on: never reached
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "mptrain: error: --device cuda was asked for but no CUDA device is visible; "
+        "use --device cpu"], done.stderr

@@ -71,6 +71,7 @@ def plan_workers(config, strategy, model, data) -> RunPlan:
 
 def plan_under_launcher(config, strategy, world: ExternalWorld) -> RunPlan:
     """Ranks an external launcher (torchrun) started, this process one of them."""
+    check_device(config.device)   # before joining: nccl without a GPU is a traceback
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
     cores = usable_cores()
     threads = threads_per_worker(local, config.threads_per_worker, cores)
