@@ -70,3 +70,16 @@ def test_gpus_are_dealt_round_robin_but_hogwild_keeps_its_ranks_on_one(monkeypat
     # Hogwild's ranks all update the parent's CUDA parameters, which live on GPU 0.
     assert worker_device(rank, plan_for(HogwildStrategy)) == torch.device("cuda", 0)
     assert chosen == [expected, 0]
+
+
+@pytest.mark.parametrize("local_ranks, kind", [(1, CommKind.GLOO), (2, CommKind.SHM_GLOO)])
+def test_fedavg_under_torchrun_on_gpus_exchanges_host_memory_over_gloo(local_ranks, kind):
+    """fedavg's ranks exchange CPU tensors (the global model, sums, update rows) whatever
+    the device clients train on; an nccl group would refuse them."""
+    from mptrain.strategies.fedavg.strategy import FedAvgStrategy
+    from mptrain.strategies.sync import SyncStrategy
+
+    config = cuda_config(strategy="fedavg", workers=2)
+    assert FedAvgStrategy.comm_kind(config, local_ranks) is kind
+    assert FedAvgStrategy.comm_kind(config, None) is CommKind.SHM
+    assert SyncStrategy.comm_kind(config, local_ranks) is CommKind.NCCL   # unchanged

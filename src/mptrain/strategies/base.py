@@ -47,6 +47,15 @@ class RoundWork:
     last: bool = False
 
 
+def host_memory_comm(torchrun_local_ranks: int | None) -> CommKind:
+    """How ranks exchange tensors that live in host memory: mptrain's own processes through
+    shared memory; under torchrun each node's shared memory and gloo between nodes, or gloo
+    alone where one rank per node leaves nothing to share."""
+    if torchrun_local_ranks is None:
+        return CommKind.SHM
+    return CommKind.GLOO if torchrun_local_ranks <= 1 else CommKind.SHM_GLOO
+
+
 @dataclass(frozen=True)
 class ResourceNeeds:
     """What the parent sizes and prepares before workers start, answered once per run."""
@@ -165,11 +174,9 @@ class Strategy(ABC):
         """How this strategy's ranks talk: through shared memory between mptrain's own CPU
         processes; under torchrun nccl between GPUs, on CPUs each node's shared memory and
         gloo between nodes -- unless one rank per node leaves nothing to share."""
-        if torchrun_local_ranks is None:
-            return CommKind.SHM
-        if config.device == "cuda":
+        if torchrun_local_ranks is not None and config.device == "cuda":
             return CommKind.NCCL
-        return CommKind.GLOO if torchrun_local_ranks <= 1 else CommKind.SHM_GLOO
+        return host_memory_comm(torchrun_local_ranks)
 
     def batches_from_a_queue(self, workers: int) -> bool:
         """True when ``workers`` take an epoch's batches from one shared queue rather than

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ..base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
+from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
+                    model_tensor_count)
 from ..model_state import floating_state
 from . import cohorts, report, robust
 from .refusals import check_fedavg_config
@@ -54,6 +55,13 @@ class FedAvgStrategy(Strategy):
     @classmethod
     def check_config(cls, config):
         check_fedavg_config(config)
+
+    @classmethod
+    def comm_kind(cls, config, torchrun_local_ranks):
+        """Under torchrun on GPUs as on CPUs: what fedavg's ranks exchange (the global
+        model, the round's sums and update rows) lives in host memory whatever the device
+        clients train on, and an nccl group takes CUDA tensors only."""
+        return host_memory_comm(torchrun_local_ranks)
 
     @classmethod
     def units(cls, config):
