@@ -46,6 +46,12 @@ def rollout_size(config) -> int:
     return config.workers * config.envs_per_actor * config.n_steps
 
 
+def minibatch_size(config) -> int:
+    """Transitions per gradient step: ``batch_size``, or the whole rollout where that is
+    smaller (a default of 256 with one actor on one environment)."""
+    return min(config.batch_size, rollout_size(config))
+
+
 def updates_by(config, steps: int) -> int:
     """Updates done once ``steps`` environment steps are due: whole rollouts, rounded up."""
     return math.ceil(steps / rollout_size(config))
@@ -56,15 +62,6 @@ class PPOStrategy(ActorStrategy):
     network = SeparateActorCritic   # built-in network; a --net returns what a3c's does
     default_lr = 1e-3
     default_hidden = 64
-
-    @classmethod
-    def check_config(cls, config) -> None:
-        size = rollout_size(config)
-        if config.batch_size > size:
-            raise UserError(
-                f"--batch-size {config.batch_size} is larger than a rollout ({size} = "
-                f"--workers {config.workers} x --envs-per-actor {config.envs_per_actor} x "
-                f"--n-steps {config.n_steps}); give at most {size}")
 
     @classmethod
     def check_checkpoint(cls, checkpoint) -> None:
@@ -94,7 +91,7 @@ class PPOStrategy(ActorStrategy):
         c = self.config
         return [f"ppo: {plan.workers} actor(s) x {c.envs_per_actor} envs x {c.n_steps} "
                 f"steps = {rollout_size(c):,} transitions per update, rank 0 the learner: "
-                f"{c.update_epochs} epochs of minibatches of {c.batch_size}, clip "
+                f"{c.update_epochs} epochs of minibatches of {minibatch_size(c)}, clip "
                 f"{c.clip_coef:g}, GAE lambda {c.gae_lambda:g}, entropy {c.entropy_coef:g}"
                 + (", learning rate annealed" if c.anneal_lr else "")]
 
@@ -156,12 +153,12 @@ class PPOProgram(ActorProgram):
             for group in self.optimizer.param_groups:
                 group["lr"] = c.learning_rate * (1.0 - self.updates_done / total)
         batch = self.rollouts.union()
-        size = len(batch.actions)
+        size, minibatch = len(batch.actions), minibatch_size(c)
         figures = []
         for _ in range(c.update_epochs):
             order = torch.randperm(size, generator=self.shuffler)
-            for start in range(0, size, c.batch_size):
-                rows = batch.rows(order[start:start + c.batch_size])
+            for start in range(0, size, minibatch):
+                rows = batch.rows(order[start:start + minibatch])
                 loss = ppo_loss(self.model, rows.obs, rows.actions, rows.log_probs,
                                 rows.values, rows.advantages, rows.returns,
                                 clip=c.clip_coef, clip_value=c.clip_value,
@@ -172,7 +169,7 @@ class PPOProgram(ActorProgram):
             if c.target_kl is not None and figures[-1].approx_kl > c.target_kl:
                 break   # the policy moved far enough from the one that acted
         n = len(figures)
-        return {"minibatches": n, "loss": sum(float(f.loss) for f in figures) / n,
+        return {"minibatches": n, "loss": sum(float(f.loss.detach()) for f in figures) / n,
                 "approx_kl": sum(f.approx_kl for f in figures) / n,
                 "clip_fraction": sum(f.clip_fraction for f in figures) / n,
                 "entropy": sum(f.entropy for f in figures) / n,

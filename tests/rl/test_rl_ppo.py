@@ -1,0 +1,126 @@
+"""PPO runs: a seed names a run, checkpoints resume, bad settings are refused in one line."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+gymnasium = pytest.importorskip("gymnasium")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+from run_watch import live_children  # noqa: E402
+
+from mptrain.checkpoint import load  # noqa: E402
+from mptrain.errors import UserError, WorkerFailedError  # noqa: E402
+from mptrain.rl import fit  # noqa: E402
+from mptrain.rl.config import RLConfig  # noqa: E402
+
+SHORT = dict(steps=2_048, round_steps=1_024, envs_per_actor=2, n_steps=64, batch_size=64,
+             update_epochs=2, eval_episodes=2, eval_every=1)
+
+
+def curve(result) -> list:
+    """Everything a run's rows say that does not depend on time."""
+    keys = ("env_steps", "episodes", "return_mean", "return_max", "eval_return", "updates",
+            "approx_kl", "clip_fraction", "entropy", "value_loss")
+    return [(row.train_loss, *(row.extras[key] for key in keys)) for row in result.rounds]
+
+
+def same_network(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(),
+                                                 b.model.state_dict().values()))
+
+
+@pytest.mark.timeout(180)
+def test_a_seed_names_a_ppo_run_bit_for_bit():
+    once = fit("CartPole-v1", "ppo", workers=2, seed=7, **SHORT)
+    again = fit("CartPole-v1", "ppo", workers=2, seed=7, **SHORT)
+    assert curve(once) == curve(again)
+    assert same_network(once, again)
+    # two rounds of 1,024 steps: 8 updates of 2 x 2 x 64 transitions, each 2 epochs of 4
+    # minibatches of 64
+    assert [row.extras["env_steps"] for row in once.rounds] == [1_024, 2_048]
+    assert sum(row.extras["updates"] for row in once.rounds) == 8 * 2 * 4
+    assert once.rounds[0].extras["return_mean"] != once.rounds[1].extras["return_mean"]
+    other = fit("CartPole-v1", "ppo", workers=2, seed=8, **SHORT)
+    assert curve(other) != curve(once)
+
+
+@pytest.mark.timeout(180)
+def test_checkpoint_and_resume_continue_a_ppo_run(tmp_path: Path):
+    settings = dict(workers=2, seed=0, **{**SHORT, "eval_every": None})
+    first = fit("CartPole-v1", "ppo", out=tmp_path, checkpoint_every=1, **settings)
+    checkpoint = load(tmp_path)
+    assert checkpoint.epoch == 2 and checkpoint.strategy == "ppo"
+    assert checkpoint.ranks[0]["updates_done"] == checkpoint.ranks[1]["updates_done"] == 8
+    assert checkpoint.ranks[0]["optimizer"]["state"]   # the learner's Adam moments
+    assert "optimizer" not in checkpoint.ranks[1]
+
+    resumed = fit(resume=tmp_path, steps=4_096)
+    assert [row.epoch for row in resumed.rounds] == [1, 2, 3, 4]
+    assert resumed.rounds[:2] == first.rounds
+    assert [row.extras["env_steps"] for row in resumed.rounds] == [1_024, 2_048, 3_072, 4_096]
+    assert load(tmp_path).ranks[0]["updates_done"] == 16
+    assert not same_network(first, resumed)   # it went on learning
+    for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
+        assert (tmp_path / name).is_file()
+
+
+@pytest.mark.timeout(120)
+def test_a_dead_ppo_actor_stops_the_run_with_its_traceback():
+    with pytest.raises(WorkerFailedError) as caught:
+        fit(f"{Path(__file__).with_name('faulty_env.py')}:make", "ppo", workers=2,
+            steps=50_000, round_steps=5_000, seed=0, eval_episodes=1, envs_per_actor=1)
+    message = str(caught.value)
+    assert "worker rank 1" in message
+    assert "RuntimeError: the environment exploded in rank 1" in message
+    assert live_children() == []   # the learner waiting at the barrier was reaped too
+
+
+@pytest.mark.parametrize("changes, words", [
+    (dict(batch_size=0), "--batch-size must be a positive integer"),
+    (dict(envs_per_actor=0), "--envs-per-actor must be a positive integer"),
+    (dict(update_epochs=0), "--update-epochs must be a positive integer"),
+    (dict(clip_coef=0.0), "--clip-coef"),
+    (dict(target_kl=-0.1), "--target-kl"),
+    (dict(anneal_lr="yes"), "--anneal-lr"),
+])
+def test_bad_ppo_settings_are_refused_in_one_line(changes, words):
+    with pytest.raises(UserError) as caught:
+        RLConfig(algo="ppo", n_steps=128, **changes)
+    assert words in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_minibatch_is_at_most_the_rollout():
+    from mptrain.rl.ppo import minibatch_size
+
+    assert minibatch_size(RLConfig(algo="ppo", workers=1, envs_per_actor=1, n_steps=32,
+                                   batch_size=256)) == 32
+    assert minibatch_size(RLConfig(algo="ppo", workers=2, envs_per_actor=4, n_steps=32,
+                                   batch_size=64)) == 64
+
+
+def test_ppo_defaults_are_its_own_and_the_others_keep_theirs():
+    ppo, a3c, dqn = RLConfig(algo="ppo"), RLConfig(algo="a3c"), RLConfig(algo="dqn")
+    assert (a3c.n_steps, a3c.gae_lambda, a3c.max_grad_norm, a3c.gamma) == (20, 1.0, 40.0, 0.99)
+    assert dqn.batch_size == 64 and a3c.update_epochs is None
+    assert ppo.max_grad_norm == 0.5 and ppo.update_epochs >= 1
+    assert RLConfig(algo="ppo", gamma=0.9).gamma == 0.9     # a said value wins
+    assert RLConfig.from_dict(ppo.as_dict()) == ppo
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--envs-per-actor", "0"], "--envs-per-actor must be a positive integer"),
+    (["--clip-coef", "-1"], "--clip-coef"),
+    (["--update-epochs", "1.5"], "--update-epochs"),
+    (["--anneal-lr", "maybe"], "Got unexpected extra argument"),
+])
+def test_bad_ppo_flags_are_one_line_and_exit_2(capsys, argv, words):
+    from mptrain.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["rl", "--algo", "ppo", *argv])
+    assert done.value.code == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err
