@@ -109,8 +109,10 @@ class PPOProgram(ActorProgram):
         self.env_steps = 0          # this actor's, since the run began
         self.updates_done = 0       # the run's, the same count in every rank
         if self.learner:
+            # fused: one kernel for all parameters; a third off the learner's step with
+            # these small networks, where Adam's per-tensor loop is much of the work
             self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate,
-                                              eps=ADAM_EPS)
+                                              eps=ADAM_EPS, fused=True)
             self.shuffler = torch.Generator().manual_seed(c.seed * 7919 + 104_729)
 
     def train_round(self, index: int) -> RoundWork:
