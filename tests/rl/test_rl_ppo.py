@@ -124,3 +124,43 @@ def test_bad_ppo_flags_are_one_line_and_exit_2(capsys, argv, words):
     assert done.value.code == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err
+
+
+def test_ppo_takes_its_settings_from_a_config_file(tmp_path, monkeypatch):
+    import mptrain.rl.api
+    from mptrain.cli import main
+
+    calls = []
+    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request))
+    path = tmp_path / "ppo.toml"
+    path.write_text('algo = "ppo"\n[run]\nenvs-per-actor = 2\nanneal-lr = false\n'
+                    'clip-value = true\ntarget-kl = 0.02\nupdate-epochs = 5\n')
+    assert main(["rl", "--config", str(path), "--update-epochs", "3"]) == 0
+    [request] = calls
+    config = request.config
+    assert (config.algo, config.envs_per_actor, config.anneal_lr, config.clip_value,
+            config.target_kl, config.update_epochs) == ("ppo", 2, False, True, 0.02, 3)
+    assert config.gamma == 0.98    # ppo's default, not a3c's
+
+
+def test_the_round_line_shows_the_learners_kl_and_clipped_share():
+    from mptrain.report.metrics import RoundMetrics
+    from mptrain.rl.metrics import rl_round_parts
+
+    row = RoundMetrics(epoch=1, train_loss=1.0, test_loss=None, test_accuracy=None,
+                       test_mse=None, samples_per_s=2000.0, epoch_s=2.5, train_samples=5_120,
+                       steps=400, minor_faults=0,
+                       extras={"env_steps": 5_120, "episodes": 60, "return_mean": 70.5,
+                               "approx_kl": 0.0074, "clip_fraction": 0.083})
+    assert rl_round_parts(row) == ["5,120 steps", "60 episodes", "return 70.5", "kl 0.0074",
+                                   "clipped 8%", "2,000 steps/s", "2.50 s"]
+
+
+@pytest.mark.timeout(120)
+def test_one_process_acts_and_learns_alone_and_is_as_reproducible():
+    settings = dict(workers=1, seed=3, steps=512, round_steps=256, envs_per_actor=2,
+                    n_steps=64, batch_size=32, update_epochs=2, eval_episodes=1)
+    once, again = fit("CartPole-v1", "ppo", **settings), fit("CartPole-v1", "ppo", **settings)
+    assert curve(once) == curve(again) and same_network(once, again)
+    # 4 updates of 1 x 2 x 64 transitions, 2 epochs of 4 minibatches each
+    assert sum(row.extras["updates"] for row in once.rounds) == 4 * 2 * 4
