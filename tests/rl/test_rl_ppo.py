@@ -164,3 +164,42 @@ def test_one_process_acts_and_learns_alone_and_is_as_reproducible():
     assert curve(once) == curve(again) and same_network(once, again)
     # 4 updates of 1 x 2 x 64 transitions, 2 epochs of 4 minibatches each
     assert sum(row.extras["updates"] for row in once.rounds) == 4 * 2 * 4
+
+
+def learner_of(**settings):
+    """A learner (no processes) with one actor's segment of 2 x 16 transitions to learn."""
+    from mptrain.rl.nets import SeparateActorCritic
+    from mptrain.rl.ppo import PPOProgram
+    from mptrain.rl.ppo_rollout import SharedRollouts, VectorActor
+
+    config = RLConfig(algo="ppo", workers=1, envs_per_actor=2, n_steps=16, batch_size=16,
+                      update_epochs=4, **settings)
+    torch.manual_seed(0)
+    model = SeparateActorCritic(4, 2)
+    actor = VectorActor("CartPole-v1", 2, torch.Generator().manual_seed(0), config.gamma,
+                        config.gae_lambda)
+    actor.reset([0, 1])
+    rollouts = SharedRollouts.create(1, 16, 2, 4)
+    rollouts.write(0, actor.collect(model, 16))
+    learner = object.__new__(PPOProgram)
+    learner.config, learner.model, learner.rollouts, learner.updates_done = \
+        config, model, rollouts, 0
+    learner.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+    learner.shuffler = torch.Generator().manual_seed(0)
+    return learner
+
+
+def test_target_kl_stops_the_epochs_of_an_update():
+    assert learner_of().update()["minibatches"] == 4 * 2       # 4 epochs of 32 / 16
+    assert learner_of(target_kl=1e-12).update()["minibatches"] == 2   # the first epoch
+
+
+def test_the_learning_rate_falls_linearly_to_zero_over_the_run():
+    learner = learner_of(steps=320, lr=0.01)   # 10 updates of 32 transitions
+    learner.updates_done = 4
+    learner.update()
+    assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(0.01 * (1 - 4 / 10))
+    fixed = learner_of(steps=320, lr=0.01, anneal_lr=False)
+    fixed.updates_done = 4
+    fixed.update()
+    assert fixed.optimizer.param_groups[0]["lr"] == 0.01
