@@ -64,6 +64,15 @@ class PPOStrategy(ActorStrategy):
     default_hidden = 64
 
     @classmethod
+    def check_config(cls, config) -> None:
+        size = rollout_size(config)
+        if config.round_steps < size:   # a round would hold no update
+            raise UserError(
+                f"--round-steps {config.round_steps} is smaller than one ppo rollout ({size} "
+                f"= --workers {config.workers} x --envs-per-actor {config.envs_per_actor} x "
+                f"--n-steps {config.n_steps}); give at least {size}")
+
+    @classmethod
     def check_checkpoint(cls, checkpoint) -> None:
         if checkpoint.ranks and "updates_done" not in checkpoint.ranks[0]:
             raise UserError("this ppo checkpoint lacks the learner's state; start a new run")
