@@ -14,7 +14,7 @@ def test_rounds_cover_the_steps():
     assert config.strategy == "a3c" and config.unit == "round"
 
 
-@pytest.mark.parametrize("changes", [dict(algo="ppo"), dict(workers=0), dict(steps=-1),
+@pytest.mark.parametrize("changes", [dict(algo="sac"), dict(workers=0), dict(steps=-1),
                                      dict(gamma=1.5), dict(lr=0.0), dict(round_steps=1,
                                                                          workers=2),
                                      dict(algo="dqn", buffer_size=32, batch_size=64),
@@ -62,6 +62,6 @@ def test_settings_that_went_unchecked_are_refused(changes):
 def test_one_registry_holds_both_families():
     from mptrain.strategies.registry import ALGOS, STRATEGIES, strategy_class
 
-    assert ALGOS == ("a3c", "dqn") and "a3c" not in STRATEGIES
+    assert ALGOS == ("a3c", "dqn", "ppo") and "a3c" not in STRATEGIES
     assert {strategy_class(name).family for name in ALGOS} == {"rl"}
     assert {strategy_class(name).family for name in STRATEGIES} == {"supervised"}

@@ -1,10 +1,12 @@
-"""Both algorithms learn CartPole, checked on deterministic runs so the test cannot flake.
+"""The algorithms learn CartPole, checked on deterministic runs so the test cannot flake.
 
-DQN's runs are fixed by their seed whatever the number of processes (``rl/dqn.py``); a3c's
-with one worker (with more, Hogwild's races make each run its own). The thresholds are
+DQN's and PPO's runs are fixed by their seed whatever the number of processes
+(``rl/dqn.py``, ``rl/ppo.py``); a3c's with one worker (with more, Hogwild's races make each
+run its own). The thresholds are
 returns that DQN as it was on main b8e2fa0 did not reach at the same step count: 97, 127
 and 79 for seed 3 at 10,000 steps (one run with one worker, two with two), where this DQN
-reaches 367 on this machine's float kernels; a3c reaches 468 at 20,000 steps.
+reaches 367 on this machine's float kernels; a3c reaches 468 at 20,000 steps. PPO with two
+actors reaches 500 at 12,000 steps (seed 3; random actions score about 22).
 """
 
 import pytest
@@ -28,3 +30,14 @@ def test_a3c_reaches_400_within_20_000_steps():
     result = fit("CartPole-v1", "a3c", workers=1, steps=20_000, round_steps=5_000, seed=1,
                  eval_episodes=5)
     assert result.eval_return >= 400
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ppo_with_two_actors_reaches_300_within_12_000_steps():
+    result = fit("CartPole-v1", "ppo", workers=2, steps=12_000, round_steps=4_000, seed=3,
+                 eval_episodes=10)
+    assert result.summary["env_steps"] == 12_032   # whole rollouts of 2 x 4 x 32 steps
+    assert result.eval_return >= 300
+    training = [row.extras["return_mean"] for row in result.rounds]
+    assert training[-1] > 3 * training[0]

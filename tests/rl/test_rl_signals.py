@@ -25,13 +25,17 @@ def _default_sigint() -> None:
 
 
 @pytest.mark.timeout(120)
-def test_ctrl_c_stops_every_actor_after_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("algo_flags", [
+    ["--algo", "dqn", "--learning-starts", "100", "--buffer-size", "2000"],
+    ["--algo", "ppo", "--envs-per-actor", "2"],   # a learner waits at a barrier between
+])
+def test_ctrl_c_stops_every_actor_after_a_checkpoint(tmp_path, algo_flags):
     shm_before = shm_entries()
     out = tmp_path / "run"
     process = subprocess.Popen(
-        [sys.executable, "-m", "mptrain", "rl", "--algo", "dqn", "--workers", "2",
-         "--steps", "10000000", "--round-steps", "1000", "--learning-starts", "100",
-         "--buffer-size", "2000", "--checkpoint-every", "1", "--out", str(out), "--quiet"],
+        [sys.executable, "-m", "mptrain", "rl", *algo_flags, "--workers", "2",
+         "--steps", "10000000", "--round-steps", "1000",
+         "--checkpoint-every", "1", "--out", str(out), "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         preexec_fn=_default_sigint, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:

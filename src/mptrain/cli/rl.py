@@ -13,29 +13,51 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--env", help="Gymnasium id (CartPole-v1, the default) or module:make_env.")
 @click.option("--algo", type=click.Choice(ALGOS),
               help="a3c: actor-learners, lock-free shared model (default); dqn: actors feed "
-                   "a shared replay buffer, one learner.")
+                   "a shared replay buffer, one learner; ppo: actors on vectorized "
+                   "environments, synchronous rollouts, one learner.")
 @click.option("--workers", type=int, help="Actor processes (2).")
 @click.option("--steps", type=int, help="Environment steps in total, over all actors (200,000).")
 @click.option("--round-steps", type=int,
               help="Environment steps per round: one metrics row, progress bar, checkpoint "
                    "(10,000).")
-@click.option("--seed", type=int, help="Seed; actor i uses seed and i (0).")
-@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 2.3e-3).")
-@click.option("--gamma", type=float, help="Discount (0.99).")
-@click.option("--hidden", type=int, help="Width of the built-in networks' two layers (a3c 128, dqn 256).")
+@click.option("--seed", type=int,
+              help="Seed; actor i uses seed and i (0). dqn and ppo: the same seed gives "
+                   "the same run bit for bit.")
+@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 2.3e-3, ppo 1e-3).")
+@click.option("--gamma", type=float, help="Discount (0.99; ppo 0.98).")
+@click.option("--hidden", type=int,
+              help="Width of the built-in networks' two layers (a3c 128, dqn 256, ppo 64).")
 @click.option("--net", help="Your network, module:make(obs_dim, n_actions).")
 @click.option("--eval-episodes", type=int,
               help="Greedy evaluation episodes at the end (and at --eval-every) (10).")
 @click.option("--eval-every", type=int, help="Evaluate greedily every N rounds too.")
 @click.option("--target-return", type=float,
               help="Stop at the first evaluation whose mean greedy return reaches this.")
-@click.option("--n-steps", type=int, help="a3c: rollout length per update (20).")
-@click.option("--gae-lambda", type=float, help="a3c: GAE lambda (1: n-step advantages).")
-@click.option("--entropy-coef", type=float, help="a3c: entropy bonus (0.01).")
-@click.option("--value-coef", type=float, help="a3c: weight of the value loss (0.5).")
-@click.option("--max-grad-norm", type=float, help="a3c: clip gradients to this L2 norm (40).")
+@click.option("--n-steps", type=int,
+              help="a3c, ppo: rollout length per update, per environment (a3c 20, ppo 32).")
+@click.option("--gae-lambda", type=float,
+              help="a3c, ppo: GAE lambda (a3c 1: n-step advantages; ppo 0.8).")
+@click.option("--entropy-coef", type=float, help="a3c, ppo: entropy bonus (a3c 0.01, ppo 0).")
+@click.option("--value-coef", type=float, help="a3c, ppo: weight of the value loss (0.5).")
+@click.option("--max-grad-norm", type=float,
+              help="a3c, ppo: clip gradients to this L2 norm (a3c 40, ppo 0.5).")
+@click.option("--envs-per-actor", type=int,
+              help="ppo: environments in each actor's gymnasium.vector env (4).")
+@click.option("--update-epochs", type=int,
+              help="ppo: passes over each rollout batch per update (20).")
+@click.option("--clip-coef", type=float,
+              help="ppo: the surrogate's clip range, ratios within 1 +- this (0.2).")
+@click.option("--clip-value/--no-clip-value", default=None,
+              help="ppo: clip the value loss by --clip-coef too (off).")
+@click.option("--normalize-advantages/--no-normalize-advantages", default=None,
+              help="ppo: normalize advantages per minibatch (on).")
+@click.option("--anneal-lr/--no-anneal-lr", default=None,
+              help="ppo: learning rate falls linearly to 0 over --steps (on).")
+@click.option("--target-kl", type=float,
+              help="ppo: stop an update's epochs once the approximate KL exceeds this.")
 @click.option("--buffer-size", type=int, help="dqn: replay transitions in total (100,000).")
-@click.option("--batch-size", type=int, help="dqn: transitions per update (64).")
+@click.option("--batch-size", type=int,
+              help="dqn: transitions per update (64); ppo: per minibatch (256).")
 @click.option("--learning-starts", type=int, help="dqn: steps before the first update (1,000).")
 @click.option("--train-every", type=int, help="dqn: environment steps per update (2).")
 @click.option("--target-every", type=int,
@@ -60,9 +82,11 @@ def rl(config_file, out, resume, quiet, logger, tb_dir, **flags):
     a3c runs --workers actor-learners, each stepping its own environment and applying
     n-step actor-critic gradients lock-free to one shared network (shared Adam state).
     dqn runs one learner (double DQN, target network, epsilon schedule) and actors that feed
-    a replay buffer in shared memory (--workers 1: one process does both); a seed names a
-    dqn run: the same settings give the same curve bit for bit. Both end with a greedy
-    evaluation over --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
+    a replay buffer in shared memory (--workers 1: one process does both). ppo runs
+    --workers actors, each stepping --envs-per-actor environments, with rank 0 also the
+    learner (clipped surrogate, GAE, minibatch epochs). A seed names a dqn or ppo run: the
+    same settings give the same curve bit for bit. All end with a greedy evaluation over
+    --eval-episodes. Needs gymnasium: pip install 'mptrain[rl]'.
     """
     from ..config import load_config_file
     from ..launch import openmp

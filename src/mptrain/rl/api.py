@@ -47,7 +47,7 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
         loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> RLResult:
     """Train an agent on ``env`` (a Gymnasium id such as ``"CartPole-v1"`` or an import
-    string ``"module:make_env"``) with ``algo`` (``"a3c"`` or ``"dqn"``) and return an
+    string ``"module:make_env"``) with ``algo`` (``"a3c"``, ``"dqn"`` or ``"ppo"``) and return an
     :class:`~mptrain.rl.family.RLResult` (``model``, ``rounds``, ``summary``).
 
     ``settings`` are those of :class:`~mptrain.rl.config.RLConfig` (``workers``, ``steps``,

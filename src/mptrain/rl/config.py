@@ -27,21 +27,29 @@ class RLConfig:
     round_steps: int = 10_000     # environment steps per round (a metrics row, a checkpoint)
     seed: int = 0
     lr: float | None = None       # None: the algorithm's (``default_lr`` of its strategy)
-    gamma: float = 0.99
+    gamma: float | None = None    # None: the algorithm's (``ALGO_DEFAULTS``), as below
     hidden: int | None = None     # None: the algorithm's (``default_hidden`` of its strategy)
     net: str | None = None        # module:make(obs_dim, n_actions)
     eval_episodes: int = 10       # greedy episodes at the end (and at --eval-every)
     eval_every: int | None = None   # rounds; None: only at the end
     target_return: float | None = None   # stop at the first evaluation that reaches it
-    # -- a3c ---------------------------------------------------------------------------------
-    n_steps: int = 20             # rollout length per update
-    gae_lambda: float = 1.0       # 1: plain n-step advantages, as in the A3C paper
-    entropy_coef: float = 0.01
+    # -- a3c and ppo -------------------------------------------------------------------------
+    n_steps: int | None = None    # rollout length (per environment) per update
+    gae_lambda: float | None = None   # a3c 1: plain n-step advantages, as in the A3C paper
+    entropy_coef: float | None = None
     value_coef: float = 0.5
-    max_grad_norm: float = 40.0
-    # -- dqn ---------------------------------------------------------------------------------
+    max_grad_norm: float | None = None
+    # -- ppo ---------------------------------------------------------------------------------
+    envs_per_actor: int = 4       # environments in each actor's gymnasium.vector env
+    update_epochs: int | None = None   # passes over a rollout batch per update
+    clip_coef: float = 0.2        # the surrogate's clip range: ratios within 1 +- clip_coef
+    clip_value: bool = False      # clip the value loss too (CleanRL's clip_vloss)
+    normalize_advantages: bool = True   # per minibatch, as CleanRL and stable-baselines3
+    anneal_lr: bool | None = None       # learning rate falls linearly to 0 over --steps
+    target_kl: float | None = None      # stop an update's epochs once approx KL exceeds it
+    # -- dqn (and ppo's minibatch) -----------------------------------------------------------
     buffer_size: int = 100_000
-    batch_size: int = 64
+    batch_size: int | None = None  # transitions per gradient step
     learning_starts: int = 1_000
     train_every: int = 2          # environment steps (all actors) per learner update
     # rl-baselines3-zoo's tuned DQN for CartPole-v1 (its train_freq 256 / gradient_steps 128
@@ -66,6 +74,10 @@ class RLConfig:
     unit = "round"
 
     def __post_init__(self):
+        check_rl_setting("algo", self.algo)
+        for name, value in algo_defaults(self.algo).items():
+            if getattr(self, name) is None:   # frozen: filled in once, here
+                object.__setattr__(self, name, value)
         for name in rl_setting_names():
             check_rl_setting(name, getattr(self, name))
         if self.round_steps < self.workers:
@@ -111,6 +123,25 @@ class RLConfig:
         return cls(**said)
 
 
+#: Settings whose default depends on the algorithm: name -> (the default, {algo: its own}).
+#: a3c's and dqn's are what they always were; ppo's are discussed in docs/rl.md ("ppo").
+ALGO_DEFAULTS = {
+    "gamma": (0.99, {"ppo": 0.98}),
+    "n_steps": (20, {"ppo": 32}),
+    "gae_lambda": (1.0, {"ppo": 0.8}),
+    "entropy_coef": (0.01, {"ppo": 0.0}),
+    "max_grad_norm": (40.0, {"ppo": 0.5}),
+    "update_epochs": (None, {"ppo": 20}),
+    "anneal_lr": (None, {"ppo": True}),
+    "batch_size": (64, {"ppo": 256}),
+}
+
+
+def algo_defaults(algo: str) -> dict:
+    """The defaults of the algorithm-dependent settings for ``algo``."""
+    return {name: own.get(algo, default) for name, (default, own) in ALGO_DEFAULTS.items()}
+
+
 def rl_setting_names() -> frozenset:
     return frozenset(f.name for f in fields(RLConfig))
 
@@ -120,7 +151,7 @@ _POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_e
                             "policy_every",
                             "eval_every", "n_steps", "buffer_size", "batch_size",
                             "train_every", "target_every", "threads_per_worker",
-                            "checkpoint_every"})
+                            "checkpoint_every", "envs_per_actor", "update_epochs"})
 _COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts"})   # integers >= 0
 #: name: (low, high, low_open, high_open)
 _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
@@ -128,9 +159,13 @@ _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
             "eps_end": (0, 1, False, False), "entropy_coef": (0, None, False, False),
             "value_coef": (0, None, False, False), "max_grad_norm": (0, None, True, False),
             "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),
-            "target_return": (None, None, False, False)}
+            "target_return": (None, None, False, False),
+            "clip_coef": (0, None, True, False), "target_kl": (0, None, True, False)}
 _OPTIONAL = frozenset({"lr", "net", "eval_every", "target_return", "threads_per_worker",
-                       "start_method", "checkpoint_every"})
+                       "start_method", "checkpoint_every", "target_kl",
+                       # only ppo's defaults give these: None for the others
+                       "update_epochs", "anneal_lr"})
+_FLAGS = frozenset({"quiet", "clip_value", "normalize_advantages", "anneal_lr"})
 
 
 def check_rl_setting(name: str, value) -> None:
@@ -163,7 +198,7 @@ def check_rl_setting(name: str, value) -> None:
     elif name == "start_method":
         check_kind(name, value, "a name")
         check_choice(value, name, START_METHODS)
-    elif name == "quiet":
+    elif name in _FLAGS:
         check_kind(name, value, "true or false")
 
 

@@ -55,7 +55,7 @@ def env_shape(spec: str) -> EnvShape:
     try:
         obs, act = env.observation_space, env.action_space
         if not isinstance(act, gymnasium.spaces.Discrete):
-            raise UserError(f"--env {spec!r} has {type(act).__name__} actions; a3c and dqn "
+            raise UserError(f"--env {spec!r} has {type(act).__name__} actions; the algorithms "
                             "here need a Discrete action space")
         if not isinstance(obs, gymnasium.spaces.Box) or len(obs.shape) != 1:
             raise UserError(f"--env {spec!r} has observations {obs}; the built-in networks "

@@ -17,8 +17,10 @@ def rl_round_extras(reports) -> dict:
         "eval_return_std": statistics.pstdev(evals) if evals else None,
         "eval_episodes": len(evals),
         "updates": sum(report.extras.get("updates", 0) for report in reports),
-        "epsilon": next((report.extras["epsilon"] for report in reports
-                         if "epsilon" in report.extras), None),
+        **{key: next((report.extras[key] for report in reports if key in report.extras),
+                     None)
+           # dqn's epsilon; ppo's learner's means over the round's minibatches
+           for key in ("epsilon", "approx_kl", "clip_fraction", "entropy", "value_loss")},
     }
 
 
@@ -32,6 +34,9 @@ def rl_round_parts(m) -> list[str]:
         parts.append(f"greedy {x['eval_return']:.1f}")
     if x.get("epsilon") is not None:
         parts.append(f"eps {x['epsilon']:.2f}")
+    if x.get("approx_kl") is not None:
+        parts.append(f"kl {x['approx_kl']:.4f}")
+        parts.append(f"clipped {x['clip_fraction']:.0%}")
     parts.append(f"{m.samples_per_s:,.0f} steps/s")
     parts.append(f"{m.epoch_s:.2f} s")
     return parts

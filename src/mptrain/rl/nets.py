@@ -39,6 +39,37 @@ class ActorCritic(nn.Module):
         return f"(logits [batch, {n_actions}], value [batch] or [batch, 1])"
 
 
+class SeparateActorCritic(ActorCritic):
+    """PPO's network: a policy and a value function with a trunk each, orthogonally
+    initialised -- the hidden layers with gain sqrt(2), the policy head with 0.01 (a nearly
+    uniform first policy), the value head with 1 -- as CleanRL's ``ppo.py`` and
+    stable-baselines3's ``MlpPolicy`` build it. A shared trunk lets the value loss, whose
+    scale grows with the returns, push the policy's features around."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 64):
+        nn.Module.__init__(self)
+        self.policy_trunk = _tanh_trunk(obs_dim, hidden)
+        self.value_trunk = _tanh_trunk(obs_dim, hidden)
+        self.policy = _orthogonal(nn.Linear(hidden, n_actions), 0.01)
+        self.value = _orthogonal(nn.Linear(hidden, 1), 1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return (self.policy(self.policy_trunk(obs)),
+                self.value(self.value_trunk(obs)).squeeze(-1))
+
+
+def _tanh_trunk(obs_dim: int, hidden: int) -> nn.Sequential:
+    gain = 2 ** 0.5
+    return nn.Sequential(_orthogonal(nn.Linear(obs_dim, hidden), gain), nn.Tanh(),
+                         _orthogonal(nn.Linear(hidden, hidden), gain), nn.Tanh())
+
+
+def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
 def flat_values(values: torch.Tensor) -> torch.Tensor:
     """A value head's output as one value per observation, (N,), from (N,) or (N, 1)."""
     return values.reshape(values.shape[0]) if values.dim() == 2 else values

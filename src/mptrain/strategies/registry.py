@@ -24,6 +24,7 @@ _HOMES = {
     "dp": ("supervised", ".data_parallel_gpus:DataParallelGPUsStrategy"),
     "a3c": ("rl", "..rl.a3c:A3CStrategy"),
     "dqn": ("rl", "..rl.dqn:DQNStrategy"),
+    "ppo": ("rl", "..rl.ppo:PPOStrategy"),
 }
 
 
