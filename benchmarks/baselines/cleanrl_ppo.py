@@ -21,8 +21,10 @@ the script is training from the script's globals (the frame of the ``envs.step``
 plays 100 greedy episodes with it: the action is the argmax of ``agent.actor``'s logits,
 the mode of the Categorical the script samples from. When the mean reaches 475, or the wall
 cap passes, ``step`` raises and the run ends there. Nothing else of the run changes: the
-evaluation uses its own gymnasium environment and its own random state, so the training
-sees the same numbers it would have seen without the measure.
+evaluation uses its own gymnasium environment and draws no random numbers, so the training
+sees the same numbers it would have seen without the measure (checked once: after 4,096
+steps of seed 7 the agent's parameters were bit for bit the same with an evaluation every
+512 steps and with none).
 
 How this measure differs from CleanRL's: CleanRL reports ``charts/episodic_return``, the
 return of each finished episode of the stochastic training policy (sampled actions, from the
