@@ -144,9 +144,9 @@ def print_table(rows: list[dict]) -> None:
     def fmt(value, spec):
         return "-" if value is None else format(value, spec)
 
-    print(f"{'':44} {'solved':>7} {'steps to 475':>13} {'s to 475':>9} {'steps/s':>8}")
+    print(f"{'':52} {'solved':>7} {'steps to 475':>13} {'s to 475':>9} {'steps/s':>8}")
     for r in rows:
-        print(f"{r['name'][:44]:44} {r['solved']:>3}/{r['seeds']:<3} "
+        print(f"{r['name'][:52]:52} {r['solved']:>3}/{r['seeds']:<3} "
               f"{fmt(r['median_steps'], ',.0f'):>13} {fmt(r['median_s'], '.1f'):>9} "
               f"{fmt(r['median_steps_per_s'], ',.0f'):>8}")
 

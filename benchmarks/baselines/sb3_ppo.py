@@ -4,7 +4,7 @@
     bash benchmarks/baselines/setup.sh      # .venv-baselines; not a dependency of mptrain
     .venv-baselines/bin/python benchmarks/baselines/sb3_ppo.py --seeds 1,2,3 \\
         --wall-cap-s 600 --json sb3-ppo.json
-    python benchmarks/rl.py --only ppo --seeds 1,2,3 --baseline sb3-ppo.json
+    python benchmarks/rl.py --seeds 1,2,3 --baseline sb3-ppo.json   # beside mptrain's rows
 
 The zoo's tuned entry (hyperparams/ppo.yml, CartPole-v1): 8 environments in one process
 (sb3's DummyVecEnv, as the zoo's default), 32 steps each per rollout, 20 epochs of minibatch
