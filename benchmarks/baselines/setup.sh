@@ -11,7 +11,8 @@
 # tensorboard of them, and gym 0.23.1's CartPole imports pygame. So it goes in with --no-deps
 # --ignore-requires-python, and only those come in, at the versions in constraints.txt
 # (pygame 2.6.1: 2.1.0 has no wheel for 3.11). ppo.py runs unchanged on 3.11: distutils,
-# which it imports for strtobool, is still in 3.11's standard library.
+# which it imports for strtobool, is still in 3.11's standard library. pip then reports
+# CleanRL's other requirements as missing or conflicting: expected, and harmless to ppo.py.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
