@@ -18,7 +18,11 @@ both sides; a control cell runs two independent 1-actor runs at once: what two p
 from the machine at that moment with nothing shared).
 At the end, one row per algorithm: seeds solved / seeds, median environment steps and
 seconds to 475 over the solved seeds, median environment steps/s; ``--baseline FILE``
-adds the rows of baseline scripts' JSON (``baselines/sb3_dqn.py``), run on the same machine.
+(repeatable) adds the rows of baseline scripts' JSON -- stable-baselines3's DQN and PPO with
+rl-baselines3-zoo's hyperparameters (``baselines/sb3_dqn.py``, ``baselines/sb3_ppo.py``),
+CleanRL's ``ppo.py`` (``baselines/cleanrl_ppo.py``), set up by ``baselines/setup.sh`` --
+run on the same machine with the same measure; a baseline run stopped by its wall cap
+counts as not solved. Files of one baseline (e.g. one per seed) make one row.
 Nothing here asserts anything; it prints figures and writes JSON.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -96,22 +101,59 @@ def table_row(name: str, cells: list[dict]) -> dict:
             "median_steps_per_s": statistics.median(rates) if rates else None}
 
 
-def baseline_row(path: str) -> dict:
-    data = json.loads(Path(path).read_text())
-    cells = [{"within_budget": c["solved"], "solved_at_steps": c["steps_to_target"],
-              "solved_at_s": c["wall_to_target_s"],
-              "env_steps_per_s": c["env_steps"] / c["wall_s"] if c.get("wall_s") else None}
-             for c in data["cells"]]
-    return table_row(data["baseline"], cells)
+def is_count(value) -> bool:
+    """A finite number >= 0 (JSON's true/false and NaN are not)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
+
+
+def baseline_cell(cell) -> dict:
+    """One seed of a baseline script's JSON as a cell of the table; ValueError if it is not
+    one. Its steps/s leave its evaluations out where the script recorded that
+    (``env_steps_per_s``, as mptrain's own); older files (sb3_dqn.py) have env steps over
+    wall seconds, evaluations included."""
+    if not isinstance(cell, dict) or not isinstance(cell.get("solved"), bool):
+        raise ValueError("a cell without a true/false 'solved'")
+    numbers = ("steps_to_target", "wall_to_target_s") if cell["solved"] else ()
+    for key in (*numbers, "env_steps", "wall_s"):
+        if not is_count(cell.get(key)):
+            raise ValueError(f"a cell whose {key!r} is {cell.get(key)!r}, not a number >= 0")
+    rate = cell.get("env_steps_per_s")
+    if not is_count(rate) or rate == 0:
+        rate = cell["env_steps"] / cell["wall_s"] if cell["wall_s"] else None
+    return {"within_budget": cell["solved"],
+            "solved_at_steps": cell["steps_to_target"] if cell["solved"] else None,
+            "solved_at_s": cell["wall_to_target_s"] if cell["solved"] else None,
+            "env_steps_per_s": rate}
+
+
+def baseline_rows(paths: list[str]) -> list[dict]:
+    """One row per baseline named in the files; files of the same baseline (a sitting split
+    by seed) pool their cells. Read before any run starts, so that a wrong path costs
+    nothing; a file that is not a baseline script's JSON is a ValueError naming it."""
+    pooled: dict[str, list[dict]] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+            if not isinstance(data, dict) or not isinstance(data.get("baseline"), str) \
+                    or not isinstance(data.get("cells"), list):
+                raise ValueError("no 'baseline' name and 'cells' list")
+            cells = [baseline_cell(cell) for cell in data["cells"]]
+        except (OSError, ValueError, RecursionError) as error:
+            raise ValueError(f"--baseline {path}: not a baseline script's JSON ({error}); "
+                             "give a file that benchmarks/baselines/sb3_dqn.py, sb3_ppo.py "
+                             "or cleanrl_ppo.py wrote with --json") from None
+        pooled.setdefault(data["baseline"], []).extend(cells)
+    return [table_row(name, cells) for name, cells in pooled.items()]
 
 
 def print_table(rows: list[dict]) -> None:
     def fmt(value, spec):
         return "-" if value is None else format(value, spec)
 
-    print(f"{'':44} {'solved':>7} {'steps to 475':>13} {'s to 475':>9} {'steps/s':>8}")
+    print(f"{'':52} {'solved':>7} {'steps to 475':>13} {'s to 475':>9} {'steps/s':>8}")
     for r in rows:
-        print(f"{r['name'][:44]:44} {r['solved']:>3}/{r['seeds']:<3} "
+        print(f"{r['name'][:52]:52} {r['solved']:>3}/{r['seeds']:<3} "
               f"{fmt(r['median_steps'], ',.0f'):>13} {fmt(r['median_s'], '.1f'):>9} "
               f"{fmt(r['median_steps_per_s'], ',.0f'):>8}")
 
@@ -161,6 +203,10 @@ def main(argv=None) -> int:
                         "benchmarks/results/rl-DATE.json)")
     args = parser.parse_args(argv)
     args.json = result_path(f"rl-{args.only}" if args.only else "rl", args.json)
+    try:
+        baselines = baseline_rows(args.baseline)
+    except ValueError as error:
+        parser.error(str(error))
     seeds = [int(s) for s in args.seeds.split(",")]
     results = {"machine": machine_info(), "seeds": seeds}
     with tempfile.TemporaryDirectory(prefix="mptrain-rl-bench-") as temp:
@@ -179,7 +225,9 @@ def main(argv=None) -> int:
                   f"{ratio:.2f}" if ratio else "throughput: no result")
     rows = [table_row(f"mptrain {algo} (2 workers)", results[algo]["cells"])
             for algo in ALGOS if algo in results]
-    rows += [baseline_row(path) for path in args.baseline]
+    rows += baselines
+    if args.baseline:
+        results["baseline_files"] = args.baseline
     if rows:
         results["table"] = rows
         print_table(rows)
