@@ -35,13 +35,14 @@ class ClientWork:
 @dataclass
 class ClientOutcome:
     """One client's trained model (``pieces``: its slices of the stacked parameters, then
-    the floating buffers) and what it did."""
+    the floating buffers) and what it did; ``finite``: whether every piece is finite."""
 
     client: int
     pieces: list[torch.Tensor]
     steps: int
     samples: int
     loss_sum: float
+    finite: bool
 
     def flat(self, out: torch.Tensor | None = None) -> torch.Tensor:
         """The model as one flat vector in host memory (where the server aggregates),
@@ -86,7 +87,8 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
                             lr=lr, on_step=on_step)
     buffers = [b.detach().reshape(-1) for b in trainer.model.buffers()
                if b.is_floating_point()]   # never changed by a cohort (``vectorizable``)
+    buffers_finite = all(bool(torch.isfinite(b).all()) for b in buffers)
     for k, client in enumerate(clients):
         pieces = [p[k].reshape(-1) for p in trained.params] + buffers
         yield ClientOutcome(client, pieces, trained.steps[k], trained.samples[k],
-                            trained.loss_sums[k])
+                            trained.loss_sums[k], trained.finite[k] and buffers_finite)
