@@ -3,7 +3,7 @@
 
     python benchmarks/fl_vectorized.py [--data-dir DIR] [--device cpu|cuda] [--rounds 50]
         [--workers 1] [--threads-per-worker N] [--cases 2nn-100x10,2nn-1200x50,cnn-1200x50,cnn-100x10]
-        [--repeats 1] [--quick] [--json auto]
+        [--repeats 1] [--vectorize-chunk N] [--quick] [--json auto]
 
 MNIST, IID clients, client SGD lr 0.1 without momentum, B=10, E=1, seed 0; the test set
 evaluated after the last round only (so a round's time is its training and the server
@@ -60,6 +60,8 @@ def run_case(case: str, mode: str, args, data_dir: Path) -> dict:
                    "--vectorize-clients", mode, "--quiet", "--out", out, *COMMON]
         if args.threads_per_worker is not None:
             command += ["--threads-per-worker", str(args.threads_per_worker)]
+        if args.vectorize_chunk is not None and mode != "off":
+            command += ["--vectorize-chunk", str(args.vectorize_chunk)]
         measured = run_measured(command, timeout_s=args.timeout, sample_memory=False)
         if measured["returncode"] != 0:
             tail = measured["output"].strip().splitlines()[-1:] or ["(no output)"]
@@ -98,6 +100,8 @@ def main() -> int:
                         help="default: mptrain's (usable cores // workers)")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--vectorize-chunk", type=int,
+                        help="clients per cohort for on/auto (default: mptrain's rule)")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--quick", action="store_true", help="5 rounds: a smoke run")
     parser.add_argument("--json", default="auto")
@@ -157,6 +161,7 @@ def main() -> int:
         write_json(path, {"machine": machine_info(), "device": args.device,
                           "device_name": name, "workers": args.workers,
                           "threads_per_worker": args.threads_per_worker,
+                          "vectorize_chunk": args.vectorize_chunk,
                           "rounds": args.rounds, "repeats": args.repeats, "table": table,
                           "runs": results})
         print(f"\nwritten to {path}")
