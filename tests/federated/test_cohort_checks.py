@@ -13,8 +13,7 @@ from mptrain.federated.cohort import CohortTrainer
 from mptrain.federated.cohort_eval import client_accuracies
 from mptrain.federated.cohort_optim import ClientOptimizerSettings
 from mptrain.federated.cohort_round import chunks
-from mptrain.federated.vectorizable import (CPU_CAP_BYTES, CPU_COHORT_BYTES, CohortCheck,
-                                            check_cohort, chunk_size, cpu_cohort_cap,
+from mptrain.federated.vectorizable import (CPU_CAP_BYTES, check_cohort, chunk_size,
                                             memory_budget)
 
 
@@ -114,25 +113,6 @@ def test_cohorts_are_as_even_as_their_cap_allows():
     assert chunks([4, 5, 6, 7, 8, 9, 10], 3) == [[4, 5, 6], [7, 8], [9, 10]]
     assert chunks(list(range(20)), 10) == [list(range(10)), list(range(10, 20))]
     assert chunks([], 4) == [] and chunks([9], 4) == [[9]]
-
-
-def test_cpu_cohorts_stop_at_a_cache_friendly_size_while_memory_holds_more():
-    from types import SimpleNamespace
-
-    from mptrain.strategies.fedavg.cohorts import host_chunk
-
-    two_nn = CohortCheck(None, 2_613_000)      # the McMahan 2NN's dry-run estimate
-    assert cpu_cohort_cap(two_nn.client_bytes, 10) == 12 == CPU_COHORT_BYTES // 2_613_000
-    assert cpu_cohort_cap(10**9, 10) == 10         # never below auto's smallest cohort
-
-    def config(per_round, device="cpu", forced=None):
-        return SimpleNamespace(device=device, fedavg=SimpleNamespace(
-            vectorize_chunk=forced, sampling="fixed", sampled_clients=per_round))
-
-    assert host_chunk(config(50), two_nn, workers=1) == 12
-    assert host_chunk(config(8), two_nn, workers=1) == 8
-    assert host_chunk(config(50, forced=50), two_nn, workers=1) == 50
-    assert host_chunk(config(50, device="cuda"), two_nn, workers=1) is None
 
 
 def test_clients_evaluated_together_score_as_one_by_one():

@@ -31,16 +31,6 @@ GPU_SHARE = 0.5
 #: divided among the workers; and a cap, since beyond a few hundred MiB a larger cohort is
 #: no faster on a CPU (its kernels are already large) but pages other work out.
 CPU_SHARE, CPU_CAP_BYTES = 0.25, 1 << 30
-#: On CPU, what a cohort aims to take even where memory holds more: every stacked step
-#: writes each client's gradients afresh and the optimizer reads them back, so past a few
-#: tens of MiB a cohort streams its step through main memory (and at the 2NN's 50 clients,
-#: 125 MiB, glibc maps and unmaps its gradients every step: ~27,000 page faults per cohort
-#: of 5 steps), while a cohort a quarter that size pays the fixed dispatch of a step on
-#: fewer clients. Measured on this project's 2-core CPU (loaded; the 2NN, 50 clients of 50
-#: samples, one thread): cohorts of 10-17 clients (25-42 MiB) trained 1.09-1.13x faster
-#: than one of 50, cohorts of 5 0.89x, of 3 0.67x. Never below ``MIN_COHORT_CPU`` clients
-#: (``cohort_choice``) for that reason.
-CPU_COHORT_BYTES = 32 << 20
 #: Activations saved for backward, as a multiple of the module outputs counted in the dry
 #: run (functional ops between modules -- relu, pooling -- save theirs too).
 ACTIVATION_FACTOR = 3
@@ -173,11 +163,6 @@ def _available_host_bytes() -> int:
     except OSError:
         pass
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def cpu_cohort_cap(client_bytes: int, least: int) -> int:
-    """Clients per cohort on a CPU by ``CPU_COHORT_BYTES``, at least ``least``."""
-    return max(least, CPU_COHORT_BYTES // max(1, client_bytes))
 
 
 def chunk_size(client_bytes: int, budget_bytes: int, forced: int | None = None) -> int:

@@ -19,11 +19,10 @@ import torch
 from ...errors import UserError
 from ...federated import scaffold
 from ...federated.cohort import CohortTrainer
-from ...federated.cohort_choice import MIN_COHORT_CPU, ClientPath, as_tensor, auto_path
+from ...federated.cohort_choice import ClientPath, as_tensor, auto_path
 from ...federated.cohort_optim import ClientOptimizerSettings
 from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
-from ...federated.vectorizable import (CohortCheck, check_cohort, chunk_size, cpu_cohort_cap,
-                                      memory_budget)
+from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
 
 
 def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
@@ -64,17 +63,22 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
 
 
 def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
-    """Clients per cohort where the parent can tell: forced, or on CPU as many as the
-    host's memory holds up to a cache-friendly size (``cpu_cohort_cap``); None where the
-    workers size it (a GPU's free memory)."""
+    """Clients per cohort where the parent can tell: forced, or on CPU from the host's
+    memory; None where the workers size it (a GPU's free memory).
+
+    On a CPU a smaller cohort does not pay: its clients' kernels take the same time per
+    client (a stacked linear layer is one small matrix product per client either way), and
+    every stacked step pays a fixed few milliseconds of ``vmap`` work. Measured here
+    (loaded 2-core CPU, the 2NN, 50 clients of 50 samples a round, one thread, 6 paired
+    runs): five cohorts of 10 rounds in 0.49 s, one of 50 in 0.36 s."""
     f = config.fedavg
     if f.vectorize_chunk is not None:
         return f.vectorize_chunk
     if config.device != "cpu":
         return None
     most = f.sampled_clients if f.sampling == "fixed" else f.clients
-    return min(most, cpu_cohort_cap(check.client_bytes, MIN_COHORT_CPU),
-               chunk_size(check.client_bytes, memory_budget(torch.device("cpu"), workers)))
+    return min(most, chunk_size(check.client_bytes,
+                                memory_budget(torch.device("cpu"), workers)))
 
 
 def banner_line(path: ClientPath) -> str:
