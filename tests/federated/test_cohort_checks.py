@@ -207,3 +207,45 @@ def test_auto_rule():
     assert "convolutions (0)" in auto_path(cnn, "cpu", 50, 1).reason
     assert auto_path(cnn, "cuda", 4, 2).vectorized
     assert not auto_path(cnn, "cuda", 3, 2).vectorized
+
+
+KEPT_PAGES_SCRIPT = """
+import resource, sys, torch
+from mptrain.federated.cohort import CohortTrainer
+from mptrain.federated.cohort_memory import keep_cohort_pages
+from mptrain.federated.cohort_optim import ClientOptimizerSettings
+from mptrain.federated.cohort_plan import plan_cohort
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(784, 200), torch.nn.ReLU(), torch.nn.Linear(200, 10))
+trainer = CohortTrainer(model, "classification", ClientOptimizerSettings("sgd", 0.1),
+                        torch.device("cpu"))
+inputs, targets = torch.randn(2500, 784), torch.randint(0, 10, (2500,))
+plan = plan_cohort([list(torch.arange(50 * k, 50 * k + 50).split(10)) for k in range(50)], 10)
+if sys.argv[1] == "keep":
+    assert keep_cohort_pages(50 * 3 * 4 * 784 * 200)
+start = [p.detach() for p in model.parameters()]
+trainer.train(plan, lambda i: (inputs[i], targets[i]), start)        # the heap grows once
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(2):
+    trainer.train(plan, lambda i: (inputs[i], targets[i]), start)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+@pytest.mark.skipif(__import__("platform").libc_ver()[0] != "glibc", reason="glibc's mallopt")
+def test_a_cpu_worker_keeps_its_cohorts_pages_from_step_to_step():
+    """50 stacked clients' gradients (31 MB for the first layer) are allocated and freed
+    every step; once the cohort's pages are kept, later cohorts fault almost none of them
+    in (measured: 202 faults over two cohorts of 5 steps, against 39,568 when glibc
+    returns them to the kernel after each step)."""
+    import subprocess
+    import sys
+
+    def faults(mode):
+        done = subprocess.run([sys.executable, "-c", KEPT_PAGES_SCRIPT, mode], check=True,
+                              capture_output=True, text=True, timeout=120)
+        return int(done.stdout.strip().splitlines()[-1])
+
+    kept, given_back = faults("keep"), faults("default")
+    assert kept < 2_000 and 20 * kept < given_back, (kept, given_back)
