@@ -20,7 +20,6 @@ from ...errors import UserError
 from ...federated import scaffold
 from ...federated.cohort import CohortTrainer
 from ...federated.cohort_choice import ClientPath, as_tensor, auto_path
-from ...federated.cohort_memory import keep_cohort_pages
 from ...federated.cohort_optim import ClientOptimizerSettings
 from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
 from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
@@ -121,8 +120,6 @@ class CohortClients:
         values = as_tensor(chunk or 0)
         group.broadcast_([values], src=0)
         self.path, self.agreed = self.path.sized(max(1, int(values[0]))), True
-        if self.setup.device.type == "cpu":   # a GPU's caching allocator keeps its own
-            keep_cohort_pages(self.path.chunk * (self.client_bytes or 0))
         return self.path
 
     # -- one cohort --------------------------------------------------------------------------
