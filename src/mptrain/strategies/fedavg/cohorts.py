@@ -69,8 +69,9 @@ def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     On a CPU a smaller cohort does not pay: its clients' kernels take the same time per
     client (a stacked linear layer is one small matrix product per client either way), and
     every stacked step pays a fixed few milliseconds of ``vmap`` work. Measured here
-    (loaded 2-core CPU, the 2NN, 50 clients of 50 samples a round, one thread, 6 paired
-    runs): five cohorts of 10 rounds in 0.49 s, one of 50 in 0.36 s."""
+    (loaded 2-core CPU, the 2NN, 50 clients of 50 samples a round, one thread): CPU
+    seconds a round 0.150 in one cohort of 50, 0.152 in two of 25, 0.173 in five of 10
+    (3 runs each); wall seconds, 6 paired runs, 0.36 and 0.49 for 50 and 10."""
     f = config.fedavg
     if f.vectorize_chunk is not None:
         return f.vectorize_chunk
