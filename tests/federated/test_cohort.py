@@ -193,3 +193,20 @@ def test_padded_steps_change_nothing(data):
     lone = trainer.train(plan_cohort([every[2]], BATCH), batch, start)
     for stacked, single in zip(both.params, lone.params):
         assert torch.equal(stacked[0], single[0])
+
+
+def test_finite_clients_says_what_the_row_check_says():
+    """The cohort's cheap check (a sum per client) agrees with ``update_is_finite`` on each
+    client's row, including a client whose finite values sum past float32's range."""
+    from mptrain.federated.client import update_is_finite
+    from mptrain.federated.cohort import finite_clients
+
+    weights, biases = torch.randn(5, 3, 4), torch.randn(5, 3)
+    weights[1, 2, 0] = float("nan")
+    biases[2, 1] = float("inf")
+    weights[3] = 3e38                     # every value finite, their sum is not
+    biases[4, 0] = -float("inf")
+    params = [weights, biases]
+    rows = [torch.cat([p[k].reshape(-1) for p in params]) for k in range(5)]
+    assert finite_clients(params) == [update_is_finite(row) for row in rows] \
+        == [True, False, False, True, False]

@@ -12,6 +12,7 @@ from mptrain.engine.task import evaluate
 from mptrain.federated.cohort import CohortTrainer
 from mptrain.federated.cohort_eval import client_accuracies
 from mptrain.federated.cohort_optim import ClientOptimizerSettings
+from mptrain.federated.cohort_round import chunks
 from mptrain.federated.vectorizable import (CPU_CAP_BYTES, check_cohort, chunk_size,
                                             memory_budget)
 
@@ -105,6 +106,13 @@ def test_chunk_size_from_a_budget_or_forced():
     budget = memory_budget(torch.device("cpu"), sharers=2)
     assert 0 < budget <= CPU_CAP_BYTES
     assert memory_budget(torch.device("cpu"), sharers=1) >= budget
+
+
+def test_cohorts_are_as_even_as_their_cap_allows():
+    assert [len(c) for c in chunks(list(range(50)), 12)] == [10] * 5
+    assert chunks([4, 5, 6, 7, 8, 9, 10], 3) == [[4, 5, 6], [7, 8], [9, 10]]
+    assert chunks(list(range(20)), 10) == [list(range(10)), list(range(10, 20))]
+    assert chunks([], 4) == [] and chunks([9], 4) == [[9]]
 
 
 def test_clients_evaluated_together_score_as_one_by_one():

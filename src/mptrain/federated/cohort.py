@@ -35,12 +35,14 @@ from .cohort_plan import CohortPlan
 @dataclass
 class CohortResult:
     """Each client's trained parameters (``params[i][k]``: parameter ``i`` of client ``k``)
-    and what it did: real steps, samples, sum over its steps of loss x batch size."""
+    and what it did: real steps, samples, sum over its steps of loss x batch size, and
+    whether its parameters are all finite (``finite_clients``)."""
 
     params: list[torch.Tensor]
     steps: list[int]
     samples: list[int]
     loss_sums: list[float]
+    finite: list[bool]
 
 
 def per_sample_loss(task: str, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -128,7 +130,7 @@ class CohortTrainer:
             if on_step is not None:
                 on_step(totals[t])
         return CohortResult(params, list(plan.steps), list(plan.samples),
-                            loss_sums.tolist())
+                            loss_sums.tolist(), finite_clients(params))
 
     def _correct(self, grads, params, anchors, views) -> None:
         """FedProx's proximal gradient ``mu (w - w_global)``, then SCAFFOLD's ``c - c_i``:
@@ -140,6 +142,28 @@ class CohortTrainer:
             if views is not None:
                 for grad, view in zip(grads, views):
                     grad.add_(view)
+
+
+@torch.no_grad()
+def finite_clients(params: Sequence[torch.Tensor]) -> list[bool]:
+    """Whether each client's parameters (``params[i][k]``) are all finite: what
+    ``federated.client.update_is_finite`` says of its row, for a fraction of the time.
+
+    A sum is finite only if every term is (one NaN or infinity makes it NaN or infinite), so
+    one reduction per stacked parameter clears every healthy client at once; only a client
+    whose sum is not finite -- a NaN, an infinity, or huge finite values whose sum
+    overflowed -- is looked at element by element. ``torch.isfinite(row).all()`` on every
+    row instead cost 61 ms a round for 50 clients of the 2NN on this project's 2-core CPU,
+    the sums 7.4 ms (issue 39's pfl-shape round is ~150 ms)."""
+    clients = params[0].shape[0]
+    cleared = torch.ones(clients, dtype=torch.bool, device=params[0].device)
+    for p in params:
+        cleared &= torch.isfinite(p.reshape(clients, -1).sum(1))
+    finite = cleared.tolist()
+    for k, ok in enumerate(finite):
+        if not ok:
+            finite[k] = all(bool(torch.isfinite(p[k]).all()) for p in params)
+    return finite
 
 
 def _correction_views(corrections, params, device) -> list[torch.Tensor] | None:

@@ -64,7 +64,14 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
 
 def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     """Clients per cohort where the parent can tell: forced, or on CPU from the host's
-    memory; None where the workers size it (a GPU's free memory)."""
+    memory; None where the workers size it (a GPU's free memory).
+
+    On a CPU a smaller cohort does not pay: its clients' kernels take the same time per
+    client (a stacked linear layer is one small matrix product per client either way), and
+    every stacked step pays a fixed few milliseconds of ``vmap`` work. Measured here
+    (loaded 2-core CPU, the 2NN, 50 clients of 50 samples a round, one thread): CPU
+    seconds a round 0.150 in one cohort of 50, 0.152 in two of 25, 0.173 in five of 10
+    (3 runs each); wall seconds, 6 paired runs, 0.36 and 0.49 for 50 and 10."""
     f = config.fedavg
     if f.vectorize_chunk is not None:
         return f.vectorize_chunk

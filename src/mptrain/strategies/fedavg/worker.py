@@ -172,7 +172,8 @@ class FedAvgProgram(WorkerProgram):
                     result = outcome.flat(out=row)
                     weight = self._take_result(client, round_index, clip, result,
                                                outcome.steps, outcome.samples,
-                                               outcome.loss_sum, slots[client], tally)
+                                               outcome.loss_sum, slots[client], tally,
+                                               finite=outcome.finite)
                 if shared.shared_table:
                     shared.weights[slots[client]] = weight
                 elif self.gathered is not None:
@@ -228,12 +229,13 @@ class FedAvgProgram(WorkerProgram):
 
     def _take_result(self, client: int, round_index: int, clip: float | None,
                      result: torch.Tensor, steps: int, samples: int, loss: float,
-                     slot: int, tally: "RoundTally") -> float:
+                     slot: int, tally: "RoundTally", finite: bool | None = None) -> float:
         """What becomes of a trained client's flat ``result`` (its row): dropped when
         non-finite or out, SCAFFOLD's variate updated, clipped with DP; returns its
-        weight."""
+        weight. ``finite``: whether ``result`` is, where a cohort already knows."""
         c, f, shared, trainer = self.config, self.config.fedavg, self.shared, self.trainer
-        if not (math.isfinite(loss) and update_is_finite(result)):
+        if not (math.isfinite(loss)
+                and (update_is_finite(result) if finite is None else finite)):
             # Dropped and counted, and its loss kept out of the round's: one bad client is
             # not the run diverging.
             tally.nonfinite.append(client)
