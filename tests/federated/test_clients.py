@@ -46,6 +46,9 @@ def test_non_finite_updates_are_recognised():
     assert update_is_finite(torch.tensor([1.0, -2.0]))
     assert not update_is_finite(torch.tensor([1.0, math.nan]))
     assert not update_is_finite(torch.tensor([math.inf]))
+    assert not update_is_finite(torch.tensor([math.inf, -math.inf]))   # sum NaN
+    # Finite values whose sum overflows are finite: the sum alone would drop the client.
+    assert update_is_finite(torch.tensor([3e38, 3e38]))
 
 
 def test_scaffold_option_two_by_hand():

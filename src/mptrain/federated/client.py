@@ -16,7 +16,14 @@ def full_steps(samples: int, batch_size: int, local_epochs: int) -> int:
 
 def update_is_finite(update: torch.Tensor) -> bool:
     """Whether a client's result may be averaged: one NaN or infinity would poison every
-    parameter it touches, so such a client is dropped and counted instead."""
+    parameter it touches, so such a client is dropped and counted instead.
+
+    A finite sum clears the update (any NaN or infinity makes the sum non-finite) at the
+    cost of one pass and no mask; only an update whose sum is not finite -- a poisoned one,
+    or finite values whose sum overflowed -- is looked at element by element. The stacked
+    cohorts decide the same way (``cohort.finite_clients``)."""
+    if bool(torch.isfinite(update.sum())):
+        return True
     return bool(torch.isfinite(update).all())
 
 
