@@ -79,10 +79,11 @@ def measured_vector_env(clock: SolveClock, script: str, seen: dict):
             seen["globals"] = frame.f_globals
             agent = frame.f_globals["agent"]
 
-            def greedy(obs) -> int:
+            def greedy(obs):
+                # a batch of observations (greedy_measure plays the episodes side by side)
                 with torch.no_grad():
                     logits = agent.actor(torch.as_tensor(obs, dtype=torch.float32))
-                return int(logits.argmax())
+                return logits.argmax(-1).numpy()
 
             if not clock.advance(clock.env_steps + self.num_envs, greedy):
                 raise StopRun

@@ -9,6 +9,14 @@ as mptrain's ``env_steps_per_s`` does; so does ``train_s_to_target``, the second
 less the seconds spent evaluating, which no evaluation's cost can move. Each evaluation is
 recorded as [environment steps, greedy mean, seconds since start, evaluation seconds so far].
 
+The evaluation episodes are played side by side, one environment each, with one batched
+forward pass per step (``greedy_return``), as ``mptrain rl`` evaluates since 2026-11-27: the
+returns are those of the episodes played one at a time (the policy is deterministic and each
+episode has its own environment), and both sides pay the same, smaller, price for them, so
+the seconds to 475 stay comparable. The baselines' JSON files of 2026-11-27 were measured
+with the episodes played one at a time (one forward pass per step of each episode), as
+mptrain then evaluated; their ``train_s_to_target`` does not depend on it.
+
 Each run has a wall cap: a run still short of 475 when the cap passes stops there and is
 recorded as not solved within the cap (``"stopped": "wall cap"``), so a slow library on a
 loaded machine costs a bounded sitting. The JSON keeps the shape ``rl.py --baseline``
@@ -42,20 +50,27 @@ EVAL_SEED = 1_000_000   # as mptrain.rl.acting: the same evaluation episodes
 TARGET = 475.0
 
 
-def greedy_return(act: Callable[[np.ndarray], int], episodes: int) -> float:
-    """Mean return of ``act`` (observation -> action) over the evaluation episodes."""
-    env = gymnasium.make("CartPole-v1")
-    total = 0.0
+def greedy_return(act: Callable[[np.ndarray], np.ndarray], episodes: int) -> float:
+    """Mean return of ``act`` (observations [n, 4] -> actions [n]) over the evaluation
+    episodes, played side by side as ``mptrain.rl.acting.evaluate_greedy`` plays them: one
+    environment per episode, one batched forward pass per step for the episodes still
+    running, each return counted to its own episode's end."""
+    envs = [gymnasium.make("CartPole-v1") for _ in range(episodes)]
     try:
-        for index in range(episodes):
-            obs, _ = env.reset(seed=EVAL_SEED + index)
-            ended = False
-            while not ended:
-                obs, reward, terminated, truncated, _ = env.step(act(obs))
+        obs = [env.reset(seed=EVAL_SEED + index)[0] for index, env in enumerate(envs)]
+        total, running = 0.0, list(range(episodes))
+        while running:
+            actions = np.asarray(act(np.stack([obs[i] for i in running]))).tolist()
+            still = []
+            for i, action in zip(running, actions):
+                obs[i], reward, terminated, truncated, _ = envs[i].step(int(action))
                 total += float(reward)
-                ended = terminated or truncated
+                if not (terminated or truncated):
+                    still.append(i)
+            running = still
     finally:
-        env.close()
+        for env in envs:
+            env.close()
     return total / episodes
 
 
@@ -77,7 +92,7 @@ class SolveClock:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def advance(self, env_steps: int, act: Callable[[np.ndarray], int]) -> bool:
+    def advance(self, env_steps: int, act: Callable[[np.ndarray], np.ndarray]) -> bool:
         """Record the run at ``env_steps``, evaluate ``act`` when an evaluation is due;
         False when the run should stop."""
         self.env_steps = env_steps

@@ -56,14 +56,16 @@ def solve(seed: int, args) -> dict:
 
     policy = model.policy
 
-    def greedy(obs) -> int:
+    def greedy(obs):
         # The argmax of the policy's logits: what predict(deterministic=True) returns (the
         # Categorical's mode), without building the distribution at every step, so that
         # evaluating costs sb3 what it costs CleanRL (its actor's argmax) and mptrain.
         with torch.no_grad():
-            batch = torch.as_tensor(obs, dtype=torch.float32).unsqueeze(0)
+            # a batch of observations (greedy_measure plays the episodes side by side)
+            batch = torch.as_tensor(obs, dtype=torch.float32)
             features = policy.extract_features(batch, policy.pi_features_extractor)
-            return int(policy.action_net(policy.mlp_extractor.forward_actor(features)).argmax())
+            return policy.action_net(
+                policy.mlp_extractor.forward_actor(features)).argmax(-1).numpy()
 
     class Measure(BaseCallback):
         def _on_step(self) -> bool:

@@ -80,9 +80,9 @@ def test_a_dead_ppo_actor_stops_the_run_with_its_traceback():
 
 @pytest.mark.parametrize("changes, words", [
     (dict(batch_size=0), "--batch-size must be a positive integer"),
-    (dict(round_steps=1_000), "--round-steps 1000 is smaller than one ppo rollout (1024 = "
-                              "--workers 2 x --envs-per-actor 4 x --n-steps 128); give at "
-                              "least 1024"),
+    (dict(round_steps=1_000), "--round-steps 1000 is smaller than one ppo rollout (2048 = "
+                              "--workers 2 x --envs-per-actor 8 x --n-steps 128); give at "
+                              "least 2048"),
     (dict(envs_per_actor=0), "--envs-per-actor must be a positive integer"),
     (dict(update_epochs=0), "--update-epochs must be a positive integer"),
     (dict(clip_coef=0.0), "--clip-coef"),

@@ -42,9 +42,9 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--max-grad-norm", type=float,
               help="a3c, ppo: clip gradients to this L2 norm (a3c 40, ppo 0.5).")
 @click.option("--envs-per-actor", type=int,
-              help="ppo: environments in each actor's gymnasium.vector env (4).")
+              help="ppo: environments in each actor's gymnasium.vector env (8).")
 @click.option("--update-epochs", type=int,
-              help="ppo: passes over each rollout batch per update (20).")
+              help="ppo: passes over each rollout batch per update (10).")
 @click.option("--clip-coef", type=float,
               help="ppo: the surrogate's clip range, ratios within 1 +- this (0.2).")
 @click.option("--clip-value/--no-clip-value", default=None,

@@ -133,8 +133,8 @@ class A3CProgram(ActorProgram):
         step_on_loss(self.optimizer, loss, max_grad_norm=c.max_grad_norm)
         return loss.item()
 
-    def greedy(self, obs: torch.Tensor) -> int:
-        return int(self.model(obs)[0].argmax(-1))
+    def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.model(obs)[0].argmax(-1)
 
     def eval_model(self):
         return self.model

@@ -41,24 +41,58 @@ def as_batch(obs) -> torch.Tensor:
     return torch.as_tensor(np.asarray(obs, dtype=np.float32)).unsqueeze(0)
 
 
-@torch.no_grad()
-def evaluate_greedy(greedy, env_spec: str, episodes: range, beat=lambda: None) -> list[float]:
-    """Returns of evaluation ``episodes`` (indices) played with ``greedy(obs_batch) -> int``."""
-    env = make_env(env_spec)
+#: Evaluation environments stepped together at most (a rank's share of the episodes is
+#: played in batches of this many): 100 episodes over 2 ranks are one batch each, and an
+#: environment heavier than CartPole, or a very large --eval-episodes, still holds a
+#: bounded number of environments at once.
+EVAL_WIDTH = 64
+
+
+@torch.inference_mode()
+def evaluate_greedy(greedy_actions, env_spec: str, episodes: range,
+                    beat=lambda: None) -> list[float]:
+    """Returns of evaluation ``episodes`` (indices), in their order, played with
+    ``greedy_actions(obs [n, obs_dim]) -> actions [n]``.
+
+    The episodes are played side by side, one environment each (episode ``i`` reset with
+    seed ``EVAL_SEED + i``), with one batched forward pass per step for all the episodes
+    still running; an episode that ends leaves the batch, so each return is counted to its
+    own end. The policy is deterministic and each environment has its own state, so every
+    return is the one that episode has when played alone (a test checks it) -- at one
+    forward pass per step of the batch instead of one per step of each episode: 100
+    episodes of CartPole near 500 were 50,000 forward passes, now 1,000 of 50 rows each.
+    """
     returns = []
-    try:
-        for index in episodes:
-            obs, _ = env.reset(seed=EVAL_SEED + index)
-            total, ended = 0.0, False
-            while not ended:
-                obs, reward, terminated, truncated, _ = env.step(greedy(as_batch(obs)))
-                total += float(reward)
-                ended = terminated or truncated
-            returns.append(total)
-            beat()
-    finally:
-        env.close()
+    for first in range(0, len(episodes), EVAL_WIDTH):
+        returns += _play_side_by_side(greedy_actions, env_spec,
+                                      episodes[first:first + EVAL_WIDTH], beat)
     return returns
+
+
+def _play_side_by_side(greedy_actions, env_spec: str, episodes: range, beat) -> list[float]:
+    envs = []
+    try:
+        for _ in episodes:
+            envs.append(make_env(env_spec))
+        obs = [env.reset(seed=EVAL_SEED + index)[0] for env, index in zip(envs, episodes)]
+        totals = [0.0] * len(envs)
+        running = list(range(len(envs)))   # the episodes not ended, by position
+        while running:
+            actions = greedy_actions(torch.as_tensor(
+                np.asarray([obs[i] for i in running], dtype=np.float32))).tolist()
+            still = []
+            for i, action in zip(running, actions):
+                obs[i], reward, terminated, truncated, _ = envs[i].step(action)
+                totals[i] += float(reward)
+                if terminated or truncated:
+                    beat()   # a long evaluation is progress too, not a hang
+                else:
+                    still.append(i)
+            running = still
+    finally:
+        for env in envs:
+            env.close()
+    return totals
 
 
 def actor_seed(seed: int, rank: int, round_index: int) -> int:

@@ -44,8 +44,9 @@ class ActorProgram(WorkerProgram):
     """An RL worker program: a round of acting and learning, and a greedy policy."""
 
     @abstractmethod
-    def greedy(self, obs: torch.Tensor) -> int:
-        """The action the trained policy takes for a batch of one observation."""
+    def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actions the trained policy takes for a batch of observations, one per row
+        (evaluations play their episodes side by side: ``acting.evaluate_greedy``)."""
 
 
 class GreedyEvaluation(RoundEvaluation):
@@ -62,7 +63,7 @@ class GreedyEvaluation(RoundEvaluation):
     def run(self, program) -> Evaluation:
         config, group = self.setup.config, self.setup.group
         mine = range(group.rank, config.eval_episodes, group.world_size)
-        returns = evaluate_greedy(program.greedy, config.env, mine,
+        returns = evaluate_greedy(program.greedy_actions, config.env, mine,
                                   beat=self.setup.progress.beat)
         return Evaluation(extras={"eval_returns": returns})
 

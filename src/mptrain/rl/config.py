@@ -40,7 +40,7 @@ class RLConfig:
     value_coef: float = 0.5
     max_grad_norm: float | None = None
     # -- ppo ---------------------------------------------------------------------------------
-    envs_per_actor: int = 4       # environments in each actor's gymnasium.vector env
+    envs_per_actor: int = 8       # environments in each actor's gymnasium.vector env (ppo)
     update_epochs: int | None = None   # passes over a rollout batch per update
     clip_coef: float = 0.2        # the surrogate's clip range: ratios within 1 +- clip_coef
     clip_value: bool = False      # clip the value loss too (CleanRL's clip_vloss)
@@ -131,7 +131,7 @@ ALGO_DEFAULTS = {
     "gae_lambda": (1.0, {"ppo": 0.8}),
     "entropy_coef": (0.01, {"ppo": 0.0}),
     "max_grad_norm": (40.0, {"ppo": 0.5}),
-    "update_epochs": (None, {"ppo": 20}),
+    "update_epochs": (None, {"ppo": 10}),
     "anneal_lr": (None, {"ppo": True}),
     "batch_size": (64, {"ppo": 256}),
 }

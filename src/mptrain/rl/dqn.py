@@ -265,10 +265,10 @@ class DQNProgram(ActorProgram):
     # -- evaluation and checkpoints ----------------------------------------------------------
 
     @torch.no_grad()
-    def greedy(self, obs: torch.Tensor) -> int:
+    def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         # The learner's network: evaluations come after the round's barrier, when every
         # update due by the round's end is done and nobody writes it.
-        return int(self.model(obs).argmax(-1))
+        return self.model(obs).argmax(-1)
 
     def eval_model(self):
         return self.model

@@ -187,10 +187,10 @@ class PPOProgram(ActorProgram):
                 "value_loss": sum(f.value for f in figures) / n}
 
     @torch.no_grad()
-    def greedy(self, obs: torch.Tensor) -> int:
+    def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
         # The shared network: evaluations come after the round's barrier, when every
         # update is done and nobody writes it.
-        return int(self.model(obs)[0].argmax(-1))
+        return self.model(obs)[0].argmax(-1)
 
     def eval_model(self):
         return self.model

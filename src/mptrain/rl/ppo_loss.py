@@ -77,8 +77,13 @@ def ppo_loss(model, obs, actions, old_log_probs, old_values, advantages, returns
         advantages = normalized(advantages)
     policy = clipped_surrogate(ratio, advantages, clip)
     value = value_loss(values, returns, old_values, clip if clip_value else None)
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
-    loss = policy - entropy_coef * entropy + value_coef * value
+    # Without an entropy bonus (ppo's default) the entropy is only reported: kept out of
+    # the graph, its backward pass is not paid for (the loss and gradients are the same
+    # bit for bit: the term would add exact zeros).
+    with torch.set_grad_enabled(torch.is_grad_enabled() and entropy_coef != 0):
+        entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    loss = (policy - entropy_coef * entropy if entropy_coef != 0 else policy) \
+        + value_coef * value
     with torch.no_grad():
         approx_kl = float(((ratio - 1) - log_ratio).mean())
         clip_fraction = float(((ratio - 1).abs() > clip).float().mean())

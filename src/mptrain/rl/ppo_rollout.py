@@ -105,7 +105,7 @@ class VectorActor:
         for tracker in self.trackers:
             tracker.episode_return, tracker.episode_length = 0.0, 0
 
-    @torch.no_grad()
+    @torch.inference_mode()   # no autograd bookkeeping for the acting policy's passes
     def collect(self, model, steps: int, advance=lambda steps: None) -> Segment:
         """``steps`` steps of every environment with ``model``'s stochastic policy."""
         obs_dim = self.obs.shape[-1]
