@@ -10,7 +10,8 @@ import pytest
 
 
 def banner(tmp_path, policy):
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     if policy is not None:
         env["OMP_WAIT_POLICY"] = policy
     done = subprocess.run([sys.executable, "-m", "mptrain", "run", "--data", "linreg",
@@ -22,7 +23,8 @@ def banner(tmp_path, policy):
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("policy, words", [
-    (None, "OpenMP threads sleep while they wait (OMP_WAIT_POLICY=PASSIVE, mptrain's choice"),
+    (None, "OpenMP threads sleep after a short spin while they wait (OMP_WAIT_POLICY=PASSIVE "
+           "GOMP_SPINCOUNT=10000, mptrain's choice"),
     ("ACTIVE", "OpenMP threads wait as your OMP_WAIT_POLICY=ACTIVE says"),
 ])
 def test_the_banner_says_how_openmp_threads_wait(tmp_path, policy, words):
@@ -32,9 +34,22 @@ def test_the_banner_says_how_openmp_threads_wait(tmp_path, policy, words):
 def test_the_command_chooses_before_torch_loads_openmp():
     # libgomp reads the variable once, as torch loads it.
     code = ("import os, sys\nos.environ.pop('OMP_WAIT_POLICY', None)\n"
+            "os.environ.pop('GOMP_SPINCOUNT', None)\n"
             "from mptrain.cli import console\nfrom mptrain.launch import openmp\n"
             "assert 'torch' not in sys.modules\nopenmp.this_process_is_the_command()\n"
-            "print(os.environ['OMP_WAIT_POLICY'])")
+            "print(os.environ['OMP_WAIT_POLICY'], os.environ['GOMP_SPINCOUNT'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
-    assert done.stdout.strip() == "PASSIVE", done.stderr
+    assert done.stdout.strip() == "PASSIVE 10000", done.stderr
+
+
+def test_a_spin_count_of_the_users_leaves_both_variables_to_the_user(monkeypatch):
+    from mptrain.launch import openmp
+
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
+    monkeypatch.setattr(openmp, "_the_command", False)
+    monkeypatch.setattr(openmp, "_chose_passive", False)
+    openmp.this_process_is_the_command()
+    assert "OMP_WAIT_POLICY" not in os.environ
+    assert openmp.wait_policy_line() == "OpenMP threads wait as your GOMP_SPINCOUNT=0 says"

@@ -31,17 +31,25 @@ _the_command = False          # this process is the `mptrain` command's (``cli.c
 _kept_on_one_thread = False
 
 # -- how OpenMP's threads wait --------------------------------------------------------------
-# GNU OpenMP's threads spin for a while at the end of every parallel region before they
-# sleep. On a machine whose cores are taken by other work the spinning threads steal the
-# cores the working ones need: a default `mptrain run` (digits, one process x 2 threads,
-# 3 epochs) beside 2 busy processes took 124 s spinning and 30 s waiting passively (medians of
-# 3, interleaved; a second sitting 105 s and 22 s), and 34 s on one thread; with no busy
-# process beside it 14 s and 15 s, within that machine's noise (a 2-core machine shared with
-# other work, issue 43: benchmarks/omp_wait_policy.py, results/omp-wait-policy-2026-11-27).
-# The command therefore waits passively unless the user chose otherwise. libgomp reads the variable once, when torch
-# loads it: only a process that sets it before importing torch can choose, which the
-# `mptrain` command does; ``fit()`` in the user's interpreter keeps the user's choice.
+# GNU OpenMP's threads spin at the end of every parallel region before they sleep: 300,000
+# spins (~3 ms) by default, until the next region with OMP_WAIT_POLICY=ACTIVE, none with
+# PASSIVE. On a machine whose cores are taken by other work spinning threads steal the cores
+# the working ones need (issue 43: a default run beside 2 busy processes took 124 s spinning
+# and 30 s passively in a sitting shared with other work); but a region's threads that sleep
+# at once pay a futex wake-up at the next one, microseconds away in a small model's step: on
+# the quiet machine (2026-11-27, second sitting) a default `mptrain run` took 4.3 s passive
+# against 3.1 s spinning, and a fedavg round of the McMahan 2NN at batch 10 on one worker of
+# 2 threads 0.55 s passive against 0.19 s. A short spin, GOMP_SPINCOUNT=10000 (~0.1 ms),
+# keeps both: the default run 3.2 s quiet and 6.8 s beside 2 busy processes (passive 9.5 s,
+# spinning 11.1 s there; one run each, benchmarks/omp_wait_policy.py), the 2NN round 0.20 s.
+# The command therefore waits passively after a short spin unless the user chose either
+# variable. libgomp reads them once, when torch loads it: only a process that sets them
+# before importing torch can choose, which the `mptrain` command does; ``fit()`` in the
+# user's interpreter keeps the user's choice. (Builds on Intel's OpenMP read KMP_BLOCKTIME
+# instead: left alone.)
 WAIT_POLICY = "OMP_WAIT_POLICY"
+SPIN_COUNT = "GOMP_SPINCOUNT"
+SHORT_SPIN = "10000"
 _chose_passive = False
 
 
@@ -51,20 +59,23 @@ def this_process_is_the_command() -> None:
     OpenMP reads."""
     global _the_command, _chose_passive
     _the_command = True
-    if WAIT_POLICY not in os.environ:
+    if WAIT_POLICY not in os.environ and SPIN_COUNT not in os.environ:
         os.environ[WAIT_POLICY] = "PASSIVE"
+        os.environ[SPIN_COUNT] = SHORT_SPIN   # libgomp: an explicit count wins over PASSIVE's 0
         _chose_passive = True
 
 
 def wait_policy_line() -> str:
     """How this process's OpenMP threads wait, and who chose it: a line of the banner."""
     if _chose_passive:
-        return (f"OpenMP threads sleep while they wait ({WAIT_POLICY}=PASSIVE, mptrain's "
-                f"choice: spinning slowed runs on a busy machine ~4x; {WAIT_POLICY}=ACTIVE "
-                "to spin)")
-    value = os.environ.get(WAIT_POLICY)
-    if value:
-        return f"OpenMP threads wait as your {WAIT_POLICY}={value} says"
+        return (f"OpenMP threads sleep after a short spin while they wait "
+                f"({WAIT_POLICY}=PASSIVE {SPIN_COUNT}={SHORT_SPIN}, mptrain's choice: long "
+                f"spins slow runs on a busy machine, none slow small models' steps; "
+                f"{WAIT_POLICY}=ACTIVE to spin)")
+    said = [f"{name}={os.environ[name]}" for name in (WAIT_POLICY, SPIN_COUNT)
+            if os.environ.get(name)]
+    if said:
+        return f"OpenMP threads wait as your {' '.join(said)} says"
     return (f"OpenMP threads spin while they wait (OpenMP's default; on a busy machine set "
             f"{WAIT_POLICY}=PASSIVE before torch is imported)")
 
