@@ -31,6 +31,10 @@ Before the runs, the server's share of a round alone is timed for each rule (a r
 of the same shape, one thread): what a rule adds to a round, less noisy than the runs'
 round times on a loaded machine; ``--server-only`` prints only that.
 
+``--cache benchmarks/results/fedavg-robust-runs`` reuses the runs of earlier sittings kept
+there (one JSON per rule, attack, seed and setting; 2026-11-27: seed 0 of the issue's
+setting, every cell), so a sitting only runs what is missing.
+
 ``--smoke`` runs 3 rounds of each chosen cell on 20 clients of 5 per round with F = 1, to
 check the script, not the claims.
 """
