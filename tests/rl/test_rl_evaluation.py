@@ -1,4 +1,6 @@
-"""Greedy evaluation plays its episodes side by side: the same returns as one at a time."""
+"""Greedy evaluation plays its episodes side by side: the same returns as one at a time
+(for these networks; a batched product may round logits differently in their last bits, so
+an exact tie of two actions could go either way: rl/acting.py says so)."""
 
 import pytest
 import torch

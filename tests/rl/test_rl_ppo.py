@@ -65,6 +65,12 @@ def test_checkpoint_and_resume_continue_a_ppo_run(tmp_path: Path):
     assert not same_network(first, resumed)   # it went on learning
     for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
         assert (tmp_path / name).is_file()
+    # Another rollout size would run the wrong number of updates from here on (counted in
+    # whole rollouts of the checkpoint's size): refused in one line, nothing run.
+    for changed in (dict(envs_per_actor=4), dict(n_steps=32)):
+        with pytest.raises(UserError, match="resumes with the rollout it was counted in"):
+            fit(resume=tmp_path, steps=8_192, **changed)
+    assert load(tmp_path).ranks[0]["updates_done"] == 16
 
 
 @pytest.mark.timeout(120)

@@ -58,8 +58,12 @@ def evaluate_greedy(greedy_actions, env_spec: str, episodes: range,
     seed ``EVAL_SEED + i``), with one batched forward pass per step for all the episodes
     still running; an episode that ends leaves the batch, so each return is counted to its
     own end. The policy is deterministic and each environment has its own state, so every
-    return is the one that episode has when played alone (a test checks it) -- at one
-    forward pass per step of the batch instead of one per step of each episode: 100
+    return is the one that episode has when played alone (a test checks it) -- up to
+    last-bit ties: a batched matrix product may round a row's logits differently from a
+    one-row one (measured: in the last bits of 136 of 186 rows), which flips an action only
+    where two actions' logits tie to the last bit; a seed still names the evaluation, but
+    ``--workers 1`` and ``2`` batch differently -- at one forward pass per step of the
+    batch instead of one per step of each episode: 100
     episodes of CartPole near 500 were 50,000 forward passes, now 1,000 of 50 rows each.
     """
     returns = []

@@ -73,6 +73,8 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
 
     checkpoint, out = resolve_resume(resume, out)
     config = resolved_config(layers, checkpoint, resume)   # a typo first, gymnasium or not
+    if checkpoint is not None:
+        strategy_class(config.algo).check_resume(config, checkpoint)
     require_gymnasium()
     telling = telling_whom(loggers, tb_dir, callbacks)
     algorithm = strategy_class(config.algo)

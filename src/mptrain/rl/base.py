@@ -30,6 +30,11 @@ class ActorStrategy(Strategy):
     def check_checkpoint(cls, checkpoint) -> None:
         """Refuse, in one line, a checkpoint of this algorithm that it cannot resume."""
 
+    @classmethod
+    def check_resume(cls, config, checkpoint) -> None:
+        """Refuse, in one line, resuming ``checkpoint`` with ``config`` (its settings over
+        the checkpoint's) where the run could not continue as it was counted."""
+
     def samples_per_round(self, data, workers: int) -> int:
         return self.config.round_steps
 

@@ -29,7 +29,7 @@ import torch
 
 from ..checkpoint import model_snapshot
 from ..engine.step import step_on_loss
-from ..errors import UserError
+from ..errors import UserError, setting_name
 from ..strategies.base import RoundWork
 from .acting import actor_seed
 from .base import ActorProgram, ActorStrategy
@@ -76,6 +76,18 @@ class PPOStrategy(ActorStrategy):
     def check_checkpoint(cls, checkpoint) -> None:
         if checkpoint.ranks and "updates_done" not in checkpoint.ranks[0]:
             raise UserError("this ppo checkpoint lacks the learner's state; start a new run")
+
+    @classmethod
+    def check_resume(cls, config, checkpoint) -> None:
+        # Updates are counted in whole rollouts and the learning rate anneals by them: a
+        # rollout of another size would run the wrong number of updates from here on.
+        for name in ("n_steps", "envs_per_actor"):
+            saved = checkpoint.config.get(name)
+            if saved is not None and saved != getattr(config, name):
+                raise UserError(
+                    f"{setting_name(name)} {getattr(config, name)} differs from the "
+                    f"checkpoint's {saved}: a ppo run resumes with the rollout it was "
+                    f"counted in; give {setting_name(name)} {saved} or start a new run")
 
     def __init__(self, config):
         super().__init__(config)
