@@ -128,6 +128,20 @@ class SolveClock:
                 "evaluations": self.evaluations}
 
 
+def learn_measured(model, greedy: Callable[[np.ndarray], np.ndarray], clock: SolveClock,
+                   steps: int) -> None:
+    """Train a stable-baselines3 ``model`` for at most ``steps``, ``clock`` evaluating
+    ``greedy`` after each of its steps (and stopping it when solved or past the cap)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class Measure(BaseCallback):
+        def _on_step(self) -> bool:
+            return clock.advance(self.num_timesteps, greedy)
+
+    model.learn(total_timesteps=steps, callback=Measure())
+    clock.env_steps = model.num_timesteps
+
+
 def arguments(description: str, steps: int) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seeds", default="1,2,3", help="comma-separated, one run each")

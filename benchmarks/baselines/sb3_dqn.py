@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from greedy_measure import SolveClock, arguments, finish, line
+from greedy_measure import SolveClock, arguments, finish, learn_measured, line
 
 #: rl-baselines3-zoo, hyperparams/dqn.yml, CartPole-v1 (n_timesteps 5e4)
 ZOO = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
@@ -32,7 +32,6 @@ STEPS = 100_000
 def solve(seed: int, args) -> dict:
     import gymnasium
     from stable_baselines3 import DQN
-    from stable_baselines3.common.callbacks import BaseCallback
 
     clock = SolveClock(args.eval_every, args.eval_episodes, args.wall_cap_s)
     model = DQN("MlpPolicy", gymnasium.make("CartPole-v1"), seed=seed, verbose=0,
@@ -43,12 +42,7 @@ def solve(seed: int, args) -> dict:
         with torch.no_grad():
             return q_net(torch.as_tensor(obs, dtype=torch.float32)).argmax(-1).numpy()
 
-    class Measure(BaseCallback):
-        def _on_step(self) -> bool:
-            return clock.advance(self.num_timesteps, greedy)
-
-    model.learn(total_timesteps=args.steps, callback=Measure())
-    clock.env_steps = model.num_timesteps
+    learn_measured(model, greedy, clock, args.steps)
     return clock.cell(seed)
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from greedy_measure import SolveClock, arguments, finish, line
+from greedy_measure import SolveClock, arguments, finish, learn_measured, line
 
 #: rl-baselines3-zoo, hyperparams/ppo.yml, CartPole-v1 (n_timesteps 1e5); the two "lin_"
 #: entries are built in ``zoo_model``.
@@ -49,7 +49,6 @@ def zoo_model(seed: int):
 
 
 def solve(seed: int, args) -> dict:
-    from stable_baselines3.common.callbacks import BaseCallback
 
     clock = SolveClock(args.eval_every, args.eval_episodes, args.wall_cap_s)
     model = zoo_model(seed)
@@ -67,12 +66,7 @@ def solve(seed: int, args) -> dict:
             return policy.action_net(
                 policy.mlp_extractor.forward_actor(features)).argmax(-1).numpy()
 
-    class Measure(BaseCallback):
-        def _on_step(self) -> bool:
-            return clock.advance(self.num_timesteps, greedy)
-
-    model.learn(total_timesteps=args.steps, callback=Measure())
-    clock.env_steps = model.num_timesteps
+    learn_measured(model, greedy, clock, args.steps)
     return clock.cell(seed)
 
 
