@@ -6,8 +6,9 @@ import torch
 
 from mptrain.errors import UserError
 from mptrain.federated.robust_round import PlanCell
-from mptrain.federated.robust_server import (RobustServer, refuse_combinations,
-                                             robust_settings, table_refusal)
+from mptrain.federated.robust_server import (RobustServer, gathered_memory_refusal,
+                                             refuse_combinations, robust_settings,
+                                             table_refusal)
 
 
 def settings(aggregator="mean", fraction=0.0, attack=None, clients=10, per_round=10, seed=0):
@@ -53,6 +54,24 @@ def test_table_refusal_gives_the_figures():
         "10 clients x 10 parameters x 4 bytes = 400 B, over the 1 B limit" in table_refusal(
             settings("mean", 0.2, "gaussian"), 10, 10, 1, False)
     assert table_refusal(settings(), 10, 10, 1, False) is None
+
+
+def test_the_gathered_table_is_refused_when_rank_zeros_machine_cannot_hold_it():
+    # 10 rows of 1,000 floats = 40,000 B on rank 0; 2 other ranks there hold 3 rows each
+    # (10 rows over 4 ranks: at most 3) = 24,000 B.
+    need = 40_000 + 24_000
+    assert gathered_memory_refusal(settings("median"), 10, 1000, 4, 3, need) is None
+    text = gathered_memory_refusal(settings("median"), 10, 1000, 4, 3, need - 1)
+    assert text == ("--aggregator median gathers every client's update to rank 0: 10 clients "
+                    "x 1,000 parameters x 4 bytes = 39.1 KiB + 23.4 KiB for its other 2 "
+                    "rank(s)' own rows on rank 0's machine, which has 62.5 KiB of memory "
+                    "available; sample fewer --clients-per-round, or free memory there")
+    # Rank 0 alone on its machine: its table only.
+    assert "39.1 KiB on rank 0's machine" in gathered_memory_refusal(
+        settings("median"), 10, 1000, 4, 1, 39_999)
+    assert gathered_memory_refusal(settings("median"), 10, 1000, 4, 1, 40_000) is None
+    # Plain mean without an attack gathers nothing.
+    assert gathered_memory_refusal(settings(), 10, 1000, 4, 3, 0) is None
 
 
 def server(aggregator, fraction=0.0, attack=None, clients=10, per_round=10):

@@ -183,6 +183,30 @@ def test_a_table_that_does_not_fit_is_refused_with_the_figures(monkeypatch):
     fit(**WIDE)   # the mean needs no table of its own
 
 
+def test_under_torchrun_rank_zeros_machine_must_hold_the_gathered_table(monkeypatch):
+    from types import SimpleNamespace
+
+    from mptrain.comm.kind import CommKind
+    from mptrain.config import TrainConfig
+    from mptrain.launch.plan import RunPlan
+
+    config = TrainConfig(strategy="fedavg", workers=4, aggregator="median", **WIDE)
+    data, model = make_data(), make_model()
+    monkeypatch.setattr(fedavg_robust.psutil, "virtual_memory",
+                        lambda: SimpleNamespace(available=1000))
+
+    def plan(rank_zero_here, comm=CommKind.GLOO):
+        return RunPlan(4, 1, None, "started by torchrun", comm, local_workers=2,
+                       rank_zero_here=rank_zero_here)
+
+    with pytest.raises(UserError, match=r"gathers every client's update to rank 0: 10 "
+                                        r"clients x 163 parameters x 4 bytes = 6.4 KiB"):
+        fedavg_robust.check_robust(config, data, model, plan(True))
+    fedavg_robust.check_robust(config, data, model, plan(False))   # not rank 0's machine
+    # mptrain's own workers share the table in /dev/shm: counted there, not here.
+    fedavg_robust.check_robust(config, data, model, plan(True, CommKind.SHM))
+
+
 def test_label_flip_needs_class_labels():
     regression = TensorDataset(torch.randn(96, 6), torch.randn(96, 1))
     with pytest.raises(UserError, match="label-flip flips class labels"):

@@ -109,6 +109,27 @@ def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
     return None
 
 
+def gathered_memory_refusal(settings: RobustSettings, rows: int, numel: int, ranks: int,
+                            ranks_here: int, available: int) -> str | None:
+    """Why rank 0's machine cannot hold the gathered table now (None: it can). Under
+    torchrun the table is private memory, not /dev/shm: rank 0's ``rows x numel`` floats,
+    plus, for each other rank on its machine, the rows of its own clients of the round (at
+    most ``ceil(rows / ranks)``), counted against the memory ``available`` now."""
+    if not settings.needs_table:
+        return None
+    row = numel * 4
+    table = rows * row
+    others = (ranks_here - 1) * -(-rows // ranks) * row
+    if table + others <= available:
+        return None
+    theirs = f" + {size_text(others)} for its other {ranks_here - 1} rank(s)' own rows" \
+        if others else ""
+    return (f"{_what(settings)} gathers every client's update to rank 0: {rows} clients x "
+            f"{numel:,} parameters x 4 bytes = {size_text(table)}{theirs} on rank 0's "
+            f"machine, which has {size_text(available)} of memory available; sample fewer "
+            f"{named('clients_per_round')}, or free memory there")
+
+
 def _what(settings: RobustSettings) -> str:
     """What a refusal is about: the rule, or the attack when the rule is the mean."""
     if settings.rule.name != "mean":

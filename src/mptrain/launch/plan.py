@@ -40,6 +40,9 @@ class RunPlan:
     #: Worker processes when fewer than ``workers``: the ranks take turns in them
     #: (``launch.turns``); None: a process per worker.
     processes: int | None = None
+    #: Whether global rank 0 runs on this machine (always with mptrain's own workers; under
+    #: torchrun only on the first node): what rank 0 alone holds is checked only here.
+    rank_zero_here: bool = True
 
     def ranks_of_processes(self) -> list[list[int]]:
         """The ranks each worker process trains: consecutive runs of equal length
@@ -77,7 +80,7 @@ def plan_under_launcher(config, strategy, world: ExternalWorld) -> RunPlan:
     threads = threads_per_worker(local, config.threads_per_worker, cores)
     return RunPlan(world.world_size, threads, None, f"started by {world.launcher}",
                    strategy.comm_kind(config, local), cores=cores,
-                   local_workers=local)
+                   local_workers=local, rank_zero_here=world.node == 0)
 
 
 def turn_taking_processes(config: TrainConfig, strategy, comm: CommKind, workers: int,

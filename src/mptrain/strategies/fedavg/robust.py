@@ -6,10 +6,12 @@ The maths is in ``mptrain.federated.robust*`` and ``attacks``; the worker's part
 
 from __future__ import annotations
 
+import psutil
+
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ...federated.robust_server import size_text, table_refusal
+from ...federated.robust_server import gathered_memory_refusal, size_text, table_refusal
 from ..model_state import floating_state
 from .settings import robust_settings_of
 from .shared import TABLE_LIMIT_BYTES, table_rows
@@ -25,8 +27,13 @@ def check_robust(config, data, model, plan) -> None:
     when it does not fit), class labels to flip."""
     robust = robust_settings_of(config)
     numel = sum(t.numel() for t in floating_state(model))
-    refusal = table_refusal(robust, table_rows(config), numel, TABLE_LIMIT_BYTES,
-                            plan.comm.shares_memory)
+    rows = table_rows(config)
+    refusal = table_refusal(robust, rows, numel, TABLE_LIMIT_BYTES, plan.comm.shares_memory)
+    if not refusal and not plan.comm.shares_memory and plan.rank_zero_here:
+        # Shared tables are counted with /dev/shm's (``shared_bytes``); rank 0's own here.
+        refusal = gathered_memory_refusal(robust, rows, numel, plan.workers,
+                                          plan.local_workers or plan.workers,
+                                          psutil.virtual_memory().available)
     if refusal:
         raise UserError(refusal)
     if robust.attack is not None and robust.attack.name == "label-flip" \
