@@ -88,8 +88,8 @@ from mptrain.rl.nets import SeparateActorCritic
 model = SeparateActorCritic(4, 2)
 strategy = PPOStrategy(config)
 strategy.rollouts = SharedRollouts.create(1, 16, 2, 4)
-from mptrain.comm.solo import SoloGroup
-program = strategy.program(SimpleNamespace(config=config, group=SoloGroup(), model=model,
+group = SimpleNamespace(rank=0, world_size=1, barrier=lambda: None)
+program = strategy.program(SimpleNamespace(config=config, group=group, model=model,
                                            progress=SimpleNamespace(advance=lambda n: None)))
 program.train_round(0)
 program.close()

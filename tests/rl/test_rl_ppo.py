@@ -2,7 +2,6 @@
 
 import copy
 import sys
-import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -57,10 +56,9 @@ def test_checkpoint_and_resume_continue_a_ppo_run(tmp_path: Path):
     checkpoint = load(tmp_path)
     assert checkpoint.epoch == 2 and checkpoint.strategy == "ppo"
     assert checkpoint.ranks[0]["updates_done"] == checkpoint.ranks[1]["updates_done"] == 8
-    for part in checkpoint.ranks:   # every rank learns: each resumes its Adam moments
-        assert part["optimizer"]["steps"] == 8 * 2 * 4 and part["optimizer"]["exp_avg"].any()
-    assert torch.equal(checkpoint.ranks[0]["optimizer"]["exp_avg"],
-                       checkpoint.ranks[1]["optimizer"]["exp_avg"])   # the ranks' copies
+    assert checkpoint.ranks[0]["optimizer"]["steps"] == 8 * 2 * 4   # the learner's Adam
+    assert checkpoint.ranks[0]["optimizer"]["exp_avg"].any()
+    assert "optimizer" not in checkpoint.ranks[1]
 
     resumed = fit(resume=tmp_path, steps=4_096)
     assert [row.epoch for row in resumed.rounds] == [1, 2, 3, 4]
@@ -215,14 +213,13 @@ def test_one_process_acts_and_learns_alone_and_is_as_reproducible():
 
 def learner_of(**settings):
     """A learner (no processes) with one actor's segment of 2 x 16 transitions to learn."""
-    from mptrain.comm.solo import SoloGroup
     from mptrain.rl.flat_adam import FlatAdam
     from mptrain.rl.nets import SeparateActorCritic
     from mptrain.rl.ppo import PPOProgram
     from mptrain.rl.ppo_rollout import SharedRollouts, VectorActor
 
-    config = RLConfig(algo="ppo", workers=1, envs_per_actor=2, n_steps=16,
-                      **{"batch_size": 16, "update_epochs": 4, **settings})
+    config = RLConfig(algo="ppo", workers=1, envs_per_actor=2, n_steps=16, batch_size=16,
+                      update_epochs=4, **settings)
     torch.manual_seed(0)
     model = SeparateActorCritic(4, 2)
     actor = VectorActor("CartPole-v1", 2, torch.Generator().manual_seed(0), config.gamma,
@@ -233,7 +230,6 @@ def learner_of(**settings):
     learner = object.__new__(PPOProgram)
     learner.config, learner.model, learner.rollouts, learner.updates_done = \
         config, model, rollouts, 0
-    learner.group, learner.learner = SoloGroup(), True
     learner.net = copy.deepcopy(model)
     learner.optimizer = FlatAdam(learner.net, lr=config.learning_rate)
     learner.shuffler = torch.Generator().manual_seed(0)
@@ -262,51 +258,3 @@ def test_the_learning_rate_falls_linearly_to_zero_over_the_run():
     fixed.updates_done = 4
     fixed.update()
     assert fixed.optimizer.lr == 0.01
-
-
-class ThreadedGroup:
-    """Rank ``rank`` of ranks that are threads: ``average_`` as the shared-memory group's,
-    the mean of every rank's tensors in rank order."""
-
-    def __init__(self, rank: int, world_size: int, meeting: threading.Barrier, slots: list):
-        self.rank, self.world_size, self.meeting, self.slots = rank, world_size, meeting, slots
-
-    def barrier(self):
-        self.meeting.wait(timeout=30)
-
-    def average_(self, tensors):
-        self.slots[self.rank] = [t.clone() for t in tensors]
-        self.barrier()
-        means = [sum(parts[i] for parts in self.slots) / self.world_size
-                 for i in range(len(tensors))]
-        self.barrier()
-        for tensor, mean in zip(tensors, means):
-            tensor.copy_(mean)
-
-
-@pytest.mark.timeout(60)
-def test_ranks_learning_their_shares_of_each_minibatch_make_one_learners_update():
-    alone = learner_of(batch_size=15)   # 32 rows: minibatches of 15, 15, 2 (shares 7/8, 1/1)
-    expected = alone.update()
-    meeting, slots = threading.Barrier(2), [None, None]
-    ranks = [learner_of(batch_size=15) for _ in range(2)]
-    for rank, learner in enumerate(ranks):
-        learner.group = ThreadedGroup(rank, 2, meeting, slots)
-        learner.learner = rank == 0
-    figures = [None, None]
-
-    def learn(rank):
-        figures[rank] = ranks[rank].update()
-
-    threads = [threading.Thread(target=learn, args=(rank,)) for rank in (0, 1)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=50)
-    assert figures[0] == figures[1] and figures[0]["minibatches"] == 4 * 3
-    assert same_network(SimpleNamespace(model=ranks[0].net), SimpleNamespace(model=ranks[1].net))
-    for mine, one in zip(ranks[0].model.parameters(), alone.model.parameters()):
-        torch.testing.assert_close(mine, one, rtol=1e-4, atol=1e-6)   # float sums' order
-    assert figures[0] == pytest.approx(expected, rel=1e-4)
-    assert not same_network(SimpleNamespace(model=ranks[1].model),
-                            SimpleNamespace(model=ranks[0].model))   # rank 0 writes it

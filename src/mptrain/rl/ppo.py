@@ -2,26 +2,21 @@
 names a run.
 
 Every one of the ``--workers`` processes is an actor stepping a ``gymnasium.vector``
-environment of ``--envs-per-actor`` environments, and a learner. PPO is on-policy, so the
-rollouts are synchronous: in each update every actor plays a segment of ``--n-steps`` steps
-per environment with the same policy, the current shared network; after a barrier, the
-ranks run ``--update-epochs`` passes of minibatch steps (``--batch-size`` transitions each)
-over the union of the segments, data-parallel: each rank differentiates the loss on its
-share of each minibatch, the ranks average their gradients (one shared-memory collective
-per step, whose result is the same bit for bit on every rank) and each applies the mean to
-its own copy of the network, so the copies stay equal -- the update one learner would make
-on the whole minibatch, up to the order of float sums, in about the time of its share. Rank
-0 then writes its copy into the shared network, and after a second barrier the actors play
-the next segment with it. Nobody writes the network while an actor acts with it, so the
-actors read the shared parameters directly: no published copy (``published``, which DQN's
-actors need because they act while its learner learns) is needed.
+environment of ``--envs-per-actor`` environments; rank 0 is also the learner. PPO is
+on-policy, so the rollouts are synchronous: in each update every actor plays a segment of
+``--n-steps`` steps per environment with the same policy, the current shared network;
+after a barrier, the learner runs ``--update-epochs`` passes of minibatch steps
+(``--batch-size`` transitions each) over the union of the segments, on that shared
+network; after a second barrier the actors play the next segment with the updated one.
+Nobody writes the network while an actor acts with it, so the actors read the shared
+parameters directly: no published copy (``published``, which DQN's actors need because
+they act while its learner learns) is needed.
 
 Everything is fixed by the seed and the counts: the initial network, each environment's
 seed (from its global index), each actor's generator for sampling actions, and the
-ranks' common generator for shuffling minibatches; the actors' segments are put together
-in the order of their ranks, whatever order they finish in, and the gradients are
-averaged in a fixed order. Two runs with the same settings give the same learning curve
-bit for bit (another --workers is another run: the segments and shares differ).
+learner's generator for shuffling minibatches; the actors' segments are put together in
+the order of their ranks, whatever order they finish in. Two runs with the same settings
+give the same learning curve bit for bit.
 """
 
 from __future__ import annotations
@@ -40,11 +35,8 @@ from .acting import actor_seed
 from .base import ActorProgram, ActorStrategy
 from .flat_adam import FlatAdam
 from .nets import SeparateActorCritic
-from .ppo_loss import normalized, ppo_loss
-from .ppo_rollout import Segment, SharedRollouts, VectorActor
-
-#: A minibatch's figures, in the order ``PPOProgram.minibatch_step`` averages them.
-FIGURES = ("loss", "approx_kl", "clip_fraction", "entropy", "value_loss")
+from .ppo_loss import ppo_loss
+from .ppo_rollout import SharedRollouts, VectorActor
 
 #: Adam's epsilon of CleanRL's and stable-baselines3's PPO (torch's default is 1e-8).
 ADAM_EPS = 1e-5
@@ -59,12 +51,6 @@ def minibatch_size(config) -> int:
     """Transitions per gradient step: ``batch_size``, or the whole rollout where that is
     smaller (a default of 256 with one actor on one environment)."""
     return min(config.batch_size, rollout_size(config))
-
-
-def share(rows: int, rank: int, world: int) -> tuple[int, int]:
-    """Rows ``[low, high)`` of a minibatch of ``rows`` that rank ``rank`` of ``world``
-    differentiates: contiguous, sizes differing by at most one."""
-    return rank * rows // world, (rank + 1) * rows // world
 
 
 def updates_by(config, steps: int) -> int:
@@ -90,9 +76,8 @@ class PPOStrategy(ActorStrategy):
 
     @classmethod
     def check_checkpoint(cls, checkpoint) -> None:
-        if any("optimizer" not in part for part in checkpoint.ranks):
-            raise UserError("this ppo checkpoint lacks a rank's learning state (written "
-                            "before every rank took part in the updates); start a new run")
+        if checkpoint.ranks and "updates_done" not in checkpoint.ranks[0]:
+            raise UserError("this ppo checkpoint lacks the learner's state; start a new run")
 
     @classmethod
     def check_resume(cls, config, checkpoint) -> None:
@@ -118,9 +103,7 @@ class PPOStrategy(ActorStrategy):
     def needs(self, model, data, plan):
         needs = super().needs(model, data, plan)
         c = self.config
-        return replace(needs, comm_numel=sum(p.numel() for p in model.parameters())
-                       + len(FIGURES),   # a minibatch's gradient and figures (learn)
-                       shared_tensors=needs.shared_tensors + SharedRollouts.tensor_count,
+        return replace(needs, shared_tensors=needs.shared_tensors + SharedRollouts.tensor_count,
                        extra_shared_bytes=SharedRollouts.estimate_nbytes(
                            c.workers, c.n_steps, c.envs_per_actor, data.shape.obs_dim))
 
@@ -130,7 +113,7 @@ class PPOStrategy(ActorStrategy):
     def describe(self, plan, model) -> list[str]:
         c = self.config
         return [f"ppo: {plan.workers} actor(s) x {c.envs_per_actor} envs x {c.n_steps} "
-                f"steps = {rollout_size(c):,} transitions per update, learnt by every rank: "
+                f"steps = {rollout_size(c):,} transitions per update, rank 0 the learner: "
                 f"{c.update_epochs} epochs of minibatches of {minibatch_size(c)}, clip "
                 f"{c.clip_coef:g}, GAE lambda {c.gae_lambda:g}, entropy {c.entropy_coef:g}"
                 + (", learning rate annealed" if c.anneal_lr else "")]
@@ -157,13 +140,12 @@ class PPOProgram(ActorProgram):
         self.fresh = True           # a new or resumed run starts fresh episodes
         self.env_steps = 0          # this actor's, since the run began
         self.updates_done = 0       # the run's, the same count in every rank
-        # Every rank learns on a private copy of the network whose parameters lie in one
-        # flat tensor (``flat_adam``), the same on every rank after every step; rank 0
-        # writes it into the shared network after each update. The same shuffler on every
-        # rank: the same minibatches.
-        self.net = copy.deepcopy(self.model)
-        self.optimizer = FlatAdam(self.net, lr=c.learning_rate, eps=ADAM_EPS)
-        self.shuffler = torch.Generator().manual_seed(c.seed * 7919 + 104_729)
+        if self.learner:
+            # The learner steps a private copy whose parameters lie in one flat tensor
+            # (``flat_adam``), and writes it into the shared network after each update.
+            self.net = copy.deepcopy(self.model)
+            self.optimizer = FlatAdam(self.net, lr=c.learning_rate, eps=ADAM_EPS)
+            self.shuffler = torch.Generator().manual_seed(c.seed * 7919 + 104_729)
 
     def train_round(self, index: int) -> RoundWork:
         c = self.config
@@ -179,9 +161,8 @@ class PPOProgram(ActorProgram):
             self.rollouts.write(self.rank, segment)
             steps += c.n_steps * c.envs_per_actor
             self.group.barrier()     # every segment of this policy is in
-            figures = self.update()
-            if self.learner:         # the same figures on every rank: one reports them
-                stats.append(figures)
+            if self.learner:
+                stats.append(self.update())
             self.group.barrier()     # the next policy is in the shared network
             self.updates_done += 1
         self.env_steps += steps
@@ -198,8 +179,8 @@ class PPOProgram(ActorProgram):
                          started=started, ended=time.monotonic(), extras=extras)
 
     def update(self) -> dict:
-        """Every rank's part of the PPO update on every actor's segment (``learn``); the
-        means of its minibatches' figures."""
+        """The learner's PPO update on every actor's segment; the means of its minibatches'
+        figures."""
         c = self.config
         if c.anneal_lr:
             total = updates_by(c, c.steps)
@@ -212,47 +193,27 @@ class PPOProgram(ActorProgram):
             # as gathering each minibatch's part of the permutation.
             shuffled = batch.rows(torch.randperm(size, generator=self.shuffler))
             for start in range(0, size, minibatch):
-                figures.append(self.minibatch_step(shuffled.slice(start, start + minibatch)))
-            if c.target_kl is not None and figures[-1][FIGURES.index("approx_kl")] \
-                    > c.target_kl:
+                rows = shuffled.slice(start, start + minibatch)
+                loss = ppo_loss(self.net, rows.obs, rows.actions, rows.log_probs,
+                                rows.values, rows.advantages, rows.returns,
+                                clip=c.clip_coef, clip_value=c.clip_value,
+                                normalize=c.normalize_advantages,
+                                entropy_coef=c.entropy_coef, value_coef=c.value_coef)
+                self.optimizer.zero_grad()
+                loss.loss.backward()
+                if c.max_grad_norm is not None:
+                    self.optimizer.clip_grad_norm_(c.max_grad_norm)
+                self.optimizer.step()
+                figures.append(loss)
+            if c.target_kl is not None and figures[-1].approx_kl > c.target_kl:
                 break   # the policy moved far enough from the one that acted
-        if self.learner:
-            copy_into(self.model, self.net)   # the next policy, for every actor
-        means = torch.stack(figures).mean(0, dtype=torch.float64).tolist()
-        return {"minibatches": len(figures), **dict(zip(FIGURES, means))}
-
-    def minibatch_step(self, rows: Segment) -> torch.Tensor:
-        """One gradient step on a minibatch, each rank differentiating the loss on its
-        share of the rows (``share``): the mean of the ranks' gradients, weighted by their
-        shares, is the gradient of the minibatch's loss, and every rank applies it to its
-        copy of the network. The minibatch's figures (``FIGURES``), averaged the same way."""
-        c = self.config
-        rank, world = self.group.rank, self.group.world_size
-        low, high = share(len(rows.actions), rank, world)
-        # Advantages are normalised over the whole minibatch, as by one learner.
-        advantages = normalized(rows.advantages) \
-            if c.normalize_advantages and len(rows.advantages) > 1 else rows.advantages
-        self.optimizer.zero_grad()
-        figures = torch.zeros(len(FIGURES), dtype=self.optimizer.grad.dtype)
-        if high > low:
-            mine = rows.slice(low, high)
-            loss = ppo_loss(self.net, mine.obs, mine.actions, mine.log_probs, mine.values,
-                            advantages[low:high], mine.returns, clip=c.clip_coef,
-                            clip_value=c.clip_value, normalize=False,
-                            entropy_coef=c.entropy_coef, value_coef=c.value_coef)
-            # This rank's mean times its share of the ranks' mean: 1.0 for equal shares
-            weight = (high - low) * world / len(rows.actions)
-            (loss.loss * weight).backward()
-            figures = torch.tensor([float(loss.loss.detach()), loss.approx_kl,
-                                    loss.clip_fraction, loss.entropy, loss.value],
-                                   dtype=figures.dtype) * weight
-        # One collective for the gradient and the figures; its result is the same, bit for
-        # bit, on every rank, so the ranks' networks and Adam states stay equal.
-        self.group.average_([self.optimizer.grad, figures])
-        if c.max_grad_norm is not None:
-            self.optimizer.clip_grad_norm_(c.max_grad_norm)
-        self.optimizer.step()
-        return figures
+        copy_into(self.model, self.net)   # the next policy, for every actor
+        n = len(figures)
+        return {"minibatches": n, "loss": sum(float(f.loss.detach()) for f in figures) / n,
+                "approx_kl": sum(f.approx_kl for f in figures) / n,
+                "clip_fraction": sum(f.clip_fraction for f in figures) / n,
+                "entropy": sum(f.entropy for f in figures) / n,
+                "value_loss": sum(f.value for f in figures) / n}
 
     @torch.no_grad()
     def greedy_actions(self, obs: torch.Tensor) -> torch.Tensor:
@@ -267,17 +228,17 @@ class PPOProgram(ActorProgram):
         self.actor.close()
 
     def state(self) -> dict:
-        # Every rank's learning state: each resumes its own copy (they are equal).
         state = {"rng": self.actor.generator.get_state(), "env_steps": self.env_steps,
-                 "updates_done": self.updates_done,
-                 "optimizer": self.optimizer.state_dict(),
-                 "shuffler": self.shuffler.get_state()}
+                 "updates_done": self.updates_done}
         if self.learner:
-            state.update(model=model_snapshot(self.model))
+            state.update(model=model_snapshot(self.model),
+                         optimizer=self.optimizer.state_dict(),
+                         shuffler=self.shuffler.get_state())
         return state
 
     def load_state(self, state: dict) -> None:
         self.actor.generator.set_state(state["rng"])
         self.env_steps, self.updates_done = state["env_steps"], state["updates_done"]
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.shuffler.set_state(state["shuffler"])
+        if self.learner:
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.shuffler.set_state(state["shuffler"])
