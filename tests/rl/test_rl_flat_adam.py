@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from mptrain.errors import UserError
 from mptrain.rl.flat_adam import FlatAdam
 from mptrain.rl.nets import SeparateActorCritic
 
@@ -19,11 +20,11 @@ def loss_of(net, step: int) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("max_norm", [None, 0.5])
-def test_flat_adam_steps_as_torch_adam_with_clipping(max_norm):
+def test_flat_adam_steps_as_torch_fused_adam_with_clipping_bit_for_bit(max_norm):
     torch.manual_seed(0)
     reference = SeparateActorCritic(4, 2)
     mine = copy.deepcopy(reference)
-    adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5)
+    adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, fused=True)
     flat = FlatAdam(mine, lr=3e-3, eps=1e-5)
     for step in range(20):
         adam.zero_grad()
@@ -36,14 +37,19 @@ def test_flat_adam_steps_as_torch_adam_with_clipping(max_norm):
         if max_norm is not None:
             flat.clip_grad_norm_(max_norm)
         flat.step()
-    for a, b in zip(reference.parameters(), mine.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert all(torch.equal(a, b) for a, b in zip(reference.parameters(), mine.parameters()))
     assert not torch.equal(next(mine.parameters()), next(SeparateActorCritic(4, 2)
                                                          .parameters()))
     # the parameters are views of the flat tensor, the gradients of the flat gradient
     assert all(p.untyped_storage().data_ptr() == flat.flat.untyped_storage().data_ptr()
                for p in mine.parameters())
     assert flat.grad.abs().sum() > 0 and flat.steps == 20
+
+
+def test_a_network_of_several_dtypes_is_refused_in_one_line():
+    net = torch.nn.Sequential(torch.nn.Linear(4, 2), torch.nn.Linear(2, 2).double())
+    with pytest.raises(UserError, match="one float dtype"):
+        FlatAdam(net, lr=1e-3)
 
 
 def test_flat_adam_resumes_from_its_own_state_or_torch_adams():
