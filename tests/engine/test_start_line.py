@@ -38,6 +38,9 @@ class RecordingProgram:
     def publish(self, shared_model):
         pass
 
+    def close(self):
+        self.events.append("closed")
+
 
 def test_every_rank_is_set_up_before_any_rank_trains():
     events = []
@@ -51,5 +54,6 @@ def test_every_rank_is_set_up_before_any_rank_trains():
                         device=torch.device("cpu"))
     train(setup)
     # The first barrier is the start line: between set-up and the first round. The others
-    # end each round.
-    assert events == ["set up", "barrier", "round 0", "barrier", "round 1", "barrier"]
+    # end each round. The program is closed after its last round.
+    assert events == ["set up", "barrier", "round 0", "barrier", "round 1", "barrier",
+                      "closed"]

@@ -1,7 +1,9 @@
 """PPO runs: a seed names a run, checkpoints resume, bad settings are refused in one line."""
 
+import copy
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -54,7 +56,8 @@ def test_checkpoint_and_resume_continue_a_ppo_run(tmp_path: Path):
     checkpoint = load(tmp_path)
     assert checkpoint.epoch == 2 and checkpoint.strategy == "ppo"
     assert checkpoint.ranks[0]["updates_done"] == checkpoint.ranks[1]["updates_done"] == 8
-    assert checkpoint.ranks[0]["optimizer"]["state"]   # the learner's Adam moments
+    assert checkpoint.ranks[0]["optimizer"]["steps"] == 8 * 2 * 4   # the learner's Adam
+    assert checkpoint.ranks[0]["optimizer"]["exp_avg"].any()
     assert "optimizer" not in checkpoint.ranks[1]
 
     resumed = fit(resume=tmp_path, steps=4_096)
@@ -82,6 +85,39 @@ def test_a_dead_ppo_actor_stops_the_run_with_its_traceback():
     assert "worker rank 1" in message
     assert "RuntimeError: the environment exploded in rank 1" in message
     assert live_children() == []   # the learner waiting at the barrier was reaped too
+
+
+def env_log(path: Path) -> tuple[dict, set]:
+    """The environments ``closing_env`` made (id: the torch seed of the process that made
+    it) and those it closed."""
+    made, closed = {}, set()
+    for line in path.read_text().splitlines():
+        event, env, seed = line.split()
+        if event == "made":
+            made[env] = int(seed)
+        else:
+            closed.add(env)
+    return made, closed
+
+
+@pytest.mark.timeout(180)
+def test_every_environment_of_a_ppo_run_is_closed_at_its_end_and_on_failure(tmp_path,
+                                                                           monkeypatch):
+    log = tmp_path / "envs.log"
+    monkeypatch.setenv("MPTRAIN_TEST_ENV_LOG", str(log))
+    envs = Path(__file__).with_name("closing_env.py")
+    fit(f"{envs}:make", "ppo", workers=2, seed=0, **SHORT)
+    made, closed = env_log(log)
+    for rank in (0, 1):   # each actor's vector environments and evaluation episodes
+        assert sum(1 for seed in made.values() if seed == rank) >= 2 + 1
+    assert set(made) <= closed
+    log.unlink()
+    with pytest.raises(WorkerFailedError, match="exploded in rank 1"):
+        fit(f"{envs}:make_exploding", "ppo", workers=2, steps=50_000, round_steps=5_000,
+            seed=0, eval_episodes=1, envs_per_actor=2)
+    made, closed = env_log(log)
+    failed = {env for env, seed in made.items() if seed == 1}
+    assert len(failed) == 2 and failed <= closed   # the actor whose environment raised
 
 
 @pytest.mark.parametrize("changes, words", [
@@ -177,6 +213,7 @@ def test_one_process_acts_and_learns_alone_and_is_as_reproducible():
 
 def learner_of(**settings):
     """A learner (no processes) with one actor's segment of 2 x 16 transitions to learn."""
+    from mptrain.rl.flat_adam import FlatAdam
     from mptrain.rl.nets import SeparateActorCritic
     from mptrain.rl.ppo import PPOProgram
     from mptrain.rl.ppo_rollout import SharedRollouts, VectorActor
@@ -193,9 +230,18 @@ def learner_of(**settings):
     learner = object.__new__(PPOProgram)
     learner.config, learner.model, learner.rollouts, learner.updates_done = \
         config, model, rollouts, 0
-    learner.optimizer = torch.optim.Adam(model.parameters(), lr=config.learning_rate)
+    learner.net = copy.deepcopy(model)
+    learner.optimizer = FlatAdam(learner.net, lr=config.learning_rate)
     learner.shuffler = torch.Generator().manual_seed(0)
     return learner
+
+
+def test_an_update_writes_the_learners_network_into_the_shared_one():
+    learner = learner_of()
+    before = copy.deepcopy(learner.model)
+    learner.update()
+    assert same_network(SimpleNamespace(model=learner.model), SimpleNamespace(model=learner.net))
+    assert not same_network(SimpleNamespace(model=learner.model), SimpleNamespace(model=before))
 
 
 def test_target_kl_stops_the_epochs_of_an_update():
@@ -207,8 +253,8 @@ def test_the_learning_rate_falls_linearly_to_zero_over_the_run():
     learner = learner_of(steps=320, lr=0.01)   # 10 updates of 32 transitions
     learner.updates_done = 4
     learner.update()
-    assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(0.01 * (1 - 4 / 10))
+    assert learner.optimizer.lr == pytest.approx(0.01 * (1 - 4 / 10))
     fixed = learner_of(steps=320, lr=0.01, anneal_lr=False)
     fixed.updates_done = 4
     fixed.update()
-    assert fixed.optimizer.param_groups[0]["lr"] == 0.01
+    assert fixed.optimizer.lr == 0.01

@@ -68,44 +68,47 @@ def train(setup: WorkerSetup) -> None:
     config, group = setup.config, setup.group
     seed_global_generator(config.seed + setup.rank, setup.device)
     program = setup.strategy.program(setup)
-    if setup.resume_state is not None:
-        program.load_state(setup.resume_state)
-    evaluation = setup.evaluation(setup)
-    # The start line. Ranks that trained while their peers were still being set up would
-    # only wait at their first collective, and with more workers than cores take the CPU
-    # those peers need to get there; the first round's clock starts here for every rank,
-    # so set-up is counted as start-up, not as training. (It also lets rank 0 restore
-    # shared state -- a replay buffer, an optimizer -- before anyone uses it.)
-    group.barrier()
-
-    for index in range(setup.start_round, config.units):
-        faults_before = minor_faults() if setup.counts_faults else 0
-        work = program.train_round(index)
-        evaluating = evaluation.due(index, last=index + 1 == config.units or work.last)
-        saving = checkpoint_due(setup.checkpoint_every, index, config.units)
-        if evaluation.settles_first and (evaluating or saving):
-            group.barrier()
-        score = evaluation.run(program) if evaluating else Evaluation()
-        evaluated_at = time.monotonic()
-        # Before the barrier: under hogwild nobody writes the shared parameters now.
-        checkpoint = encode_state(group.rank, program.state()) if saving else None
-        # Nobody trains the next round (hogwild: writes shared parameters) while a peer
-        # still evaluates this one.
+    try:
+        if setup.resume_state is not None:
+            program.load_state(setup.resume_state)
+        evaluation = setup.evaluation(setup)
+        # The start line. Ranks that trained while their peers were still being set up would
+        # only wait at their first collective, and with more workers than cores take the CPU
+        # those peers need to get there; the first round's clock starts here for every rank,
+        # so set-up is counted as start-up, not as training. (It also lets rank 0 restore
+        # shared state -- a replay buffer, an optimizer -- before anyone uses it.)
         group.barrier()
-        program.publish(setup.model)
-        setup.progress.beat()
-        setup.report(RoundReport(
-            index=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
-            train_loss_sum=work.loss_sum, train_started=work.started, train_ended=work.ended,
-            eval_loss_sum=score.loss_sum, eval_correct=score.correct, eval_count=score.count,
-            minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
-            evaluated_at=evaluated_at, checkpoint=checkpoint,
-            extras={**work.extras, **score.extras, **device_memory(setup.device)}))
-        if work.last:
-            break  # the program's own stop (fedavg's privacy budget); every rank says the same
-        if evaluating and evaluation.reached_target(score):
-            break  # every rank computed the same score, so every rank stops here
 
+        for index in range(setup.start_round, config.units):
+            faults_before = minor_faults() if setup.counts_faults else 0
+            work = program.train_round(index)
+            evaluating = evaluation.due(index, last=index + 1 == config.units or work.last)
+            saving = checkpoint_due(setup.checkpoint_every, index, config.units)
+            if evaluation.settles_first and (evaluating or saving):
+                group.barrier()
+            score = evaluation.run(program) if evaluating else Evaluation()
+            evaluated_at = time.monotonic()
+            # Before the barrier: under hogwild nobody writes the shared parameters now.
+            checkpoint = encode_state(group.rank, program.state()) if saving else None
+            # Nobody trains the next round (hogwild: writes shared parameters) while a peer
+            # still evaluates this one.
+            group.barrier()
+            program.publish(setup.model)
+            setup.progress.beat()
+            setup.report(RoundReport(
+                index=index, rank=group.rank, steps=work.steps, train_samples=work.samples,
+                train_loss_sum=work.loss_sum, train_started=work.started,
+                train_ended=work.ended, eval_loss_sum=score.loss_sum,
+                eval_correct=score.correct, eval_count=score.count,
+                minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
+                evaluated_at=evaluated_at, checkpoint=checkpoint,
+                extras={**work.extras, **score.extras, **device_memory(setup.device)}))
+            if work.last:
+                break  # the program's own stop (fedavg's privacy budget), on every rank
+            if evaluating and evaluation.reached_target(score):
+                break  # every rank computed the same score, so every rank stops here
+    finally:
+        program.close()   # an actor's environments, also when a round raised
 
 def encode_state(rank: int, state: dict) -> bytes:
     """Rank ``rank``'s checkpoint part as bytes (tensors must not travel as shared

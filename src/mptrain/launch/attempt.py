@@ -120,7 +120,8 @@ def train_on_workers(job: Job) -> None:
     comm = make_comm(config, job.strategy, job.model, job.bundle, run_plan)
     worker_plan = WorkerPlan(job=job, comm=comm, board=board)
     if run_plan.start_method == "fork":
-        warmup.finish()  # workers inherit the imports; no thread may be importing at fork
+        # Workers inherit the imports; no thread may be importing at fork.
+        warmup.finish(build_optimizer=job.strategy.builds_torch_optimizer)
         if run_plan.threads > 1 and not openmp.can_fork_multithreaded_children():
             raise UserError("this process ran torch on several threads before its workers "
                             f"with {run_plan.threads} threads each could be forked (they would "

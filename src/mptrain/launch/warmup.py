@@ -71,9 +71,11 @@ def wait_for_imports() -> None:
         _threads.pop().join()
 
 
-def finish() -> None:
-    """Return once every background import is done and torch's lazy imports are paid (in
-    the background thread or here): what must hold before a fork."""
+def finish(build_optimizer: bool = True) -> None:
+    """Return once every background import is done and, where the workers will build a
+    ``torch.optim`` optimizer (``build_optimizer``), torch's lazy imports are paid (in the
+    background thread or here): what must hold before a fork. Workers that build none would
+    inherit an import they never use, paid on the run's critical path."""
     wait_for_imports()
-    if _optimizer_thread is None:
+    if build_optimizer and _optimizer_thread is None:
         _build_an_optimizer()

@@ -139,6 +139,9 @@ class A3CProgram(ActorProgram):
     def eval_model(self):
         return self.model
 
+    def close(self) -> None:
+        self.env.close()
+
     def state(self) -> dict:
         state = {"rng": self.generator.get_state(), "env_steps": self.env_steps}
         if self.rank == 0:  # the shared parts, once

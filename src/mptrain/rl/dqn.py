@@ -273,6 +273,10 @@ class DQNProgram(ActorProgram):
     def eval_model(self):
         return self.model
 
+    def close(self) -> None:
+        if self.actor is not None:
+            self.env.close()
+
     def state(self) -> dict:
         state = {}
         if self.actor is not None:

@@ -21,6 +21,7 @@ give the same learning curve bit for bit.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import replace
@@ -28,11 +29,11 @@ from dataclasses import replace
 import torch
 
 from ..checkpoint import model_snapshot
-from ..engine.step import step_on_loss
 from ..errors import UserError, setting_name
 from ..strategies.base import RoundWork
 from .acting import actor_seed
 from .base import ActorProgram, ActorStrategy
+from .flat_adam import FlatAdam
 from .nets import SeparateActorCritic
 from .ppo_loss import ppo_loss
 from .ppo_rollout import SharedRollouts, VectorActor
@@ -62,6 +63,7 @@ class PPOStrategy(ActorStrategy):
     network = SeparateActorCritic   # built-in network; a --net returns what a3c's does
     default_lr = 1e-3
     default_hidden = 64
+    builds_torch_optimizer = False   # the learner's Adam is flat_adam's
 
     @classmethod
     def check_config(cls, config) -> None:
@@ -117,6 +119,15 @@ class PPOStrategy(ActorStrategy):
                 + (", learning rate annealed" if c.anneal_lr else "")]
 
 
+@torch.no_grad()
+def copy_into(shared: torch.nn.Module, net: torch.nn.Module) -> None:
+    """Write ``net``'s parameters and buffers into ``shared``, the same architecture."""
+    for mine, theirs in ((shared.parameters(), net.parameters()),
+                         (shared.buffers(), net.buffers())):
+        for target, source in zip(mine, theirs):
+            target.copy_(source)
+
+
 class PPOProgram(ActorProgram):
     def __init__(self, setup, rollouts: SharedRollouts):
         c = self.config = setup.config
@@ -130,10 +141,10 @@ class PPOProgram(ActorProgram):
         self.env_steps = 0          # this actor's, since the run began
         self.updates_done = 0       # the run's, the same count in every rank
         if self.learner:
-            # fused: one kernel for all parameters; a third off the learner's step with
-            # these small networks, where Adam's per-tensor loop is much of the work
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate,
-                                              eps=ADAM_EPS, fused=True)
+            # The learner steps a private copy whose parameters lie in one flat tensor
+            # (``flat_adam``), and writes it into the shared network after each update.
+            self.net = copy.deepcopy(self.model)
+            self.optimizer = FlatAdam(self.net, lr=c.learning_rate, eps=ADAM_EPS)
             self.shuffler = torch.Generator().manual_seed(c.seed * 7919 + 104_729)
 
     def train_round(self, index: int) -> RoundWork:
@@ -173,24 +184,30 @@ class PPOProgram(ActorProgram):
         c = self.config
         if c.anneal_lr:
             total = updates_by(c, c.steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = c.learning_rate * (1.0 - self.updates_done / total)
+            self.optimizer.lr = c.learning_rate * (1.0 - self.updates_done / total)
         batch = self.rollouts.union()
         size, minibatch = len(batch.actions), minibatch_size(c)
         figures = []
         for _ in range(c.update_epochs):
-            order = torch.randperm(size, generator=self.shuffler)
+            # One gather per epoch; its minibatches are then slices (views), the same rows
+            # as gathering each minibatch's part of the permutation.
+            shuffled = batch.rows(torch.randperm(size, generator=self.shuffler))
             for start in range(0, size, minibatch):
-                rows = batch.rows(order[start:start + minibatch])
-                loss = ppo_loss(self.model, rows.obs, rows.actions, rows.log_probs,
+                rows = shuffled.slice(start, start + minibatch)
+                loss = ppo_loss(self.net, rows.obs, rows.actions, rows.log_probs,
                                 rows.values, rows.advantages, rows.returns,
                                 clip=c.clip_coef, clip_value=c.clip_value,
                                 normalize=c.normalize_advantages,
                                 entropy_coef=c.entropy_coef, value_coef=c.value_coef)
-                step_on_loss(self.optimizer, loss.loss, max_grad_norm=c.max_grad_norm)
+                self.optimizer.zero_grad()
+                loss.loss.backward()
+                if c.max_grad_norm is not None:
+                    self.optimizer.clip_grad_norm_(c.max_grad_norm)
+                self.optimizer.step()
                 figures.append(loss)
             if c.target_kl is not None and figures[-1].approx_kl > c.target_kl:
                 break   # the policy moved far enough from the one that acted
+        copy_into(self.model, self.net)   # the next policy, for every actor
         n = len(figures)
         return {"minibatches": n, "loss": sum(float(f.loss.detach()) for f in figures) / n,
                 "approx_kl": sum(f.approx_kl for f in figures) / n,
@@ -206,6 +223,9 @@ class PPOProgram(ActorProgram):
 
     def eval_model(self):
         return self.model
+
+    def close(self) -> None:
+        self.actor.close()
 
     def state(self) -> dict:
         state = {"rng": self.actor.generator.get_state(), "env_steps": self.env_steps,

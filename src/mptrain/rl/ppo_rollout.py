@@ -42,6 +42,10 @@ class Segment:
     def rows(self, index: torch.Tensor) -> "Segment":
         return Segment(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
 
+    def slice(self, start: int, stop: int) -> "Segment":
+        """Rows ``start`` to ``stop`` (views, no copies)."""
+        return Segment(**{f.name: getattr(self, f.name)[start:stop] for f in fields(self)})
+
 
 def _flatten(tensor: torch.Tensor, keep_last: bool) -> torch.Tensor:
     return tensor.reshape(-1, tensor.shape[-1]) if keep_last else tensor.reshape(-1)

@@ -104,6 +104,10 @@ class WorkerProgram(ABC):
         """After a round, put the model where the parent reads it (rank 0 copies, by default
         nothing: strategies that train the shared model itself have nothing to do)."""
 
+    def close(self) -> None:
+        """Release what the program opened (an RL actor's environments), at the end of its
+        rounds, stopped early or failed."""
+
 
 class Strategy(ABC):
     name: ClassVar[str] = "base"
@@ -140,6 +144,10 @@ class Strategy(ABC):
     #: parameters, reaching workers through CUDA IPC): every rank computes on the device
     #: those tensors live on, not on a GPU of its own.
     ranks_share_one_device: ClassVar[bool] = False
+    #: False for strategies whose workers build no ``torch.optim`` optimizer (ppo's learner
+    #: steps its own flat Adam): the parent then does not pay torch's lazy import of
+    #: ``torch._dynamo`` (~0.7 s) for them before forking (``launch.warmup``).
+    builds_torch_optimizer: ClassVar[bool] = True
 
     def __init__(self, config: TrainConfig):
         self.config = config
