@@ -14,7 +14,7 @@ from mptrain.engine.step import train_step
 from mptrain.federated import scaffold
 from mptrain.federated.client import add_proximal_gradient_
 from mptrain.federated.cohort import CohortTrainer, stacked_rows
-from mptrain.federated.cohort_optim import ClientOptimizerSettings
+from mptrain.federated.cohort_optim import ClientOptimizerSettings, StackedOptimizer
 from mptrain.federated.cohort_plan import client_batches, plan_cohort
 from mptrain.federated.privacy import clip_
 
@@ -210,3 +210,66 @@ def test_finite_clients_says_what_the_row_check_says():
     rows = [torch.cat([p[k].reshape(-1) for p in params]) for k in range(5)]
     assert finite_clients(params) == [update_is_finite(row) for row in rows] \
         == [True, False, False, True, False]
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+@pytest.mark.parametrize("clients", [1, 5])
+def test_a_cohort_never_writes_its_start(data, name, clients):
+    """The clients share the global model's tensors until their first step (expanded, not
+    copied): training must leave those tensors as they were, a cohort of one included."""
+    inputs, targets, every = data
+    model = small_model()
+    start = [p.detach() for p in model.parameters()]
+    before = [p.clone() for p in start]
+    trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS[name], torch.device("cpu"),
+                            prox_mu=0.1)
+    result = trainer.train(plan_cohort(streams(every)[:clients], BATCH),
+                           lambda idx: (inputs[idx], targets[idx]), start)
+    assert all(torch.equal(p, b) for p, b in zip(start, before))
+    assert not torch.equal(result.params[0][0], before[0])   # and the client did move
+    assert all(p.is_contiguous() for p in result.params)
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS))
+def test_the_first_step_from_a_shared_start_is_the_step_from_copies(name):
+    """``StackedOptimizer`` from the start expanded over the clients (the first step writes
+    each client's tensors out of place) gives every parameter and state tensor bitwise what
+    it gives from a copy per client (updated in place), over steps where some clients sit
+    out (the second client on the first step, the third on the third)."""
+    generator = torch.Generator().manual_seed(5)
+    start = [torch.randn(4, 3, generator=generator), torch.randn(4, generator=generator)]
+    grads = [[torch.randn(3, *p.shape, generator=generator) for p in start]
+             for _ in range(3)]
+    actives = [torch.tensor([True, False, True]), None, torch.tensor([True, True, False])]
+    shared = StackedOptimizer(SETTINGS[name],
+                              [p.unsqueeze(0).expand(3, *p.shape) for p in start],
+                              shared_start=True)
+    copies = StackedOptimizer(SETTINGS[name],
+                              [p.unsqueeze(0).repeat(3, *([1] * p.dim())) for p in start])
+    for step_grads, active in zip(grads, actives):
+        shared.step([g.clone() for g in step_grads], active)
+        copies.step([g.clone() for g in step_grads], active)
+        for mine, theirs in zip(shared._state(), copies._state()):
+            assert torch.equal(mine, theirs)
+    assert torch.equal(shared.params[0][1], copies.params[0][1])
+    assert not torch.equal(shared.params[0][0], start[0])
+
+
+def test_a_client_outcome_says_whether_its_flat_copy_is_finite():
+    """A float64 model's client can be finite in float64 and not once copied into the
+    float32 table: a value beyond float32's range arrives as an infinity. The outcome's
+    verdict is about the copy it is asked about."""
+    from mptrain.federated.cohort_round import ClientOutcome
+
+    big = ClientOutcome(0, [torch.tensor([1.0, 1e39], dtype=torch.float64)], 1, 1, 0.0,
+                        finite=True)
+    assert big.is_finite(big.flat())                                  # float64: finite
+    row = torch.zeros(2)
+    assert not big.is_finite(big.flat(out=row))                       # float32: inf
+    assert torch.isinf(row[1])
+    small = ClientOutcome(1, [torch.tensor([1.0, 2.0], dtype=torch.float64)], 1, 1, 0.0,
+                          finite=True)
+    assert small.is_finite(small.flat(out=torch.zeros(2)))
+    poisoned = ClientOutcome(2, [torch.tensor([1.0, float("nan")])], 1, 1, 0.0,
+                             finite=False)
+    assert not poisoned.is_finite(poisoned.flat(out=torch.zeros(2, dtype=torch.float64)))

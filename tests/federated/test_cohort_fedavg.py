@@ -193,3 +193,34 @@ def test_a_cohort_that_raises_is_retrained_one_client_at_a_time(monkeypatch):
     off = fit(copy.deepcopy(initial), vectorize_clients="off", start_method="fork")
     for name, tensor in state_of(off.model).items():
         assert torch.equal(tensor, state_of(retried.model)[name]), name
+
+
+class InFloat64(nn.Module):
+    """Takes the float32 batches into a float64 model, scaled so that a poisoned sample
+    moves its client's weights past float32's range (finite in float64)."""
+
+    def forward(self, x):
+        return x.double() * 1e12
+
+
+@pytest.mark.timeout(120)
+def test_a_float64_client_beyond_float32s_range_is_dropped_from_the_float32_table():
+    """A float64 model's stacked client can be finite as trained (the cohort's verdict) and
+    infinite once written into the round's float32 table: it is dropped and counted as
+    non-finite, as the one-at-a-time path drops it, and the global model stays finite."""
+    from mptrain.data.partitions import partition_clients
+
+    parts = partition_clients("iid", make_data().tensors[1], RUN["clients"], RUN["seed"])
+    poisoned = int(parts[5][0])
+    torch.manual_seed(7)
+    model = nn.Sequential(InFloat64(), nn.Linear(6, 3).double())
+    for mode, path in (("on", "vectorized x12"), ("off", "one client at a time")):
+        result = mptrain.fit(copy.deepcopy(model), make_data(poisoned, poison=1e30),
+                             make_test_data(), **{**RUN, "workers": 1, "rounds": 2,
+                                                  "clients_per_round": 12,
+                                                  "vectorize_clients": mode})
+        rows = [m.as_dict() for m in result.rounds]
+        assert [r.get("nonfinite_clients") for r in rows] == [[5], [5]], mode
+        assert [r["reported"] for r in rows] == [11, 11], mode
+        assert all(torch.isfinite(t).all() for t in state_of(result.model).values()), mode
+        assert result.summary["client_path"].startswith(path)

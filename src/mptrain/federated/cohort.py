@@ -104,11 +104,12 @@ class CohortTrainer:
         """
         K, B = plan.clients, plan.index.shape[2]
         self.model.train()
-        params = [p.detach().to(self.device).unsqueeze(0).repeat(K, *([1] * p.dim()))
-                  for p in start]
+        # Every client starts from ``start``: one copy, expanded over the cohort, until the
+        # first step gives each its own (``StackedOptimizer``, which never writes it).
+        shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in start]
         anchors = [p.detach().to(self.device) for p in start] if self.prox_mu else None
-        views = _correction_views(corrections, params, self.device)
-        optimizer = StackedOptimizer(self.optimizer, params)
+        views = _correction_views(corrections, shared, self.device)
+        optimizer = StackedOptimizer(self.optimizer, shared, shared_start=True)
         if lr is not None:
             optimizer.lr = lr
         weight = plan.weight.to(self.device)
@@ -122,13 +123,14 @@ class CohortTrainer:
             inputs, targets = batch(plan.index[t].reshape(-1))
             inputs = inputs.view(K, B, *inputs.shape[1:])
             targets = targets.view(K, B, *targets.shape[1:])
-            grads, losses = self.gradients(params, inputs, targets, weight[t])
-            self._correct(grads, params, anchors, views)
+            grads, losses = self.gradients(optimizer.params, inputs, targets, weight[t])
+            self._correct(grads, optimizer.params, anchors, views)
             active = None if min(plan.steps) > t else (steps > t).to(self.device)
             optimizer.step(grads, active)
             loss_sums += losses.detach() * counts[t]
             if on_step is not None:
                 on_step(totals[t])
+        params = [p.contiguous() for p in optimizer.params]   # shared if no client stepped
         return CohortResult(params, list(plan.steps), list(plan.samples),
                             loss_sums.tolist(), finite_clients(params))
 

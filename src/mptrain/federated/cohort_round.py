@@ -15,7 +15,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 
 from . import availability
-from .client import full_steps
+from .client import full_steps, update_is_finite
 from .cohort import CohortTrainer
 from .cohort_plan import client_batches, plan_cohort
 from .sampling import client_seed, mix_seed
@@ -36,7 +36,8 @@ class ClientWork:
 @dataclass
 class ClientOutcome:
     """One client's trained model (``pieces``: its slices of the stacked parameters, then
-    the floating buffers) and what it did; ``finite``: whether every piece is finite."""
+    the floating buffers) and what it did; ``finite``: whether every piece is finite (the
+    cohort's verdict: ``is_finite`` says it of a flat copy)."""
 
     client: int
     pieces: list[torch.Tensor]
@@ -54,6 +55,18 @@ class ClientOutcome:
             return torch.cat(self.pieces, out=out)
         flat = torch.cat(self.pieces)
         return flat.cpu() if out is None else out.copy_(flat)
+
+    def is_finite(self, flat: torch.Tensor) -> bool:
+        """Whether ``flat``, this client's ``flat()``, is all finite: the cohort's verdict,
+        unless the copy changed the pieces' dtype -- a float64 model written into the
+        float32 table turns a finite value beyond float32's range into an infinity -- then
+        ``update_is_finite``'s look at the copy itself. (No cast makes a NaN or an infinity
+        finite: a client the cohort found non-finite stays so.)"""
+        if not self.finite:
+            return False
+        if all(piece.dtype == flat.dtype for piece in self.pieces):
+            return True
+        return update_is_finite(flat)
 
 
 def cohort_seed(seed: int, round_index: int, clients: Sequence[int]) -> int:

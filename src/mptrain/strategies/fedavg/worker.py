@@ -170,13 +170,10 @@ class FedAvgProgram(WorkerProgram):
                 else:
                     outcome = outcomes[position]
                     result = outcome.flat(out=row)
-                    # The cohort's verdict holds for the row only where no cast (a float64
-                    # model into the float32 table) could overflow on the way.
-                    cast = any(piece.dtype != result.dtype for piece in outcome.pieces)
                     weight = self._take_result(client, round_index, clip, result,
                                                outcome.steps, outcome.samples,
                                                outcome.loss_sum, slots[client], tally,
-                                               finite=None if cast else outcome.finite)
+                                               finite=outcome.is_finite(result))
                 if shared.shared_table:
                     shared.weights[slots[client]] = weight
                 elif self.gathered is not None:
