@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -104,6 +105,8 @@ def launch(args: argparse.Namespace) -> int:
     and every rank's address through the environment. Rank 0 prints; the others' output
     is dropped but their errors are not. A rank that fails ends the others."""
     addresses = ",".join(f"localhost:{port}" for port in free_ports(args.processes))
+    # `timeout` (gpu_check.sh) ends us with SIGTERM: end the ranks too, through `finally`.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
     children = []
     for rank in range(args.processes):
         env = dict(os.environ, PFL_WORKER_ADDRESSES=addresses, PFL_WORKER_RANK=str(rank))
