@@ -25,8 +25,9 @@ splits each round's cohort among the processes and all-reduces the summed update
 torch.distributed. pfl picks the backend: NCCL whenever CUDA is available, gloo otherwise.
 NCCL refuses two ranks on one GPU ("Duplicate GPU detected", NCCL >= 2.5) unless it is
 >= 2.30 with NCCL_MULTI_RANK_GPU_ENABLE=1 (experimental), which this script sets for pfl's
-choice; ``--dist-backend gloo`` makes pfl's ``init_process_group`` call use gloo instead (gloo all-reduces CUDA
-tensors through host memory), the one change to pfl's behaviour here, said in the output.
+choice; ``--dist-backend gloo`` makes pfl's ``init_process_group`` call use gloo instead
+(gloo all-reduces CUDA tensors through host memory), the one change to pfl's behaviour
+here, said in the output.
 (pfl 0.6.0 under ``torchrun`` binds rank r to ``cuda:r``, so torchrun cannot put several
 processes on one GPU.) On CPU each process gets ``--threads`` torch threads, by default the
 usable cores divided by P.
