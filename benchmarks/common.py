@@ -89,9 +89,12 @@ RESULTS = REPO / "benchmarks" / "results"
 def result_path(what: str, json_arg: str | None = "auto") -> Path | None:
     """Where a script writes its figures: ``--json PATH`` as given, or for ``--json auto``
     ``benchmarks/results/<what>-<YYYY-MM-DD>.json``, named by what it measured and the day
-    (UTC); a second sitting on the same day adds the time, ``-HHMM``. None: no file."""
-    if json_arg is None or json_arg != "auto":
-        return None if json_arg is None else Path(json_arg)
+    (UTC); a second sitting on the same day adds the time, ``-HHMM``. None (``--json
+    none``): no file."""
+    if json_arg is None or json_arg.lower() == "none":
+        return None
+    if json_arg != "auto":
+        return Path(json_arg)
     now = time.gmtime()
     path = RESULTS / f"{what}-{time.strftime('%Y-%m-%d', now)}.json"
     if path.exists():

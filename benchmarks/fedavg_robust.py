@@ -4,7 +4,7 @@ the papers behind each rule.
     python benchmarks/fedavg_robust.py [--data-dir DIR] [--rounds 100] [--seeds 0,1,2]
         [--rules mean,median,...] [--attacks none,gaussian:1,...] [--malicious-fraction 0.2]
         [--clients-per-round 20] [--workers 2] [--json auto|PATH] [--smoke]
-        [--server-only] [--cache DIR]
+        [--server-only] [--cache DIR [--cached-only]]
 
 Every run is a fresh ``python -m mptrain run`` (``common.run_measured``); figures come from
 its metrics.jsonl. The setting of the issue: the 2NN of McMahan et al. (``mnist-2nn``), 100
@@ -33,7 +33,8 @@ round times on a loaded machine; ``--server-only`` prints only that.
 
 ``--cache benchmarks/results/fedavg-robust-runs`` reuses the runs of earlier sittings kept
 there (one JSON per rule, attack, seed and setting; 2026-11-27: seed 0 of the issue's
-setting, every cell), so a sitting only runs what is missing.
+setting, every cell), so a sitting only runs what is missing; ``--cached-only`` prints the
+table from the kept runs alone (medians over the seeds each cell has, the count shown).
 
 ``--smoke`` runs 3 rounds of each chosen cell on 20 clients of 5 per round with F = 1, to
 check the script, not the claims.
@@ -102,9 +103,10 @@ def run_cell(rule: str, attack: str, seed: int, args, data_dir: Path) -> dict:
 
 
 def cached_run(cache: Path | None, rule: str, attack: str, seed: int, args,
-               data_dir: Path) -> dict:
+               data_dir: Path | None) -> dict:
     """``run_cell``, or its result from an earlier sitting of the same setting (a JSON file
-    per run under ``--cache``, written atomically; failed runs are run again)."""
+    per run under ``--cache``, written atomically; failed runs are run again). With
+    ``--cached-only`` a run not kept is not run: it is marked missing."""
     if cache is None:
         return run_cell(rule, attack, seed, args, data_dir)
     name = (f"{rule}_{attack}_seed{seed}_r{args.rounds}_c{args.clients_per_round}"
@@ -117,6 +119,8 @@ def cached_run(cache: Path | None, rule: str, attack: str, seed: int, args,
             found = None
         if isinstance(found, dict) and found.get("ok"):
             return found
+    if args.cached_only:
+        return {"ok": False, "missing": True, "error": "not run yet"}
     run = run_cell(rule, attack, seed, args, data_dir)
     if run["ok"]:
         write_json(path, run)
@@ -144,7 +148,8 @@ def summarize(runs: list[dict]) -> dict:
             "malicious_sampled": median([sum(r["malicious"]) for r in ok]),
             "diverged": sum(1 for r in ok if r["diverged_at"] is not None),
             "malicious_selected": median(selected),
-            "errors": [r["error"] for r in runs if not r["ok"]]}
+            "seeds": len(ok),
+            "errors": [r["error"] for r in runs if not r["ok"] and not r.get("missing")]}
 
 
 def fmt(value, spec=".1f"):
@@ -173,6 +178,8 @@ def print_table(cells: dict, rules, attacks, args) -> None:
                 text += f" (diverged: {cell['diverged']} of {len(cell['runs'])} runs)"
             if cell["errors"]:
                 text += f" [error: {cell['errors'][0]}]"
+            if cell["seeds"] < len(args.seeds):
+                text += f" [{cell['seeds']} of {len(args.seeds)} seeds]"
             parts.append(text)
         speed = cells.get((rule, "none"), {}).get("round_s")
         ratio = speed / base if speed and base else None
@@ -298,6 +305,9 @@ def main(argv=None) -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--cache", help="a folder keeping each run's result, so that a "
                         "sitting cut short carries on where it stopped")
+    parser.add_argument("--cached-only", action="store_true",
+                        help="with --cache: print the table from the runs kept there, "
+                        "running none (a cell shows how many of the seeds it has)")
     parser.add_argument("--server-only", action="store_true",
                         help="only time the server's share of a round for each rule")
     args = parser.parse_args(argv)
@@ -315,7 +325,9 @@ def main(argv=None) -> None:
               f"{rules[0]})")
     if args.server_only:
         return
-    data_dir = mnist_dir(args.data_dir)
+    if args.cached_only and not args.cache:
+        parser.error("--cached-only reads the runs kept under --cache DIR: give --cache")
+    data_dir = None if args.cached_only else mnist_dir(args.data_dir)
     cache = Path(args.cache) if args.cache else None
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
@@ -327,6 +339,8 @@ def main(argv=None) -> None:
             for attack in attacks:
                 run = cached_run(cache, rule, attack, seed, args, data_dir)
                 runs[(rule, attack)].append(run)
+                if run.get("missing"):
+                    continue
                 final = run["accuracy"][-1] if run["ok"] and run["accuracy"] else None
                 print(f"  {rule} / {attack} / seed {seed}: "
                       f"{fmt(100 * final if final is not None else None)}%"
