@@ -47,7 +47,7 @@ SOLVE = {
     # dqn: 2 actors and the learner, 100k environment steps at most
     "dqn": ["--algo", "dqn", "--workers", "2", "--steps", "100000", "--round-steps", "5000",
             "--eval-every", "1"],
-    # ppo: 2 actors (rank 0 also the learner), 8 environments each; it solves in ~25k steps,
+    # ppo: 2 actors (rank 0 also the learner), 8 environments each; it solves in ~15-20k steps,
     # so it is evaluated every 5,000 (a coarser grid would add up to a round to its time)
     "ppo": ["--algo", "ppo", "--workers", "2", "--steps", "200000", "--round-steps", "5000",
             "--eval-every", "1"],

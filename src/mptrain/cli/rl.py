@@ -23,8 +23,8 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--seed", type=int,
               help="Seed; actor i uses seed and i (0). dqn and ppo: the same seed gives "
                    "the same run bit for bit.")
-@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 2.3e-3, ppo 1e-3).")
-@click.option("--gamma", type=float, help="Discount (0.99; ppo 0.98).")
+@click.option("--lr", type=float, help="Adam learning rate (a3c 1e-3, dqn 2.3e-3, ppo 2e-3).")
+@click.option("--gamma", type=float, help="Discount (0.99).")
 @click.option("--hidden", type=int,
               help="Width of the built-in networks' two layers (a3c 128, dqn 256, ppo 64).")
 @click.option("--net", help="Your network, module:make(obs_dim, n_actions).")
@@ -36,7 +36,7 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--n-steps", type=int,
               help="a3c, ppo: rollout length per update, per environment (a3c 20, ppo 32).")
 @click.option("--gae-lambda", type=float,
-              help="a3c, ppo: GAE lambda (a3c 1: n-step advantages; ppo 0.8).")
+              help="a3c, ppo: GAE lambda (a3c 1: n-step advantages; ppo 0.95).")
 @click.option("--entropy-coef", type=float, help="a3c, ppo: entropy bonus (a3c 0.01, ppo 0).")
 @click.option("--value-coef", type=float, help="a3c, ppo: weight of the value loss (0.5).")
 @click.option("--max-grad-norm", type=float,

@@ -126,9 +126,9 @@ class RLConfig:
 #: Settings whose default depends on the algorithm: name -> (the default, {algo: its own}).
 #: a3c's and dqn's are what they always were; ppo's are discussed in docs/rl.md ("ppo").
 ALGO_DEFAULTS = {
-    "gamma": (0.99, {"ppo": 0.98}),
+    "gamma": (0.99, {}),
     "n_steps": (20, {"ppo": 32}),
-    "gae_lambda": (1.0, {"ppo": 0.8}),
+    "gae_lambda": (1.0, {"ppo": 0.95}),
     "entropy_coef": (0.01, {"ppo": 0.0}),
     "max_grad_norm": (40.0, {"ppo": 0.5}),
     "update_epochs": (None, {"ppo": 10}),
