@@ -9,6 +9,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 from contextlib import contextmanager
 
 from ..errors import Interrupted
@@ -100,15 +101,55 @@ def stop_fork_server() -> None:
         pass
 
 
+#: How long after an unraisable ``Interrupted`` the signal comes again: long enough for the
+#: callback it landed in (microseconds of work) to have returned.
+RESEND_AFTER_S = 0.01
+
+
+def _send_later(signum: int) -> None:
+    """``signum`` to this process again, from a timer thread (a daemon: it never holds up
+    the exit)."""
+    timer = threading.Timer(RESEND_AFTER_S, os.kill, args=(os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
+
+
 @contextmanager
 def sigterm_raises():
     """While inside, SIGTERM raises :class:`Interrupted` in the main thread, as Ctrl-C raises
-    KeyboardInterrupt: the run stops the same way for both (the command installs it)."""
+    KeyboardInterrupt: the run stops the same way for both (the command installs it).
+
+    The signal can land inside code Python cannot raise out of -- a weakref callback or a
+    finaliser, such as the import system's lock cleanup while torchrun stops a rank that is
+    still importing. Python would print "Exception ignored in ..." with a traceback and carry
+    on as if no signal had come. Such an ``Interrupted`` is caught by the unraisable hook and
+    the signal sent again shortly after from a thread, so that it lands in the code that runs
+    next (and again, should that be such a place too)."""
+    in_hook = False
+
     def _raise(signum, frame):
+        if in_hook:   # raised here, the hook's own exception would be lost too
+            _send_later(signum)
+            return
         raise Interrupted(signum)
 
+    previous_hook = sys.unraisablehook
+
+    def _send_again(unraisable):
+        nonlocal in_hook
+        if not isinstance(unraisable.exc_value, Interrupted):
+            previous_hook(unraisable)
+            return
+        in_hook = True
+        try:
+            _send_later(unraisable.exc_value.signum)
+        finally:
+            in_hook = False
+
     previous = signal.signal(signal.SIGTERM, _raise)
+    sys.unraisablehook = _send_again
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
