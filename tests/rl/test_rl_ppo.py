@@ -137,6 +137,18 @@ def test_bad_ppo_settings_are_refused_in_one_line(changes, words):
     assert words in str(caught.value) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("algo, changes, words", [
+    ("ppo", dict(round_steps=100), "round_steps 100 is smaller than one ppo rollout (256 = "
+                                   "workers 1 x envs_per_actor 8 x n_steps 32); give at "
+                                   "least 256"),
+    ("dqn", dict(buffer_size=10, batch_size=64), "buffer_size 10 is smaller than batch_size 64"),
+])
+def test_from_python_the_algorithms_refusals_name_the_keywords(algo, changes, words):
+    with pytest.raises(UserError) as caught:
+        fit("CartPole-v1", algo, workers=1, **changes)
+    assert str(caught.value) == words
+
+
 def test_a_minibatch_is_at_most_the_rollout():
     from mptrain.rl.ppo import minibatch_size
 

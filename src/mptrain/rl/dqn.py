@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from ..checkpoint import model_snapshot
 from ..engine.step import step_on_loss
-from ..errors import UserError
+from ..errors import UserError, setting_name
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
 from .base import ActorProgram, ActorStrategy
@@ -74,8 +74,8 @@ class DQNStrategy(ActorStrategy):
     @classmethod
     def check_config(cls, config) -> None:
         if config.buffer_size < config.batch_size:
-            raise UserError(f"--buffer-size {config.buffer_size} is smaller than "
-                            f"--batch-size {config.batch_size}")
+            raise UserError(f"{setting_name('buffer_size')} {config.buffer_size} is smaller than "
+                            f"{setting_name('batch_size')} {config.batch_size}")
 
     @classmethod
     def check_checkpoint(cls, checkpoint) -> None:

@@ -69,10 +69,12 @@ class PPOStrategy(ActorStrategy):
     def check_config(cls, config) -> None:
         size = rollout_size(config)
         if config.round_steps < size:   # a round would hold no update
+            named = setting_name   # as the caller spelled each setting
             raise UserError(
-                f"--round-steps {config.round_steps} is smaller than one ppo rollout ({size} "
-                f"= --workers {config.workers} x --envs-per-actor {config.envs_per_actor} x "
-                f"--n-steps {config.n_steps}); give at least {size}")
+                f"{named('round_steps')} {config.round_steps} is smaller than one ppo rollout "
+                f"({size} = {named('workers')} {config.workers} x {named('envs_per_actor')} "
+                f"{config.envs_per_actor} x {named('n_steps')} {config.n_steps}); give at "
+                f"least {size}")
 
     @classmethod
     def check_checkpoint(cls, checkpoint) -> None:
