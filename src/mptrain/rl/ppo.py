@@ -31,6 +31,7 @@ import torch
 from ..checkpoint import model_snapshot
 from ..errors import UserError, setting_name
 from ..strategies.base import RoundWork
+from ..strategies.model_state import copy_model_state
 from .acting import actor_seed
 from .base import ActorProgram, ActorStrategy
 from .flat_adam import FlatAdam
@@ -121,15 +122,6 @@ class PPOStrategy(ActorStrategy):
                 + (", learning rate annealed" if c.anneal_lr else "")]
 
 
-@torch.no_grad()
-def copy_into(shared: torch.nn.Module, net: torch.nn.Module) -> None:
-    """Write ``net``'s parameters and buffers into ``shared``, the same architecture."""
-    for mine, theirs in ((shared.parameters(), net.parameters()),
-                         (shared.buffers(), net.buffers())):
-        for target, source in zip(mine, theirs):
-            target.copy_(source)
-
-
 class PPOProgram(ActorProgram):
     def __init__(self, setup, rollouts: SharedRollouts):
         c = self.config = setup.config
@@ -209,7 +201,7 @@ class PPOProgram(ActorProgram):
                 figures.append(loss)
             if c.target_kl is not None and figures[-1].approx_kl > c.target_kl:
                 break   # the policy moved far enough from the one that acted
-        copy_into(self.model, self.net)   # the next policy, for every actor
+        copy_model_state(self.net, self.model)   # the next policy, for every actor
         n = len(figures)
         return {"minibatches": n, "loss": sum(float(f.loss.detach()) for f in figures) / n,
                 "approx_kl": sum(f.approx_kl for f in figures) / n,
