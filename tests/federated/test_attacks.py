@@ -89,7 +89,10 @@ def test_parse_attack(text, spec):
     ("nope", "choose one of sign-flip"), ("scaling", "needs its factor"),
     ("scaling:0", "LAMBDA > 0"), ("gaussian:-1", "STD > 0"), ("gaussian:x", "STD a number"),
     ("sign-flip:nan", "SCALE a number"), ("label-flip:2", "takes no parameter"),
-    ("alie:inf", "finite Z")])
+    ("alie:inf", "finite Z"),
+    # Past float32's range the attack's arithmetic overflows (gaussian raised a traceback).
+    ("gaussian:1e39", "at most 3.4e+38"), ("sign-flip:1e39", "at most 3.4e+38"),
+    ("scaling:-1e39", "LAMBDA > 0"), ("alie:-1e39", "at most 3.4e+38")])
 def test_parse_attack_refuses_in_one_line(text, words):
     with pytest.raises(UserError) as err:
         parse_attack(text)

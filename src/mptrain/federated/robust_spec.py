@@ -117,6 +117,8 @@ def _count(text: str, message: str) -> int:
     return value
 
 
+#: The largest float32: an attack's SCALE, STD, LAMBDA or Z beyond it cannot be applied.
+FLOAT32_MAX = 3.4028234663852886e38
 ATTACKS = ("sign-flip", "gaussian", "scaling", "label-flip", "alie")
 ATTACK_HELP = ("what the malicious clients (--malicious-fraction) send: sign-flip[:SCALE] "
         "(-SCALE x their update, default 1) | gaussian[:STD] (noise, default STD 1) | "
@@ -172,7 +174,10 @@ def parse_attack(text: str) -> AttackSpec:
         return AttackSpec(name)
     label = {"sign-flip": "SCALE", "gaussian": "STD", "scaling": "LAMBDA", "alie": "Z"}[name]
     value = _number(param, f"{name}:{label} needs {label} a number, got {param!r}")
-    if value in (float("inf"), float("-inf")) or (name != "alie" and not value > 0):
-        raise UserError(f"{name}:{label} needs a finite {label} > 0, got {param.strip()}"
-                        if name != "alie" else f"alie:Z needs a finite Z, got {param.strip()}")
+    # The attack's arithmetic is float32's (the rows): past its range it overflows.
+    if abs(value) > FLOAT32_MAX or (name != "alie" and not value > 0):
+        raise UserError(f"{name}:{label} needs a finite {label} > 0, at most {FLOAT32_MAX:.2g} "
+                        f"(float32), got {param.strip()}" if name != "alie" else
+                        f"alie:Z needs a finite Z, at most {FLOAT32_MAX:.2g} in size "
+                        f"(float32), got {param.strip()}")
     return AttackSpec(name, value)
