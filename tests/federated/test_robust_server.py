@@ -1,6 +1,8 @@
 """The settings of --aggregator/--attack together, and one worker's RobustServer driven
 without processes (one rank: its barriers are no-ops)."""
 
+import threading
+
 import pytest
 import torch
 
@@ -147,3 +149,58 @@ def test_a_round_with_too_few_reports_is_skipped_and_says_why():
     nobody, _ = robust.aggregate(table, [0.0] * 10, list(range(10)), center, slice(0, 50),
                                  0, lambda: None)
     assert nobody is None
+
+
+def run_ranks(robust, table, weights, sampled, center, ranks):
+    """``robust.aggregate`` on ``ranks`` threads sharing ``table`` (each its slice of the
+    columns, a real barrier between them, bounded); the aggregate and rank 0's metrics."""
+    from mptrain.federated.aggregate import column_slice
+
+    barrier = threading.Barrier(ranks, timeout=10)
+    out, results = torch.empty(table.shape[1]), {}
+
+    def rank(r):
+        part = column_slice(table.shape[1], ranks, r)
+        results[r] = robust.aggregate(table, weights, sampled, center, part, r,
+                                      barrier.wait)
+        if results[r][0] is not None:
+            out[part] = results[r][0]
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(ranks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(results) == ranks
+    return out, results[0][1]
+
+
+@pytest.mark.parametrize("aggregator", ["geometric-median", "krum:2", "median", "mean"])
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_a_forged_alie_update_past_float32_is_dropped_like_any_non_finite_update(
+        aggregator, ranks):
+    # mean + Z std overflows float32 (Z 1e38, std ~10): the forged rows are inf. They
+    # went into the rule as they were: the geometric median and the mean turned the
+    # model to NaN, Krum scored NaNs.
+    robust = server(aggregator, 0.2, "alie:1e38")
+    sampled, weights = list(range(10)), [1.0] * 10
+    table = 10 * torch.randn(10, 50, generator=torch.Generator().manual_seed(3))
+    center = torch.zeros(50)
+    for slot, client in enumerate(sampled):
+        robust.send_(client, table[slot], center, 0)
+    bad = sorted(robust.settings.malicious)
+    honest = [slot for slot in sampled if slot not in bad]
+    expected = robust.rule.combine(table[honest], [1.0] * 8) if aggregator in (
+        "median", "mean") else None
+    average, metrics = run_ranks(robust, table, weights, sampled, center, ranks)
+    assert torch.isfinite(average).all()
+    assert metrics["forged_nonfinite"] == 2 and metrics["malicious_reported"] == 0
+    assert metrics["malicious"] == 2 and metrics.get("malicious_selected", 0) == 0
+    if expected is not None:
+        assert torch.equal(average, expected)    # the honest rows' rule, as if alone
+    # Forged updates that fit are kept, and say nothing of being dropped.
+    fitting = server(aggregator, 0.2, "alie:1")
+    for slot, client in enumerate(sampled):
+        fitting.send_(client, table[slot], center, 0)
+    _, metrics = run_ranks(fitting, table, weights, sampled, center, ranks)
+    assert "forged_nonfinite" not in metrics and metrics["malicious_reported"] == 2

@@ -198,6 +198,12 @@ class RobustServer:
                 else alie_z(len(kept), len(bad))
             forge_alie_slice_(table, honest, bad, columns, z)
             barrier()   # every slice forged before any worker reads whole rows
+            if not bool(torch.isfinite(table[bad[0]]).all()):
+                # Z std past float32: the forged rows (all alike) are inf. Dropped like
+                # any non-finite update, whoever sent it; every worker reads the same row
+                # after the barrier, so all decide alike.
+                metrics.update(forged_nonfinite=len(bad), malicious_reported=0)
+                kept, bad = honest, []
         if not kept:
             return None, metrics
         skipped = self.rule.too_few(len(kept))

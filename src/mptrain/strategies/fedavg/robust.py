@@ -18,7 +18,8 @@ from .shared import TABLE_LIMIT_BYTES, table_rows
 
 #: What rank 0's server reports of the rule and the attackers each round.
 ROBUST_KEYS = ("malicious", "malicious_reported", "malicious_selected", "selected",
-               "skipped", "bounded", "update_norm_median", "weiszfeld_iterations")
+               "skipped", "bounded", "update_norm_median", "weiszfeld_iterations",
+               "forged_nonfinite")
 
 
 def check_robust(config, data, model, plan) -> None:
@@ -73,9 +74,14 @@ def round_parts(extras: dict) -> list[str]:
 
 
 def round_notes(index: int, extras: dict) -> list[str]:
+    notes = []
+    if extras.get("forged_nonfinite"):
+        notes.append(f"round {index}: ALIE's forged update (mean + Z std) is past float32; "
+                     f"its {extras['forged_nonfinite']} attacker(s) were dropped as a "
+                     "non-finite update")
     if extras.get("skipped"):
-        return [f"round {index}: skipped ({extras['skipped']}); the model did not move"]
-    return []
+        notes.append(f"round {index}: skipped ({extras['skipped']}); the model did not move")
+    return notes
 
 
 def summary_fields(config, rounds_skipped: int) -> dict:
