@@ -263,7 +263,8 @@ class FedAvgProgram(WorkerProgram):
     def _forge(self, client: int, round_index: int, row: torch.Tensor,
                tally: "RoundTally") -> float:
         """An attacker that does not train (gaussian, ALIE): it writes what it sends into
-        its row of the shared table and claims its data's weight. The server drops what is
+        its row of the shared table and claims the weight an honest client of its size
+        would (the samples of --local-epochs over its data). The server drops what is
         non-finite, whoever sent it; attackers drop out like everyone else."""
         c, f = self.config, self.config.fedavg
         self.robust.send_(client, row, self.shared.global_flat, round_index)
@@ -274,7 +275,7 @@ class FedAvgProgram(WorkerProgram):
             tally.dropped += 1
             return 0.0
         tally.reported += 1
-        return float(self.trainer.sizes[client])
+        return float(self.trainer.sizes[client] * f.local_epochs)
 
     def _evaluate_clients(self) -> dict:
         return evaluate_clients(self.config, self.shared, self.setup, self.trainer,
