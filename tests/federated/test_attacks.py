@@ -17,6 +17,9 @@ def test_malicious_clients_are_seeded_fixed_and_sized_by_the_fraction():
     assert chosen != malicious_clients(100, 0.2, seed=6)
     assert malicious_clients(100, 0.0, seed=5) == []
     assert len(malicious_clients(10, 0.25, seed=0)) == 3    # 2.5 rounded up
+    # 0.58 x 25 is 14.499999999999998 in floating point: still a half, rounded up.
+    assert len(malicious_clients(25, 0.58, seed=0)) == 15
+    assert len(malicious_clients(11, 15 / 22, seed=0)) == 8  # 7.499999999999999
     with pytest.raises(UserError, match="is no client; give at least 0.01"):
         malicious_clients(100, 0.001, seed=0)
 

@@ -35,7 +35,7 @@ _MALICIOUS, _GAUSSIAN = 0x5EED_A771, 0x5EED_A772
 def malicious_clients(clients: int, fraction: float, seed: int) -> list[int]:
     """The malicious clients of a run: ``fraction * clients`` of them (halves rounded
     up), a seeded choice fixed for the whole run, in increasing order."""
-    count = int(fraction * clients + 0.5)
+    count = int(fraction * clients + 0.5 + 1e-9)   # a half that rounding left below .5
     if fraction > 0 and count == 0:
         raise UserError(f"{named('malicious_fraction')} {fraction:g} of {clients} clients "
                         f"is no client; give at least {1 / clients:.3g}")
