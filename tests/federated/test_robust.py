@@ -241,8 +241,12 @@ def test_default_f_is_the_most_the_assumption_allows():
 @pytest.mark.parametrize("text, clients, words", [
     ("krum:4", 10, "more than 2F+2 = 10 clients per round, got 10: give F <= 3"),
     ("bulyan:4", 19, "more than 4F+3 = 19 clients per round, got 19: give F <= 3"),
-    ("bulyan", 3, "sample more clients"),
-    ("multi-krum:2,9", 10, "M 9 is more than 10 - 2 = 8")])
+    # No F fits: the fix is the clients per round ("sample more clients or more
+    # --clients-per-round" said it twice and gave no figure).
+    ("bulyan", 3, "more than 4F+3 = 3 clients per round, got 3: give --clients-per-round "
+                  "4 or more"),
+    ("krum", 2, "got 2: give --clients-per-round 3 or more"),
+    ("multi-krum:2,9", 10, "M 9 is more than 10 - 2 = 8: give M <= 8")])
 def test_assumptions_refused_up_front(text, clients, words):
     with pytest.raises(UserError) as err:
         rule(text, clients)

@@ -74,14 +74,15 @@ class RobustRule:
         if clients_per_round < need:
             bound = "4F+3" if self.name == "bulyan" else "2F+2"
             most = most_attackers(self.name, clients_per_round)
-            fix = f"give F <= {most}" if most >= 0 else "sample more clients"
+            fix = f"give F <= {most} or more {named('clients_per_round')}" if most >= 0 \
+                else f"give {named('clients_per_round')} {need} or more"
             raise UserError(f"{self.name} with F={self.f} needs more than {bound} = "
-                            f"{need - 1} clients per round, got {clients_per_round}: "
-                            f"{fix} or more {named('clients_per_round')}")
+                            f"{need - 1} clients per round, got {clients_per_round}: {fix}")
         if self.spec.m is not None and self.spec.m > clients_per_round - self.f:
             raise UserError(f"multi-krum:F,M averages M of the n - F best updates: M "
                             f"{self.spec.m} is more than {clients_per_round} - {self.f} "
-                            f"= {clients_per_round - self.f}")
+                            f"= {clients_per_round - self.f}: give M <= "
+                            f"{clients_per_round - self.f}")
 
     def too_few(self, reporting: int) -> str | None:
         """Why a round with ``reporting`` clients cannot be aggregated (None: it can)."""
