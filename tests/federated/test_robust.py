@@ -293,3 +293,15 @@ def test_bulyan_late_selections_still_score_by_the_nearest_other():
     rows = torch.cat([rows[8:], rows[:8]])        # from each other too, first in order
     chosen = robust.bulyan_select(robust.squared_distances(robust.gram_matrix(rows)), 1)
     assert len(chosen) == 8 and 0 not in chosen and 1 not in chosen
+
+
+def test_the_banner_says_how_many_a_trimmed_mean_cuts():
+    # beta 0.1 at 5 clients cuts nothing: the rule is then the unweighted mean, which the
+    # banner said nowhere ("trimmed mean (beta 0.1)").
+    assert rule("trimmed-mean:0.2", 20).describe() == \
+        "trimmed mean (beta 0.2: 4 of 20 cut from each end)"
+    assert rule("trimmed-mean", 5).describe() == \
+        "trimmed mean (beta 0.1: 0 of 5 cut from each end, the unweighted mean: give " \
+        "BETA >= 0.2 to cut one)"
+    assert rule("trimmed-mean:0", 8).describe() == \
+        "trimmed mean (beta 0: 0 of 8 cut from each end, the unweighted mean)"

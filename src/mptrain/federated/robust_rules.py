@@ -11,6 +11,7 @@ Sun et al.) and ``geometric-median`` (RFA's weighted geometric median). ``median
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -54,6 +55,7 @@ class RobustRule:
 
     def __init__(self, spec: AggregatorSpec, clients_per_round: int):
         self.spec, self.name = spec, spec.name
+        self.clients_per_round = clients_per_round
         self.f = spec.f
         if self.name in SELECTING and self.f is None:
             self.f = max(0, most_attackers(self.name, clients_per_round))
@@ -96,7 +98,7 @@ class RobustRule:
     def describe(self) -> str:
         """The rule and its parameters, for the banner."""
         if self.name == "trimmed-mean":
-            return f"trimmed mean (beta {self.beta:g})"
+            return f"trimmed mean ({self._trimmed()})"
         if self.name == "multi-krum":
             m = f"M {self.spec.m}" if self.spec.m is not None else "M = n - F"
             return f"Multi-Krum (F {self.f}, {m})"
@@ -105,6 +107,20 @@ class RobustRule:
         if self.name == "norm-bound":
             return f"norm bounding (C {self.spec.bound:g})"
         return self.name.replace("-", " ")
+
+    def _trimmed(self) -> str:
+        """What beta cuts at the clients per round; when nothing, that the rule is then
+        the unweighted mean, and the smallest BETA that cuts one."""
+        n = self.clients_per_round
+        cut = robust.trimmed_count(n, self.beta)
+        text = f"beta {self.beta:g}: {cut} of {n} cut from each end"
+        if cut:
+            return text
+        text += ", the unweighted mean"
+        smallest = math.ceil(100 / n) / 100   # rounded up: it must cut one
+        if self.beta > 0 and smallest < 0.5:
+            text += f": give BETA >= {smallest:g} to cut one"
+        return text
 
     # -- a round ---------------------------------------------------------------------------------
     def plan(self, gram: torch.Tensor, weights: Sequence[float]) -> RoundPlan:
