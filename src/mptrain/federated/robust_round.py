@@ -40,6 +40,13 @@ def forge_alie_slice_(table: torch.Tensor, honest: Sequence[int], malicious: Seq
         alie_rows_(table[:, cols], honest, malicious, z)
 
 
+def row_is_finite(row: torch.Tensor) -> bool:
+    """Whether a whole row is finite, read a block of columns at a time (no row-long
+    temporary)."""
+    return all(bool(torch.isfinite(row[cols]).all())
+               for cols in robust.column_blocks(slice(0, row.shape[0])))
+
+
 def plan_round(rule: RobustRule, table: torch.Tensor, kept: Sequence[int],
                weights: Sequence[float], center: torch.Tensor) -> RoundPlan:
     """A row-wise rule's decision over the reporting slots ``kept`` (their ``weights``):

@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
 from .attacks import alie_z, attack_row_, flip_labels, malicious_clients
 from .robust_round import (PlanCell, aggregate_slice, forge_alie_slice_, plan_round,
-                           reporting_slots)
+                           reporting_slots, row_is_finite)
 from .robust_rules import RobustRule
 from .robust_spec import AttackSpec, parse_aggregator, parse_attack
 
@@ -198,7 +198,7 @@ class RobustServer:
                 else alie_z(len(kept), len(bad))
             forge_alie_slice_(table, honest, bad, columns, z)
             barrier()   # every slice forged before any worker reads whole rows
-            if not bool(torch.isfinite(table[bad[0]]).all()):
+            if not row_is_finite(table[bad[0]]):
                 # Z std past float32: the forged rows (all alike) are inf. Dropped like
                 # any non-finite update, whoever sent it; every worker reads the same row
                 # after the barrier, so all decide alike.
