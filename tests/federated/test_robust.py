@@ -285,9 +285,9 @@ def test_bulyan_window_is_the_beta_values_nearest_the_median(theta, f):
         assert torch.allclose(robust.bulyan_combine(rows, f), expected, atol=1e-6)
 
 
-def test_bulyan_late_selections_still_score_by_the_nearest_other():
+def test_bulyan_late_selections_score_by_every_other_row():
     """With more attackers than F, Bulyan's last Krum steps run on a few rows where
-    n - F - 2 < 1: they still score by the nearest other row, never by row order."""
+    n - F - 2 < 1: they score by their distances to every other row, never by row order."""
     rows, _ = honest_and_outliers(n_honest=8, f=2)
     rows[9] *= -1                  # two independent attackers (as gaussian noise is), far
     rows = torch.cat([rows[8:], rows[:8]])        # from each other too, first in order
