@@ -22,6 +22,11 @@ def test_malicious_clients_are_seeded_fixed_and_sized_by_the_fraction():
     assert len(malicious_clients(11, 15 / 22, seed=0)) == 8  # 7.499999999999999
     with pytest.raises(UserError, match="is no client; give at least 0.01"):
         malicious_clients(100, 0.001, seed=0)
+    # P < 1, but 0.96 x 10 rounds to every client: no honest client would be left.
+    with pytest.raises(UserError, match="0.96 of 10 clients is every client: no honest "
+                                        "client is left; give less than 0.95"):
+        malicious_clients(10, 0.96, seed=0)
+    assert len(malicious_clients(10, 0.94, seed=0)) == 9
 
 
 def test_sign_flip_and_scaling_act_on_the_update_about_the_center():

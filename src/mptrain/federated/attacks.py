@@ -39,6 +39,10 @@ def malicious_clients(clients: int, fraction: float, seed: int) -> list[int]:
     if fraction > 0 and count == 0:
         raise UserError(f"{named('malicious_fraction')} {fraction:g} of {clients} clients "
                         f"is no client; give at least {1 / clients:.3g}")
+    if count >= clients:
+        raise UserError(f"{named('malicious_fraction')} {fraction:g} of {clients} clients is "
+                        f"every client: no honest client is left; give less than "
+                        f"{(clients - 0.5) / clients:.3g}")
     generator = torch.Generator().manual_seed(mix_seed(seed, _MALICIOUS))
     return sorted(torch.randperm(clients, generator=generator)[:count].tolist())
 
