@@ -305,3 +305,16 @@ def test_the_banner_says_how_many_a_trimmed_mean_cuts():
         "BETA >= 0.2 to cut one)"
     assert rule("trimmed-mean:0", 8).describe() == \
         "trimmed mean (beta 0: 0 of 8 cut from each end, the unweighted mean)"
+
+
+def test_the_banner_says_how_many_reports_a_krum_style_round_needs():
+    # With dropouts or Poisson sampling, F at its default maximum skips every round that
+    # lacks a client (bulyan at 12 expected: F 2, 12 reports needed): said up front.
+    assert rule("bulyan", 12).describe() == \
+        "Bulyan (F 2: a round needs 12 reports, fewer is skipped)"
+    assert rule("krum:1", 10).describe() == \
+        "Krum (F 1: a round needs 5 reports, fewer is skipped)"
+    assert rule("multi-krum:2,4", 10).describe() == \
+        "Multi-Krum (F 2, M 4: a round needs 7 reports, fewer is skipped)"
+    assert rule("multi-krum", 10).describe() == \
+        "Multi-Krum (F 3, M = n - F: a round needs 9 reports, fewer is skipped)"

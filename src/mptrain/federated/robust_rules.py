@@ -99,11 +99,14 @@ class RobustRule:
         """The rule and its parameters, for the banner."""
         if self.name == "trimmed-mean":
             return f"trimmed mean ({self._trimmed()})"
-        if self.name == "multi-krum":
-            m = f"M {self.spec.m}" if self.spec.m is not None else "M = n - F"
-            return f"Multi-Krum (F {self.f}, {m})"
-        if self.name in ("krum", "bulyan"):
-            return f"{self.name.capitalize()} (F {self.f})"
+        if self.selecting:
+            # Dropouts and Poisson sampling make short rounds: say which are skipped.
+            need = f"a round needs {fewest_clients(self.name, self.f)} reports, fewer is " \
+                   "skipped"
+            if self.name == "multi-krum":
+                m = f"M {self.spec.m}" if self.spec.m is not None else "M = n - F"
+                return f"Multi-Krum (F {self.f}, {m}: {need})"
+            return f"{self.name.capitalize()} (F {self.f}: {need})"
         if self.name == "norm-bound":
             return f"norm bounding (C {self.spec.bound:g})"
         return self.name.replace("-", " ")
