@@ -27,6 +27,10 @@ def test_malicious_clients_are_seeded_fixed_and_sized_by_the_fraction():
                                         "client is left; give less than 0.95"):
         malicious_clients(10, 0.96, seed=0)
     assert len(malicious_clients(10, 0.94, seed=0)) == 9
+    # One client: every P is no client or every client; the refusal says so, not
+    # "give at least 1" (which then rounds to every client).
+    with pytest.raises(UserError, match="an attack needs at least 2 clients"):
+        malicious_clients(1, 0.3, seed=0)
 
 
 def test_sign_flip_and_scaling_act_on_the_update_about_the_center():

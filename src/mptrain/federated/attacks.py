@@ -36,6 +36,9 @@ def malicious_clients(clients: int, fraction: float, seed: int) -> list[int]:
     """The malicious clients of a run: ``fraction * clients`` of them (halves rounded
     up), a seeded choice fixed for the whole run, in increasing order."""
     count = int(fraction * clients + 0.5 + 1e-9)   # a half that rounding left below .5
+    if fraction > 0 and clients < 2:
+        raise UserError(f"{named('malicious_fraction')}: an attack needs at least 2 clients "
+                        f"(one honest, one attacking), got {named('clients')} {clients}")
     if fraction > 0 and count == 0:
         raise UserError(f"{named('malicious_fraction')} {fraction:g} of {clients} clients "
                         f"is no client; give at least {1 / clients:.3g}")
