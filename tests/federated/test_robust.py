@@ -267,7 +267,8 @@ def test_sorting_network_sorts_like_torch(n):
     assert torch.equal(robust.sort_columns(rows), rows.sort(dim=0).values)
 
 
-@pytest.mark.parametrize("theta, f", [(5, 1), (6, 1), (7, 2), (12, 4), (13, 3), (3, 1), (9, 2), (16, 5)])
+@pytest.mark.parametrize("theta, f", [(5, 1), (6, 1), (7, 2), (12, 4), (13, 3), (3, 1), (9, 2),
+                                      (16, 5)])
 def test_bulyan_window_is_the_beta_values_nearest_the_median(theta, f):
     """Against the definition: sort by distance to the median (ties to the smaller
     value), keep beta, average."""
