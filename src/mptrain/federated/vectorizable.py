@@ -95,8 +95,6 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         if isinstance(output, torch.Tensor) and not list(module.children()):
             outputs[0] += output.numel() * output.element_size()   # one client's (vmap)
 
-    hooks = [h for m in model.modules() for h in (m.register_forward_pre_hook(enter),
-                                                  m.register_forward_hook(leave))]
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     params = [p.detach().to(device).unsqueeze(0).repeat(2, *([1] * p.dim()))
               for p in model.parameters()]
@@ -110,7 +108,12 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
     if device.type == "cuda":   # the peak is not reset: the run's GPU report reads it
         before = torch.cuda.memory_allocated(device)
         peak_before = torch.cuda.max_memory_allocated(device)
+    hooks = []
     try:
+        # Which parameters train, by a plain pass first: not counted as a client's outputs.
+        trainer.find_trained(inputs.to(device), targets.to(device))
+        hooks = [h for m in model.modules() for h in (m.register_forward_pre_hook(enter),
+                                                      m.register_forward_hook(leave))]
         trainer.gradients(params, stacked, labels, weight)
     except Exception as err:  # noqa: BLE001 - any failure of the dry run is the answer
         where = _label(*running[-1]) if running else "the loss"
