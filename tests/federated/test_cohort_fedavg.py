@@ -117,6 +117,20 @@ def test_auto_keeps_small_cohorts_on_a_cpu_one_at_a_time():
         "one client at a time: 3 client(s) per worker per round")
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("options, path", [
+    (dict(vectorize_chunk=1000), "vectorized x6"),       # 6 clients a round
+    (dict(vectorize_chunk=1000, sampling="poisson", client_fraction=0.5,
+          clients_per_round=None), "vectorized x12"),    # Poisson: at most every client
+    (dict(vectorize_chunk=4), "vectorized x4"),
+])
+def test_a_forced_cohort_size_says_what_a_cohort_can_hold(options, path):
+    """``--vectorize-chunk`` above what a round can sample is no cohort that size: the
+    banner and the summary say the most a cohort holds, as the size from memory does."""
+    result = fit(make_model(), workers=1, rounds=1, vectorize_clients="on", **options)
+    assert result.summary["client_path"] == path
+
+
 @pytest.mark.parametrize("options, needle", [
     (dict(vectorize_clients="sometimes"), "vectorize_clients"),
     (dict(vectorize_chunk=0), "vectorize_chunk must be a positive integer"),

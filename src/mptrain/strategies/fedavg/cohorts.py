@@ -64,7 +64,8 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
 
 def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     """Clients per cohort where the parent can tell: forced, or on CPU from the host's
-    memory; None where the workers size it (a GPU's free memory).
+    memory, either way at most the clients a round can sample (a cohort is never larger,
+    and the banner says the size); None where the workers size it (a GPU's free memory).
 
     On a CPU a smaller cohort does not pay: its clients' kernels take the same time per
     client (a stacked linear layer is one small matrix product per client either way), and
@@ -73,11 +74,11 @@ def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     seconds a round 0.150 in one cohort of 50, 0.152 in two of 25, 0.173 in five of 10
     (3 runs each); wall seconds, 6 paired runs, 0.36 and 0.49 for 50 and 10."""
     f = config.fedavg
+    most = f.sampled_clients if f.sampling == "fixed" else f.clients
     if f.vectorize_chunk is not None:
-        return f.vectorize_chunk
+        return min(most, f.vectorize_chunk)
     if config.device != "cpu":
         return None
-    most = f.sampled_clients if f.sampling == "fixed" else f.clients
     return min(most, chunk_size(check.client_bytes,
                                 memory_budget(torch.device("cpu"), workers)))
 
