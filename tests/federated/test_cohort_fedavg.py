@@ -207,6 +207,31 @@ def test_a_cohort_that_raises_is_retrained_one_client_at_a_time(monkeypatch):
     off = fit(copy.deepcopy(initial), vectorize_clients="off", start_method="fork")
     for name, tensor in state_of(off.model).items():
         assert torch.equal(tensor, state_of(retried.model)[name]), name
+    # and the run says so, round by round: its summary's path is not what trained them
+    for row in (m.as_dict() for m in retried.rounds):
+        assert row["unstacked_clients"] == 6
+        assert row["unstacked_reason"] == "RuntimeError: CUDA out of memory (simulated)"
+    assert all("unstacked_clients" not in m.as_dict() for m in off.rounds)
+
+
+def test_a_round_whose_cohort_raised_says_so_in_one_note():
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.report import DivergenceWatch, round_notes, round_row
+
+    def report(extras):
+        return SimpleNamespace(index=2, extras={"clients": 3, "reported": 3, **extras}, evaluated_at=1.0,
+                               train_started=0.0)
+
+    reports = [report({"unstacked_clients": 3, "unstacked_reason": "RuntimeError: oom"}),
+               report({"unstacked_clients": 2, "unstacked_reason": "RuntimeError: oom"}),
+               report({})]
+    row = round_row(reports, DivergenceWatch())
+    assert row["unstacked_clients"] == 5 and row["unstacked_reason"] == "RuntimeError: oom"
+    notes = round_notes(TrainConfig(strategy="fedavg"), SimpleNamespace(extras=row, epoch=3))
+    assert notes == ["round 3: stacked training raised (RuntimeError: oom); 5 client(s) "
+                     "trained one at a time instead"]
 
 
 class InFloat64(nn.Module):

@@ -37,6 +37,11 @@ def round_row(reports, watch: "DivergenceWatch") -> dict:
            - min(r.train_started for r in reports)}
     if nonfinite:
         row["nonfinite_clients"] = nonfinite
+    unstacked = sum(e.get("unstacked_clients", 0) for e in extras)
+    if unstacked:
+        row["unstacked_clients"] = unstacked
+        row["unstacked_reason"] = next(e["unstacked_reason"] for e in extras
+                                       if e.get("unstacked_clients"))
     diverged = watch.check(row)
     if diverged:
         row["diverged"] = diverged
@@ -99,6 +104,9 @@ def round_notes(config, metrics) -> list[str]:
     if str(extras.get("client_path")).startswith("vectorized") and config.device == "cuda" \
             and config.fedavg.vectorize_chunk is None:   # the size the banner could not tell
         notes.append(f"clients: {extras['client_path']}")
+    if extras.get("unstacked_clients"):
+        notes.append(f"round {index}: stacked training raised ({extras['unstacked_reason']}); "
+                     f"{extras['unstacked_clients']} client(s) trained one at a time instead")
     nonfinite = extras.get("nonfinite_clients") or []
     failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
     if failed:
