@@ -263,3 +263,20 @@ def test_a_float64_client_beyond_float32s_range_is_dropped_from_the_float32_tabl
         assert [r["reported"] for r in rows] == [11, 11], mode
         assert all(torch.isfinite(t).all() for t in state_of(result.model).values()), mode
         assert result.summary["client_path"].startswith(path)
+
+
+@pytest.mark.parametrize("planned, trained, note", [
+    ("vectorized", "vectorized x37", "clients: vectorized x37"),       # sized on the GPU
+    ("vectorized x10", "vectorized x8", "clients: vectorized x8"),     # a resumed run's size
+    ("vectorized x10", "vectorized x10", None),                        # as the banner said
+])
+def test_the_first_round_says_the_path_when_the_banner_could_not(planned, trained, note):
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.report import round_notes
+
+    extras = {"client_path": trained, "clients": 4, "reported": 4}
+    notes = round_notes(TrainConfig(strategy="fedavg"), SimpleNamespace(extras=extras, epoch=1),
+                        planned=planned)
+    assert notes == ([note] if note else [])
