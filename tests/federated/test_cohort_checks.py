@@ -207,3 +207,18 @@ def test_auto_rule():
     assert "convolutions (0)" in auto_path(cnn, "cpu", 50, 1).reason
     assert auto_path(cnn, "cuda", 4, 2).vectorized
     assert not auto_path(cnn, "cuda", 3, 2).vectorized
+
+
+def test_a_long_refusal_from_torch_is_cut_at_a_sentence_not_mid_word():
+    from mptrain.federated.vectorizable import brief
+
+    assert brief("short message\nsecond line") == "short message"
+    assert brief("One. " + "x" * 300) == "One."
+    assert brief("First sentence. Second one ends past the limit " + "y" * 200,
+                 limit=60) == "First sentence."
+    cut = brief("word " * 100, limit=60)
+    assert cut.endswith("word …") and len(cut) <= 62
+    assert brief("") == ""
+    reason = check(nn.Sequential(nn.Linear(4, 4), Branches())).reason
+    said = reason[reason.index("(RuntimeError: ") + 1:reason.rindex("); use")]
+    assert said.endswith(".") or said.endswith("…"), said

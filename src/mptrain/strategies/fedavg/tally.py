@@ -3,6 +3,8 @@ metrics report."""
 
 from __future__ import annotations
 
+from ...federated.vectorizable import brief
+
 
 class RoundTally:
     """What happened to my clients in one round."""
@@ -27,8 +29,7 @@ class RoundTally:
         """A stacked cohort of ``clients`` raised ``err``: they train one at a time."""
         self.unstacked += clients
         if self.unstacked_reason is None:
-            text = str(err).strip()
-            first = text.splitlines()[0][:200] if text else ""
+            first = brief(str(err))
             self.unstacked_reason = f"{type(err).__name__}: {first}" if first \
                 else type(err).__name__
 
