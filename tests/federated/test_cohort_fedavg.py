@@ -56,7 +56,7 @@ def test_stacked_and_one_at_a_time_agree(name):
     off = fit(copy.deepcopy(initial), vectorize_clients="off", **options)
     on = fit(copy.deepcopy(initial), vectorize_clients="on", **options)
     assert on.summary["client_path"].startswith("vectorized x")
-    assert off.summary["client_path"] == "one client at a time: --vectorize-clients off"
+    assert off.summary["client_path"] == "one client at a time: vectorize_clients off"
     assert_models_close(on.model, off.model)
     assert not torch.allclose(on.model[0].weight, initial[0].weight)   # it trained
     assert on.summary["test_accuracy"] == pytest.approx(off.summary["test_accuracy"],
@@ -102,7 +102,7 @@ def test_on_refuses_what_cannot_vectorize_and_auto_falls_back():
     with pytest.raises(UserError) as refused:
         fit(norm_model(), vectorize_clients="on")
     message = str(refused.value)
-    assert message.startswith("--vectorize-clients on: module '1' (BatchNorm1d)")
+    assert message.startswith("vectorize_clients on: module '1' (BatchNorm1d)")
     assert "\n" not in message
     fallback = fit(norm_model(), vectorize_clients="auto", rounds=1)
     assert fallback.summary["client_path"].startswith(

@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .cohort import CohortTrainer
+from .cohort_choice import vectorizing
 
 #: Of the memory still free on a GPU, what one worker's cohorts may take, divided among
 #: the ranks sharing the GPU (the rest: the data set's resident copy, the allocator's
@@ -75,7 +76,7 @@ def _batch_statistics(model: nn.Module) -> str | None:
         if batch_norm or tracks:
             return (f"{_label(name, module)} normalises with batch statistics in training "
                     "mode (and updates running statistics in place); use GroupNorm or "
-                    "LayerNorm, or --vectorize-clients off")
+                    f"LayerNorm, or {vectorizing('off')}")
     return None
 
 
@@ -119,7 +120,7 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         where = _label(*running[-1]) if running else "the loss"
         first = brief(str(err)) or type(err).__name__
         return (f"{where} cannot run vectorized ({type(err).__name__}: {first}); "
-                "use --vectorize-clients off"), 0
+                f"use {vectorizing('off')}"), 0
     finally:
         for hook in hooks:
             hook.remove()
@@ -134,7 +135,7 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         owner = changed[0].rpartition(".")[0]
         module = model.get_submodule(owner)
         return (f"{_label(owner, module)} writes its buffer {changed[0]!r} in forward: "
-                "stacked clients would share one copy; use --vectorize-clients off"), 0
+                f"stacked clients would share one copy; use {vectorizing('off')}"), 0
     estimate = outputs[0] * ACTIVATION_FACTOR
     if device.type == "cuda":   # measured, where the dry run set a new peak: its two
         peak = torch.cuda.max_memory_allocated(device)   # clients' transient memory

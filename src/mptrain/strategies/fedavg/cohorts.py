@@ -17,9 +17,10 @@ import math
 import torch
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import scaffold
 from ...federated.cohort import CohortTrainer
-from ...federated.cohort_choice import ClientPath, as_tensor, auto_path
+from ...federated.cohort_choice import ClientPath, as_tensor, auto_path, vectorizing
 from ...federated.cohort_optim import ClientOptimizerSettings
 from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
 from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
@@ -37,12 +38,13 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     f = config.fedavg
     mode = f.vectorize_clients
     if mode == "off":
-        return None, ClientPath(False, reason="--vectorize-clients off")
+        return None, ClientPath(False, reason=vectorizing("off"))
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         if mode == "on":
-            raise UserError("--vectorize-clients on and --compile: stacked clients train "
-                            "through torch.func, not the compiled model; choose one")
-        return None, ClientPath(False, reason="--compile compiles the one-client model")
+            raise UserError(f"{vectorizing('on')} and {named('compile')}: stacked clients "
+                            "train through torch.func, not the compiled model; choose one")
+        return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
+                                              "model")
     count = min(len(data.train), config.batch_size)
     # head(): a data set still to be built in shared memory is not built here for it
     inputs, targets = data.train.head(count), data.train.targets[:count]
@@ -51,7 +53,7 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
                          extra_state=extra)
     if not check.vectorizes:
         if mode == "on":
-            raise UserError(f"--vectorize-clients on: {check.reason}")
+            raise UserError(f"{vectorizing('on')}: {check.reason}")
         return check, ClientPath(False, reason=check.reason)
     path = ClientPath(True) if mode == "on" else \
         auto_path(model, config.device, f.sampled_clients, workers)
