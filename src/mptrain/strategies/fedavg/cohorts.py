@@ -24,8 +24,8 @@ from ...federated.cohort import CohortTrainer
 from ...federated.cohort_choice import ClientPath, as_tensor, auto_path, vectorizing
 from ...federated.cohort_optim import ClientOptimizerSettings
 from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
-from ...launch.world import detect_external_world
 from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
+from ...launch.world import detect_external_world
 
 
 def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
