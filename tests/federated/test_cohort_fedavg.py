@@ -221,8 +221,8 @@ def test_a_round_whose_cohort_raised_says_so_in_one_note():
     from mptrain.strategies.fedavg.report import DivergenceWatch, round_notes, round_row
 
     def report(extras):
-        return SimpleNamespace(index=2, extras={"clients": 3, "reported": 3, **extras}, evaluated_at=1.0,
-                               train_started=0.0)
+        return SimpleNamespace(index=2, extras={"clients": 3, "reported": 3, **extras},
+                               evaluated_at=1.0, train_started=0.0)
 
     reports = [report({"unstacked_clients": 3, "unstacked_reason": "RuntimeError: oom"}),
                report({"unstacked_clients": 2, "unstacked_reason": "RuntimeError: oom"}),
