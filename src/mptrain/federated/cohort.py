@@ -132,8 +132,8 @@ class CohortTrainer:
         None); ``on_step(samples)`` after every step (progress).
         """
         K, B = plan.clients, plan.index.shape[2]
-        if plan.length:   # before the dropout seed: its pass draws from the generator
-            self.find_trained(*batch(plan.index[0, 0]))
+        if plan.length and self.trained is None:   # before the dropout seed: its pass
+            self.find_trained(*batch(plan.index[0, 0]))   # draws from the generator
         self.model.train()
         # Every client starts from ``start``: one copy, expanded over the cohort, until the
         # first step gives each its own (``StackedOptimizer``, which never writes it).
