@@ -129,3 +129,42 @@ def test_the_plain_pass_that_finds_them_is_not_counted_as_activations():
     assert check_cohort(fresh, inputs, targets).client_bytes == \
         check_cohort(known, inputs, targets).client_bytes
     assert fresh.trained == known.trained
+
+
+class FrozenFirst(nn.Module):
+    """The fedavg workload's model with its first layer frozen and a layer never used."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.features, self.spare, self.head = nn.Linear(6, 16), nn.Linear(2, 2), \
+            nn.Linear(16, 3)
+        self.features.requires_grad_(False)
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.features(x)))
+
+
+@pytest.mark.timeout(120)
+def test_a_fedavg_run_with_frozen_layers_trains_as_one_at_a_time():
+    import sys
+    from pathlib import Path
+
+    import mptrain
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
+    from fedavg_workload import RUN, make_data, make_test_data
+
+    initial = FrozenFirst()
+    runs = {mode: mptrain.fit(copy.deepcopy(initial), make_data(), make_test_data(),
+                              **{**RUN, "workers": 1, "clients_per_round": 6,
+                                 "momentum": 0.5, "weight_decay": 0.05,
+                                 "vectorize_clients": mode})
+            for mode in ("on", "off")}
+    assert runs["on"].summary["client_path"].startswith("vectorized")
+    on, off = runs["on"].model.state_dict(), runs["off"].model.state_dict()
+    for name in ("features.weight", "features.bias", "spare.weight", "spare.bias"):
+        assert torch.equal(on[name], initial.state_dict()[name]), name
+    assert not torch.equal(on["head.weight"], initial.head.weight)
+    for name, tensor in off.items():
+        torch.testing.assert_close(on[name], tensor, atol=1e-5, rtol=0, msg=name)
