@@ -292,3 +292,23 @@ def test_no_slowdown_note_when_workers_compute_as_fast_as_one_process():
     untimed = [RunRecord(ref, 0, ok=True, samples_per_s=1.0),
                RunRecord(hogwild, 0, ok=True, samples_per_s=1.0)]
     assert cell_rows([ref, hogwild], untimed)[1]["compute_per_sample"]["n"] == 0
+
+
+def test_fedavg_cells_say_which_path_their_clients_trained_on():
+    """auto's rule can stack one worker's 10 clients and not two workers' 5 each: a bench
+    that compares them says so, as summary.json does for each run."""
+    ref, one, two = Cell("fedavg", 1, 1, True), Cell("fedavg", 1), Cell("fedavg", 2)
+    summary = {"train_samples_per_s": 10_000.0}
+    workload = Workload(run_options=[], epochs=1)
+    paths = {ref: "vectorized x10", one: "vectorized x10",
+             two: "one client at a time: 5 client(s) per worker per round"}
+    records = [record_from(cell, 0, {**summary, "client_path": path}, [], 1.0, None, workload)
+               for cell, path in paths.items()]
+    rows = cell_rows([ref, one, two], records)
+    assert [row["client_path"] for row in rows] == list(paths.values())
+    [note] = [n for n in footnotes(rows) if n.startswith("fedavg clients:")]
+    assert note == ("fedavg clients: vectorized x10 (fedavg (1 thread), fedavg x1); one "
+                    "client at a time: 5 client(s) per worker per round (fedavg x2)")
+    plain = [record(Cell("sync", 2), 10_000)]
+    assert not [n for n in footnotes(cell_rows([Cell("sync", 2)], plain))
+                if n.startswith("fedavg clients:")]

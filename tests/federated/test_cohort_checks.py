@@ -207,3 +207,44 @@ def test_auto_rule():
     assert "convolutions (0)" in auto_path(cnn, "cpu", 50, 1).reason
     assert auto_path(cnn, "cuda", 4, 2).vectorized
     assert not auto_path(cnn, "cuda", 3, 2).vectorized
+
+
+def test_a_long_refusal_from_torch_is_cut_at_a_sentence_not_mid_word():
+    from mptrain.federated.vectorizable import brief
+
+    assert brief("short message\nsecond line") == "short message"
+    assert brief("One. " + "x" * 300) == "One."
+    assert brief("First sentence. Second one ends past the limit " + "y" * 200,
+                 limit=60) == "First sentence."
+    cut = brief("word " * 100, limit=60)
+    assert cut.endswith("word …") and len(cut) <= 62
+    assert brief("") == ""
+    reason = check(nn.Sequential(nn.Linear(4, 4), Branches())).reason
+    said = reason[reason.index("(RuntimeError: ") + 1:reason.rindex("); use")]
+    assert said.endswith(".") or said.endswith("…"), said
+
+
+@pytest.mark.parametrize("torchrun, local, sharers", [
+    (True, None, 4), (True, "4", 4), (True, "2", 2), (True, "1", 1),
+    (False, "1", 4),          # a LOCAL_WORLD_SIZE left in the shell: mptrain's own workers
+])
+def test_a_gpus_memory_is_shared_by_the_ranks_of_its_node_only(monkeypatch, torchrun, local,
+                                                               sharers):
+    """Under torchrun on several nodes the world is every node's ranks; those sharing rank
+    0's GPU are its node's (``LOCAL_WORLD_SIZE``) over the node's GPUs."""
+    from mptrain.federated.cohort_choice import ClientPath
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    if torchrun:
+        for name, value in (("RANK", "0"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "0"),
+                            ("TORCHELASTIC_RUN_ID", "test")):
+            monkeypatch.setenv(name, value)
+    if local is not None:
+        monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    seen = []
+    clients = gpu_cohorts(monkeypatch, 0, ClientPath(True))
+    monkeypatch.setattr("mptrain.strategies.fedavg.cohorts.memory_budget",
+                        lambda device, n: seen.append(n) or 1_000)
+    clients.agree(FakeGroup(0, world_size=4))
+    assert seen == [sharers]

@@ -56,7 +56,7 @@ def test_stacked_and_one_at_a_time_agree(name):
     off = fit(copy.deepcopy(initial), vectorize_clients="off", **options)
     on = fit(copy.deepcopy(initial), vectorize_clients="on", **options)
     assert on.summary["client_path"].startswith("vectorized x")
-    assert off.summary["client_path"] == "one client at a time: --vectorize-clients off"
+    assert off.summary["client_path"] == "one client at a time: vectorize_clients off"
     assert_models_close(on.model, off.model)
     assert not torch.allclose(on.model[0].weight, initial[0].weight)   # it trained
     assert on.summary["test_accuracy"] == pytest.approx(off.summary["test_accuracy"],
@@ -102,7 +102,7 @@ def test_on_refuses_what_cannot_vectorize_and_auto_falls_back():
     with pytest.raises(UserError) as refused:
         fit(norm_model(), vectorize_clients="on")
     message = str(refused.value)
-    assert message.startswith("--vectorize-clients on: module '1' (BatchNorm1d)")
+    assert message.startswith("vectorize_clients on: module '1' (BatchNorm1d)")
     assert "\n" not in message
     fallback = fit(norm_model(), vectorize_clients="auto", rounds=1)
     assert fallback.summary["client_path"].startswith(
@@ -115,6 +115,20 @@ def test_auto_keeps_small_cohorts_on_a_cpu_one_at_a_time():
     assert result.summary["vectorize_clients"] == "auto"
     assert result.summary["client_path"].startswith(
         "one client at a time: 3 client(s) per worker per round")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("options, path", [
+    (dict(vectorize_chunk=1000), "vectorized x6"),       # 6 clients a round
+    (dict(vectorize_chunk=1000, sampling="poisson", client_fraction=0.5,
+          clients_per_round=None), "vectorized x12"),    # Poisson: at most every client
+    (dict(vectorize_chunk=4), "vectorized x4"),
+])
+def test_a_forced_cohort_size_says_what_a_cohort_can_hold(options, path):
+    """``--vectorize-chunk`` above what a round can sample is no cohort that size: the
+    banner and the summary say the most a cohort holds, as the size from memory does."""
+    result = fit(make_model(), workers=1, rounds=1, vectorize_clients="on", **options)
+    assert result.summary["client_path"] == path
 
 
 @pytest.mark.parametrize("options, needle", [
@@ -193,6 +207,31 @@ def test_a_cohort_that_raises_is_retrained_one_client_at_a_time(monkeypatch):
     off = fit(copy.deepcopy(initial), vectorize_clients="off", start_method="fork")
     for name, tensor in state_of(off.model).items():
         assert torch.equal(tensor, state_of(retried.model)[name]), name
+    # and the run says so, round by round: its summary's path is not what trained them
+    for row in (m.as_dict() for m in retried.rounds):
+        assert row["unstacked_clients"] == 6
+        assert row["unstacked_reason"] == "RuntimeError: CUDA out of memory (simulated)"
+    assert all("unstacked_clients" not in m.as_dict() for m in off.rounds)
+
+
+def test_a_round_whose_cohort_raised_says_so_in_one_note():
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.report import DivergenceWatch, round_notes, round_row
+
+    def report(extras):
+        return SimpleNamespace(index=2, extras={"clients": 3, "reported": 3, **extras},
+                               evaluated_at=1.0, train_started=0.0)
+
+    reports = [report({"unstacked_clients": 3, "unstacked_reason": "RuntimeError: oom"}),
+               report({"unstacked_clients": 2, "unstacked_reason": "RuntimeError: oom"}),
+               report({})]
+    row = round_row(reports, DivergenceWatch())
+    assert row["unstacked_clients"] == 5 and row["unstacked_reason"] == "RuntimeError: oom"
+    notes = round_notes(TrainConfig(strategy="fedavg"), SimpleNamespace(extras=row, epoch=3))
+    assert notes == ["round 3: stacked training raised (RuntimeError: oom); 5 client(s) "
+                     "trained one at a time instead"]
 
 
 class InFloat64(nn.Module):
@@ -224,3 +263,20 @@ def test_a_float64_client_beyond_float32s_range_is_dropped_from_the_float32_tabl
         assert [r["reported"] for r in rows] == [11, 11], mode
         assert all(torch.isfinite(t).all() for t in state_of(result.model).values()), mode
         assert result.summary["client_path"].startswith(path)
+
+
+@pytest.mark.parametrize("planned, trained, note", [
+    ("vectorized", "vectorized x37", "clients: vectorized x37"),       # sized on the GPU
+    ("vectorized x10", "vectorized x8", "clients: vectorized x8"),     # a resumed run's size
+    ("vectorized x10", "vectorized x10", None),                        # as the banner said
+])
+def test_the_first_round_says_the_path_when_the_banner_could_not(planned, trained, note):
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.report import round_notes
+
+    extras = {"client_path": trained, "clients": 4, "reported": 4}
+    notes = round_notes(TrainConfig(strategy="fedavg"), SimpleNamespace(extras=extras, epoch=1),
+                        planned=planned)
+    assert notes == ([note] if note else [])

@@ -50,6 +50,7 @@ class RunRecord:
     peak_pss_bytes: int | None = None
     start_method: str | None = None   # what the run used (summary.json); None: no workers
     time_shares: dict | None = None   # where the ranks' step time went (engine.profile)
+    client_path: str | None = None    # fedavg: how its clients trained (summary.json)
     memory_sampled: bool = False   # a memory run: its times are not reported
     epochs: list = field(default_factory=list)
 
@@ -127,4 +128,4 @@ def record_from(cell, repeat, summary, epochs, wall_s, sampler, workload) -> Run
         peak_rss_bytes=(sampler.peak_rss or None) if sampler else None,
         peak_pss_bytes=(sampler.peak_pss or None) if sampler else None,
         start_method=summary.get("start_method"), time_shares=summary.get("time_shares"),
-        memory_sampled=sampler is not None, epochs=epochs)
+        client_path=summary.get("client_path"), memory_sampled=sampler is not None, epochs=epochs)

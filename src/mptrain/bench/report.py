@@ -42,6 +42,7 @@ def cell_rows(cells: list[Cell], records: list) -> list[dict]:
             "failed": sum(not r.ok for r in records if r.cell == cell),
             "error": next((r.error for r in records if r.cell == cell and not r.ok), None),
             "start_method": _start_methods(r for r in records if r.cell == cell and r.ok),
+            "client_path": next((r.client_path for r in ok if r.client_path), None),
             "startup_s": spread([r.startup_s for r in ok]),
             "epoch_s": spread([r.epoch_s for r in ok]),
             "samples_per_s": spread([r.samples_per_s for r in ok]),
@@ -129,6 +130,13 @@ def footnotes(rows: list[dict], repeats: int | None = None, steal_s: float | Non
         distinct = set(methods.values())
         notes.append(f"workers started by {distinct.pop()}" if len(distinct) == 1 else
                      "start methods: " + ", ".join(f"{k} {v}" for k, v in methods.items()))
+    paths: dict = {}   # fedavg: auto's rule may stack one cell's clients, not another's
+    for row in rows:
+        if row.get("client_path"):
+            paths.setdefault(row["client_path"], []).append(row["label"])
+    if paths:
+        notes.append("fedavg clients: " + "; ".join(
+            f"{path} ({', '.join(labels)})" for path, labels in paths.items()))
     unsteady = [row["label"] for row in rows
                 if row["speedup"]["unsteady"] or row["efficiency"]["unsteady"]]
     if unsteady:

@@ -62,6 +62,9 @@ class CohortTrainer:
         self.model, self.task, self.optimizer = model, task, optimizer
         self.device, self.prox_mu = torch.device(device), prox_mu
         self.names = [name for name, _ in model.named_parameters()]
+        #: Whether a lone client's optimizer steps each parameter (``find_trained``); None
+        #: until a first batch shows it.
+        self.trained: list[bool] | None = None
         self.autocast = precision != FULL
         self._gradients = vmap(grad_and_value(self._client_loss), in_dims=(0, None, 0, 0, 0),
                                randomness="different")
@@ -80,14 +83,40 @@ class CohortTrainer:
         losses = per_sample_loss(self.task, output, targets)
         return (losses * weight).sum() / weight.sum().clamp(min=1.0)
 
+    def find_trained(self, inputs: torch.Tensor, targets: torch.Tensor) -> list[bool]:
+        """Which parameters a lone client's optimizer steps, from one plain backward pass
+        on the batch ``(inputs, targets)``: those that require a gradient and get one.
+
+        ``torch.optim`` skips a parameter whose gradient is None -- a frozen one, or one
+        the forward pass never uses -- so weight decay and momentum leave it as it is;
+        a stacked gradient of it would be zeros, which weight decay would still move.
+        The pass draws from the global generator (dropout): callers seed it afterwards
+        or put it back."""
+        if self.trained is None:
+            params = list(self.model.parameters())
+            wanted = [p for p in params if p.requires_grad]
+            self.model.train()
+            with torch.enable_grad():
+                output = self.model(inputs.to(self.device))
+                loss = per_sample_loss(self.task, output.float(),
+                                       targets.to(self.device)).mean()
+                grads = torch.autograd.grad(loss, wanted, allow_unused=True) \
+                    if wanted and loss.requires_grad else [None] * len(wanted)
+            got = {id(p) for p, g in zip(wanted, grads) if g is not None}
+            self.trained = [id(p) in got for p in params]
+        return self.trained
+
     def gradients(self, params: list[torch.Tensor], inputs: torch.Tensor,
                   targets: torch.Tensor, weight: torch.Tensor):
         """Every client's gradient and loss on its own batch: ``inputs[k]`` for client
-        ``k``'s stacked parameters."""
-        named = dict(zip(self.names, params))
-        buffers = dict(self.model.named_buffers())
+        ``k``'s stacked parameters (all of them, stacked); the gradients are those of the
+        trained parameters (``find_trained``) only, the others read as constants."""
+        trained = self.find_trained(inputs[0], targets[0])
+        named = {n: p for n, p, t in zip(self.names, params, trained) if t}
+        constants = {n: p[0] for n, p, t in zip(self.names, params, trained) if not t}
+        buffers = {**dict(self.model.named_buffers()), **constants}
         grads, losses = self._gradients(named, buffers, inputs, targets, weight)
-        return [grads[name] for name in self.names], losses
+        return [grads[name] for name in named], losses
 
     # -- a cohort's local training ---------------------------------------------------------
     def train(self, plan: CohortPlan, batch: Callable, start: Sequence[torch.Tensor],
@@ -103,13 +132,20 @@ class CohortTrainer:
         None); ``on_step(samples)`` after every step (progress).
         """
         K, B = plan.clients, plan.index.shape[2]
+        if plan.length and self.trained is None:   # before the dropout seed: its pass
+            self.find_trained(*batch(plan.index[0, 0]))   # draws from the generator
         self.model.train()
         # Every client starts from ``start``: one copy, expanded over the cohort, until the
         # first step gives each its own (``StackedOptimizer``, which never writes it).
+        # Parameters a lone client never steps stay that copy (``find_trained``).
         shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in start]
-        anchors = [p.detach().to(self.device) for p in start] if self.prox_mu else None
+        kept = [i for i, t in enumerate(self.trained or [True] * len(shared)) if t]
+        anchors = [start[i].detach().to(self.device) for i in kept] if self.prox_mu else None
         views = _correction_views(corrections, shared, self.device)
-        optimizer = StackedOptimizer(self.optimizer, shared, shared_start=True)
+        if views is not None:
+            views = [views[i] for i in kept]
+        optimizer = StackedOptimizer(self.optimizer, [shared[i] for i in kept],
+                                     shared_start=True)
         if lr is not None:
             optimizer.lr = lr
         weight = plan.weight.to(self.device)
@@ -123,14 +159,16 @@ class CohortTrainer:
             inputs, targets = batch(plan.index[t].reshape(-1))
             inputs = inputs.view(K, B, *inputs.shape[1:])
             targets = targets.view(K, B, *targets.shape[1:])
-            grads, losses = self.gradients(optimizer.params, inputs, targets, weight[t])
+            grads, losses = self.gradients(_merged(shared, kept, optimizer.params), inputs,
+                                           targets, weight[t])
             self._correct(grads, optimizer.params, anchors, views)
             active = None if min(plan.steps) > t else (steps > t).to(self.device)
             optimizer.step(grads, active)
             loss_sums += losses.detach() * counts[t]
             if on_step is not None:
                 on_step(totals[t])
-        params = [p.contiguous() for p in optimizer.params]   # shared if no client stepped
+        # (shared if no client stepped)
+        params = [p.contiguous() for p in _merged(shared, kept, optimizer.params)]
         return CohortResult(params, list(plan.steps), list(plan.samples),
                             loss_sums.tolist(), finite_clients(params))
 
@@ -166,6 +204,15 @@ def finite_clients(params: Sequence[torch.Tensor]) -> list[bool]:
         if not ok:
             finite[k] = all(bool(torch.isfinite(p[k]).all()) for p in params)
     return finite
+
+
+def _merged(every: list[torch.Tensor], kept: list[int],
+            trained: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``every`` with its entries at ``kept`` replaced by ``trained``, in order."""
+    merged = list(every)
+    for i, tensor in zip(kept, trained):
+        merged[i] = tensor
+    return merged
 
 
 def _correction_views(corrections, params, device) -> list[torch.Tensor] | None:

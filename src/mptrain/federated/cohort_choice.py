@@ -26,8 +26,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
+from ..errors import setting_name
+
 MIN_COHORT_CPU = 10
 MIN_COHORT_GPU = 2
+
+
+def vectorizing(mode: str) -> str:
+    """``--vectorize-clients on`` as the caller spells the setting (``vectorize_clients on``
+    from ``fit()``): what the reasons and refusals tell the user to use."""
+    return f"{setting_name('vectorize_clients')} {mode}"
 
 
 @dataclass(frozen=True)
@@ -74,11 +82,11 @@ def auto_path(model: nn.Module, device: str, clients_per_round: float,
     if convolution is not None:
         return ClientPath(False, reason=f"convolutions ({convolution}) stack as grouped "
                                         "convolutions, slower on a CPU than one client at a "
-                                        "time (--vectorize-clients on to try)")
+                                        f"time ({vectorizing('on')} to try)")
     if share < MIN_COHORT_CPU:
         return ClientPath(False, reason=f"{share} client(s) per worker per round (auto "
                                         f"stacks {MIN_COHORT_CPU} or more on a CPU; "
-                                        "--vectorize-clients on to try)")
+                                        f"{vectorizing('on')} to try)")
     return ClientPath(True)
 
 

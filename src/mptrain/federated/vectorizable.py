@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .cohort import CohortTrainer
+from .cohort_choice import vectorizing
 
 #: Of the memory still free on a GPU, what one worker's cohorts may take, divided among
 #: the ranks sharing the GPU (the rest: the data set's resident copy, the allocator's
@@ -75,7 +76,7 @@ def _batch_statistics(model: nn.Module) -> str | None:
         if batch_norm or tracks:
             return (f"{_label(name, module)} normalises with batch statistics in training "
                     "mode (and updates running statistics in place); use GroupNorm or "
-                    "LayerNorm, or --vectorize-clients off")
+                    f"LayerNorm, or {vectorizing('off')}")
     return None
 
 
@@ -95,8 +96,6 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         if isinstance(output, torch.Tensor) and not list(module.children()):
             outputs[0] += output.numel() * output.element_size()   # one client's (vmap)
 
-    hooks = [h for m in model.modules() for h in (m.register_forward_pre_hook(enter),
-                                                  m.register_forward_hook(leave))]
     buffers = {name: b.clone() for name, b in model.named_buffers()}
     params = [p.detach().to(device).unsqueeze(0).repeat(2, *([1] * p.dim()))
               for p in model.parameters()]
@@ -110,13 +109,18 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
     if device.type == "cuda":   # the peak is not reset: the run's GPU report reads it
         before = torch.cuda.memory_allocated(device)
         peak_before = torch.cuda.max_memory_allocated(device)
+    hooks = []
     try:
+        # Which parameters train, by a plain pass first: not counted as a client's outputs.
+        trainer.find_trained(inputs.to(device), targets.to(device))
+        hooks = [h for m in model.modules() for h in (m.register_forward_pre_hook(enter),
+                                                      m.register_forward_hook(leave))]
         trainer.gradients(params, stacked, labels, weight)
     except Exception as err:  # noqa: BLE001 - any failure of the dry run is the answer
         where = _label(*running[-1]) if running else "the loss"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        return (f"{where} cannot run vectorized ({type(err).__name__}: {first[:200]}); "
-                "use --vectorize-clients off"), 0
+        first = brief(str(err)) or type(err).__name__
+        return (f"{where} cannot run vectorized ({type(err).__name__}: {first}); "
+                f"use {vectorizing('off')}"), 0
     finally:
         for hook in hooks:
             hook.remove()
@@ -131,13 +135,28 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         owner = changed[0].rpartition(".")[0]
         module = model.get_submodule(owner)
         return (f"{_label(owner, module)} writes its buffer {changed[0]!r} in forward: "
-                "stacked clients would share one copy; use --vectorize-clients off"), 0
+                f"stacked clients would share one copy; use {vectorizing('off')}"), 0
     estimate = outputs[0] * ACTIVATION_FACTOR
     if device.type == "cuda":   # measured, where the dry run set a new peak: its two
         peak = torch.cuda.max_memory_allocated(device)   # clients' transient memory
         if peak > peak_before:
             estimate = max(estimate, (peak - before) // 2)
     return None, estimate
+
+
+def brief(message: str, limit: int = 200) -> str:
+    """The first line of ``message`` (torch's run on for paragraphs), cut to ``limit``
+    characters at the end of a sentence, else at a word (marked ``…``)."""
+    text = message.strip()
+    first = text.splitlines()[0].strip() if text else ""
+    if len(first) <= limit:
+        return first
+    head = first[:limit + 1]
+    end = head.rfind(". ")
+    if end > 0:
+        return head[:end + 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > 0 else first[:limit]).rstrip() + " …"
 
 
 def _label(name: str, module: nn.Module) -> str:

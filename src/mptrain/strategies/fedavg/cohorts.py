@@ -13,16 +13,19 @@ and a checkpoint keeps it, so a resumed run trains in the cohorts of the run it 
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import scaffold
 from ...federated.cohort import CohortTrainer
-from ...federated.cohort_choice import ClientPath, as_tensor, auto_path
+from ...federated.cohort_choice import ClientPath, as_tensor, auto_path, vectorizing
 from ...federated.cohort_optim import ClientOptimizerSettings
 from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
 from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
+from ...launch.world import detect_external_world
 
 
 def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
@@ -37,12 +40,13 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     f = config.fedavg
     mode = f.vectorize_clients
     if mode == "off":
-        return None, ClientPath(False, reason="--vectorize-clients off")
+        return None, ClientPath(False, reason=vectorizing("off"))
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         if mode == "on":
-            raise UserError("--vectorize-clients on and --compile: stacked clients train "
-                            "through torch.func, not the compiled model; choose one")
-        return None, ClientPath(False, reason="--compile compiles the one-client model")
+            raise UserError(f"{vectorizing('on')} and {named('compile')}: stacked clients "
+                            "train through torch.func, not the compiled model; choose one")
+        return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
+                                              "model")
     count = min(len(data.train), config.batch_size)
     # head(): a data set still to be built in shared memory is not built here for it
     inputs, targets = data.train.head(count), data.train.targets[:count]
@@ -51,7 +55,7 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
                          extra_state=extra)
     if not check.vectorizes:
         if mode == "on":
-            raise UserError(f"--vectorize-clients on: {check.reason}")
+            raise UserError(f"{vectorizing('on')}: {check.reason}")
         return check, ClientPath(False, reason=check.reason)
     path = ClientPath(True) if mode == "on" else \
         auto_path(model, config.device, f.sampled_clients, workers)
@@ -64,7 +68,8 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
 
 def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     """Clients per cohort where the parent can tell: forced, or on CPU from the host's
-    memory; None where the workers size it (a GPU's free memory).
+    memory, either way at most the clients a round can sample (a cohort is never larger,
+    and the banner says the size); None where the workers size it (a GPU's free memory).
 
     On a CPU a smaller cohort does not pay: its clients' kernels take the same time per
     client (a stacked linear layer is one small matrix product per client either way), and
@@ -73,13 +78,25 @@ def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
     seconds a round 0.150 in one cohort of 50, 0.152 in two of 25, 0.173 in five of 10
     (3 runs each); wall seconds, 6 paired runs, 0.36 and 0.49 for 50 and 10."""
     f = config.fedavg
+    most = f.sampled_clients if f.sampling == "fixed" else f.clients
     if f.vectorize_chunk is not None:
-        return f.vectorize_chunk
+        return min(most, f.vectorize_chunk)
     if config.device != "cpu":
         return None
-    most = f.sampled_clients if f.sampling == "fixed" else f.clients
     return min(most, chunk_size(check.client_bytes,
                                 memory_budget(torch.device("cpu"), workers)))
+
+
+def ranks_on_this_node(world_size: int) -> int:
+    """The ranks that share this machine's GPUs: under torchrun this node's
+    (``LOCAL_WORLD_SIZE``; its world spans every node), else all of them (mptrain's own
+    workers run on one machine; a ``LOCAL_WORLD_SIZE`` a shell left behind means nothing)."""
+    if detect_external_world() is None:
+        return world_size
+    try:
+        return max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
+    except (KeyError, ValueError):
+        return world_size
 
 
 def banner_line(path: ClientPath) -> str:
@@ -115,7 +132,8 @@ class CohortClients:
             chunk = self.saved_chunk
         if chunk is None and group.rank == 0:
             device = self.setup.device
-            sharers = math.ceil(group.world_size / max(1, torch.cuda.device_count()))
+            sharers = math.ceil(ranks_on_this_node(group.world_size)
+                                / max(1, torch.cuda.device_count()))
             chunk = min(self.shared.rows,
                         chunk_size(self.client_bytes or 1, memory_budget(device, sharers)))
         values = as_tensor(chunk or 0)

@@ -37,6 +37,11 @@ def round_row(reports, watch: "DivergenceWatch") -> dict:
            - min(r.train_started for r in reports)}
     if nonfinite:
         row["nonfinite_clients"] = nonfinite
+    unstacked = sum(e.get("unstacked_clients", 0) for e in extras)
+    if unstacked:
+        row["unstacked_clients"] = unstacked
+        row["unstacked_reason"] = next(e["unstacked_reason"] for e in extras
+                                       if e.get("unstacked_clients"))
     diverged = watch.check(row)
     if diverged:
         row["diverged"] = diverged
@@ -93,12 +98,17 @@ def round_line(metrics) -> list[str]:
     return parts + metric_parts(metrics)
 
 
-def round_notes(config, metrics) -> list[str]:
-    """What a round's clients did that the user must know."""
+def round_notes(config, metrics, planned: str | None = None) -> list[str]:
+    """What a round's clients did that the user must know. ``planned``: the path the
+    banner said (``ClientPath.describe``); where the workers' differs -- a size from the
+    GPU's free memory, which the banner could not tell, or the cohort size of the run a
+    resume continues -- the first round says theirs."""
     extras, index, notes = metrics.extras, metrics.epoch, []
-    if str(extras.get("client_path")).startswith("vectorized") and config.device == "cuda" \
-            and config.fedavg.vectorize_chunk is None:   # the size the banner could not tell
+    if extras.get("client_path") is not None and extras["client_path"] != planned:
         notes.append(f"clients: {extras['client_path']}")
+    if extras.get("unstacked_clients"):
+        notes.append(f"round {index}: stacked training raised ({extras['unstacked_reason']}); "
+                     f"{extras['unstacked_clients']} client(s) trained one at a time instead")
     nonfinite = extras.get("nonfinite_clients") or []
     failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
     if failed:

@@ -155,7 +155,8 @@ class FedAvgStrategy(Strategy):
         return report.round_line(metrics)
 
     def round_notes(self, metrics):
-        return report.round_notes(self.config, metrics)
+        planned = self.client_path_plan.describe() if self.client_path_plan else None
+        return report.round_notes(self.config, metrics, planned)
 
     def summary_fields(self):
         return {**report.summary_fields(self.config, self.last_epsilon,

@@ -3,6 +3,8 @@ metrics report."""
 
 from __future__ import annotations
 
+from ...federated.vectorizable import brief
+
 
 class RoundTally:
     """What happened to my clients in one round."""
@@ -12,6 +14,9 @@ class RoundTally:
         self.loss_sum = self.client_loss_sum = 0.0
         self.failed: list[int] = []
         self.nonfinite: list[int] = []
+        #: Clients retrained one at a time because their stacked cohort raised, and why.
+        self.unstacked = 0
+        self.unstacked_reason: str | None = None
 
     def count(self, steps: int, samples: int, loss_sum: float, partial: bool) -> None:
         self.steps += steps
@@ -20,8 +25,20 @@ class RoundTally:
         self.client_loss_sum += loss_sum / max(1, samples)
         self.partial += int(partial)
 
+    def unstack(self, clients: int, err: Exception) -> None:
+        """A stacked cohort of ``clients`` raised ``err``: they train one at a time."""
+        self.unstacked += clients
+        if self.unstacked_reason is None:
+            first = brief(str(err))
+            self.unstacked_reason = f"{type(err).__name__}: {first}" if first \
+                else type(err).__name__
+
     def as_extras(self) -> dict:
-        return {"failed_clients": self.failed + self.nonfinite,
-                "nonfinite_clients": self.nonfinite, "reported": self.reported,
-                "dropped": self.dropped, "partial": self.partial,
-                "client_loss_sum": self.client_loss_sum}
+        extras = {"failed_clients": self.failed + self.nonfinite,
+                  "nonfinite_clients": self.nonfinite, "reported": self.reported,
+                  "dropped": self.dropped, "partial": self.partial,
+                  "client_loss_sum": self.client_loss_sum}
+        if self.unstacked:
+            extras.update(unstacked_clients=self.unstacked,
+                          unstacked_reason=self.unstacked_reason)
+        return extras

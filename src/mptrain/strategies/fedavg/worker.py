@@ -159,7 +159,7 @@ class FedAvgProgram(WorkerProgram):
         for cohort in cohorts:
             stacked = path.vectorized and not (self.robust is not None and len(cohort) == 1
                                                 and self.robust.is_malicious(cohort[0]))
-            outcomes = self._train_cohort(cohort, round_index) if stacked else None
+            outcomes = self._train_cohort(cohort, round_index, tally) if stacked else None
             for position, client in enumerate(cohort):
                 row = self._row(slots[client])
                 if outcomes is None:
@@ -193,13 +193,15 @@ class FedAvgProgram(WorkerProgram):
             return self.gathered.row(slot)
         return None
 
-    def _train_cohort(self, cohort: list[int], round_index: int):
+    def _train_cohort(self, cohort: list[int], round_index: int, tally: "RoundTally"):
         """The cohort's outcomes, or None when it raised: its clients are then trained one
         at a time, so that a failing client is named (and with --accept-failures dropped
-        alone)."""
+        alone), and the round says so (a cohort too large for the GPU would otherwise
+        train every round one client at a time under a summary that says 'vectorized')."""
         try:
             return self.cohorts.train(cohort, round_index)
-        except Exception:  # noqa: BLE001 - retried client by client, which reports it
+        except Exception as err:  # noqa: BLE001 - retried client by client, which reports it
+            tally.unstack(len(cohort), err)
             return None
 
     def _run_client(self, client: int, round_index: int, clip: float | None,
