@@ -246,6 +246,20 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
     return settings
 
 
+def replaced_on_resume(said: Mapping[str, Any]) -> frozenset:
+    """The checkpoint's settings that ``said`` (the resumed run's own) replace: alternatives
+    the config refuses together, which the user has no way to unsay. A stored cohort size
+    stays when stacking is said again (a resumed run trains its checkpoint's cohorts)."""
+    replaced = set()
+    if "clients_per_round" in said:
+        replaced.add("client_fraction")
+    if "client_fraction" in said:
+        replaced.add("clients_per_round")
+    if said.get("vectorize_clients") == "off":
+        replaced.add("vectorize_chunk")
+    return frozenset(replaced)
+
+
 #: Config-file keys that say where the data, model and outputs are, not how to train.
 _LOCATION_KEYS = frozenset({"data", "model", "data_dir", "out"})
 #: Config-file keys that say who is told about the run (``mptrain.trackers``): not settings

@@ -64,6 +64,9 @@ class Family:
     resumable: Callable[[dict], dict]     # a checkpoint's config -> the settings it hands on
     build: Callable[[dict, Any], Any]     # said settings, data-set recipe -> frozen config
     more_work: Callable[[Any, int], tuple[str, int]]  # config, units done -> setting, minimum
+    #: said settings -> the checkpoint's settings they replace (alternatives to them, which
+    #: the user could not otherwise take back: there is no flag that unsays a setting)
+    replaced: Callable[[dict], frozenset] = lambda said: frozenset()
 
 
 def resolve(family: Family, layers: list[Layer], *, checkpoint=None, defaults=None,
@@ -80,11 +83,21 @@ def resolve(family: Family, layers: list[Layer], *, checkpoint=None, defaults=No
     with spelled(spelling):
         if checkpoint is not None:
             _refuse_other_strategy(family, said, checkpoint, resume_from)
-        config = family.build({**(family.resumable(checkpoint.config) if checkpoint else {}),
-                               **said}, defaults)
+        config = family.build({**_handed_on(family, checkpoint, said), **said}, defaults)
         if checkpoint is not None:
             _refuse_finished(family, config, checkpoint, resume_from, said)
     return config
+
+
+def _handed_on(family: Family, checkpoint, said: dict) -> dict:
+    """The checkpoint's settings that the resumed run takes over: all it used but those the
+    user's own settings replace (``--client-fraction`` replaces a stored
+    ``--clients-per-round``; both together would be refused, and the stored one cannot be
+    unsaid)."""
+    if checkpoint is None:
+        return {}
+    replaced = family.replaced(said)
+    return {k: v for k, v in family.resumable(checkpoint.config).items() if k not in replaced}
 
 
 def _checked(family: Family, layer: Layer) -> dict:
@@ -133,7 +146,8 @@ def _refuse_finished(family: Family, config, checkpoint, resume_from, said: dict
 # -- the two families ---------------------------------------------------------------------------
 
 def _supervised() -> Family:
-    from .config import SETTING_NAMES, TrainConfig, applicable_settings, check_setting
+    from .config import (SETTING_NAMES, TrainConfig, applicable_settings, check_setting,
+                         replaced_on_resume)
 
     def more_work(config, done):
         return ("rounds" if config.unit == "round" else "epochs"), done + 1
@@ -142,7 +156,7 @@ def _supervised() -> Family:
                   known=lambda: frozenset(SETTING_NAMES), check=check_setting,
                   resumable=applicable_settings,
                   build=lambda said, defaults: TrainConfig.from_settings(said, defaults),
-                  more_work=more_work)
+                  more_work=more_work, replaced=replaced_on_resume)
 
 
 def supervised_config(layers: list[Layer], *, checkpoint=None, defaults=None,

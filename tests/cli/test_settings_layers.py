@@ -131,6 +131,31 @@ def test_a_resume_takes_the_checkpoints_strategy_when_none_is_given():
     assert (config.strategy, config.workers, config.sync_every) == ("sync", 2, 2)
 
 
+@pytest.mark.parametrize("said, stored, expect", [
+    ({"client_fraction": 0.5}, {"clients_per_round": 2}, ("client_fraction", 0.5)),
+    ({"clients_per_round": 3}, {"client_fraction": 0.5}, ("clients_per_round", 3)),
+    ({"vectorize_clients": "off"}, {"clients_per_round": 2, "vectorize_chunk": 2},
+     ("vectorize_chunk", None)),
+])
+def test_a_resume_lets_a_said_setting_replace_the_checkpoints_alternative(said, stored,
+                                                                          expect):
+    # It was refused ('give --clients-per-round or --client-fraction, not both'; '--vectorize-
+    # chunk ... drop one of them'), and the user could not drop the checkpoint's setting.
+    resumed = checkpoint_of(TrainConfig(strategy="fedavg", rounds=3, clients=4, **stored),
+                            epoch=1)
+    config = supervised_config([flags(said)], checkpoint=resumed)
+    name, value = expect
+    assert getattr(config.fedavg, name) == value
+
+
+def test_a_resume_keeps_the_checkpoints_chunk_when_stacking_is_said_again():
+    resumed = checkpoint_of(TrainConfig(strategy="fedavg", rounds=3, clients=4,
+                                        clients_per_round=2, vectorize_clients="on",
+                                        vectorize_chunk=2), epoch=1)
+    config = supervised_config([flags({"vectorize_clients": "auto"})], checkpoint=resumed)
+    assert (config.fedavg.vectorize_clients, config.fedavg.vectorize_chunk) == ("auto", 2)
+
+
 def torch_model():
     import torch.nn as nn
 
