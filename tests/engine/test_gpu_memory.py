@@ -11,7 +11,7 @@ from torch.utils.data import TensorDataset
 import mptrain
 from mptrain.api import bundle_from_datasets
 from mptrain.config import TrainConfig
-from mptrain.engine.gpu_memory import GPU_PEAK, device_memory
+from mptrain.engine.gpu_memory import GPU_PEAK, device_memory, start_round_peak
 from mptrain.report.metrics import RoundMetrics, combine
 from mptrain.report.summary import build_summary
 
@@ -22,6 +22,38 @@ PLAN = SimpleNamespace(workers=2, processes=None, threads=1, start_method="fork"
 
 def test_a_cpu_rank_reports_no_gpu_memory():
     assert device_memory(torch.device("cpu")) == {}
+
+
+def test_each_round_reports_its_own_peak_not_the_runs(monkeypatch):
+    # Every round reported torch's peak since the process began: a round that needed a
+    # tenth of the first round's memory still said the first round's figure.
+    peaks = {0: 0}
+
+    def allocate(size):
+        peaks[0] = max(peaks[0], size)
+
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda index: peaks.__setitem__(index, 0))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda index: peaks[index])
+    gpu = torch.device("cuda", 0)
+    reported = []
+    for need in (1000, 100):
+        start_round_peak(gpu)
+        allocate(need)
+        reported.append(device_memory(gpu)[GPU_PEAK])
+    assert reported == [1000, 100]
+    start_round_peak(torch.device("cpu"))   # nothing to reset, and no CUDA call
+
+
+@pytest.mark.skipif(torch.cuda.device_count() == 0, reason="needs a CUDA device")
+def test_a_rounds_peak_on_a_gpu_starts_at_what_is_held():
+    gpu = torch.device("cuda", 0)
+    big = torch.empty(64 << 20, dtype=torch.uint8, device=gpu)
+    del big
+    start_round_peak(gpu)
+    small = torch.empty(1 << 20, dtype=torch.uint8, device=gpu)
+    assert device_memory(gpu)[GPU_PEAK] < 64 << 20
+    del small
 
 
 def test_a_round_keeps_the_fullest_gpus_peak_and_the_summary_the_runs():

@@ -1,5 +1,7 @@
 """How much GPU memory the ranks' tensors hold: what tells a user how many workers one GPU
-takes, reported with every round, the fullest GPU's kept in summary.json."""
+takes (and how large a cohort of stacked clients fits), reported for every round -- each
+round's own peak, so that a round that needs more than the others shows as that round --,
+the fullest GPU's largest kept in summary.json."""
 
 from __future__ import annotations
 
@@ -12,12 +14,24 @@ GPU_PEAK = "gpu_peak_bytes"
 _GPU_INDEX = "gpu_index"
 
 
+def _index(device: torch.device) -> int:
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+def start_round_peak(device: torch.device) -> None:
+    """Start this round's peak at what the rank's tensors hold now (torch keeps one peak
+    since the process began: without this every round would report the run's)."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(_index(device))
+
+
 def device_memory(device: torch.device) -> dict:
-    """The most memory this rank's tensors have held on ``device`` so far (torch's caching
-    allocator; each process's CUDA context comes on top), as a report's extras."""
+    """The most memory this rank's tensors have held on ``device`` since the round began
+    (torch's caching allocator; each process's CUDA context comes on top), as a report's
+    extras."""
     if device.type != "cuda":
         return {}
-    index = device.index if device.index is not None else torch.cuda.current_device()
+    index = _index(device)
     return {GPU_PEAK: int(torch.cuda.max_memory_allocated(index)), _GPU_INDEX: index}
 
 

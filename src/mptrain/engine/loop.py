@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .evaluation import Evaluation, TestSetEvaluation
-from .gpu_memory import device_memory
+from .gpu_memory import device_memory, start_round_peak
 from .seeding import seed_global_generator
 
 
@@ -81,6 +81,7 @@ def train(setup: WorkerSetup) -> None:
 
         for index in range(setup.start_round, config.units):
             faults_before = minor_faults() if setup.counts_faults else 0
+            start_round_peak(setup.device)
             work = program.train_round(index)
             evaluating = evaluation.due(index, last=index + 1 == config.units or work.last)
             saving = checkpoint_due(setup.checkpoint_every, index, config.units)
