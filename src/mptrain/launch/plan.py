@@ -17,7 +17,7 @@ from ..comm.solo import SoloSpec
 from ..config import TrainConfig
 from ..engine.precision import precision_warnings
 from ..models import model_bytes
-from .preflight import check_device, check_model_fits_data, check_workload
+from .preflight import check_device, check_model_fits_data, check_model_trains, check_workload
 from .sharing import check_shm_space, choose_sharing_strategy
 from .start_method import choose_start_method
 from .tuning import threads_per_worker, usable_cores
@@ -101,6 +101,7 @@ def turn_taking_processes(config: TrainConfig, strategy, comm: CommKind, workers
 def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     """Everything that can be checked before a process starts; returns warnings to show."""
     check_device(config.device)
+    check_model_trains(model)
     check_model_fits_data(model, bundle)
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
                               local_workers=plan.local_workers, processes=plan.processes,

@@ -34,6 +34,19 @@ def check_device(device: str) -> None:
                         "use --device cpu")
 
 
+def check_model_trains(model: nn.Module) -> None:
+    """A model with nothing to train fails in every worker's first backward pass (one
+    traceback per worker, or per client under fedavg): a user's mistake, said once here."""
+    params = list(model.parameters())
+    if not params:
+        raise UserError(f"the model ({type(model).__name__}) has no parameters: there is "
+                        "nothing to train")
+    if not any(p.requires_grad for p in params):
+        raise UserError(f"every parameter of the model ({type(model).__name__}, "
+                        f"{len(params)} tensors) has requires_grad=False: nothing would train; "
+                        "unfreeze the layers to train (param.requires_grad_(True))")
+
+
 def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
     """Run two samples through the model in the parent: a shape mismatch is a user error
     to report now, not a traceback from every worker later."""

@@ -1,0 +1,51 @@
+"""A model with nothing to train is the user's mistake, refused in one line before a worker
+starts: it was a RuntimeError traceback from every worker's first backward pass (under
+fedavg, one ClientFailedError per client)."""
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+import mptrain
+from mptrain.errors import UserError
+
+
+def data():
+    inputs = torch.randn(64, 4)
+    return TensorDataset(inputs, (inputs[:, 0] > 0).long())
+
+
+def frozen():
+    model = nn.Linear(4, 2)
+    for param in model.parameters():
+        param.requires_grad_(False)
+    return model
+
+
+class NoParameters(nn.Module):
+    def forward(self, x):
+        return x[:, :2]
+
+
+@pytest.mark.parametrize("settings", [
+    {"strategy": "single", "epochs": 1},
+    {"strategy": "hogwild", "workers": 2, "epochs": 1},
+    {"strategy": "fedavg", "workers": 1, "clients": 4, "clients_per_round": 2, "rounds": 1},
+])
+@pytest.mark.parametrize("model, words", [
+    (frozen, "every parameter of the model (Linear, 2 tensors) has requires_grad=False"),
+    (NoParameters, "the model (NoParameters) has no parameters"),
+])
+def test_a_model_with_nothing_to_train_is_refused_before_any_worker(settings, model, words):
+    with pytest.raises(UserError) as info:
+        mptrain.fit(model(), data(), data(), batch_size=8, quiet=True, **settings)
+    assert words in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_partly_frozen_model_trains():
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2))
+    model[0].requires_grad_(False)
+    before = model[0].weight.clone()
+    result = mptrain.fit(model, data(), data(), batch_size=8, epochs=1, quiet=True)
+    assert torch.equal(result.model[0].weight, before)
