@@ -182,3 +182,17 @@ def test_hogwild_runs_where_each_worker_gets_a_batch_but_no_full_shard():
     result = mptrain.fit(nn.Linear(3, 2), data, data, strategy="hogwild", workers=2,
                          epochs=1, batch_size=6, quiet=True)   # batches of 6 and 4
     assert result.summary["train_samples"] == 10
+
+
+@pytest.mark.parametrize("strategy, words", [
+    ("hogwild", "use workers 1 or fewer, or batch_size 63 or less"),
+    ("sync", "use workers 1 or fewer, or batch_size 32 or less"),
+])
+def test_fit_is_told_its_keywords_not_the_flags(strategy, words):
+    # fit() was told '--workers 1 or fewer, or --batch-size 63 or less'.
+    inputs = torch.randn(64, 4)
+    data = TensorDataset(inputs, (inputs[:, 0] > 0).long())
+    with pytest.raises(UserError) as info:
+        mptrain.fit(nn.Linear(4, 2), data, strategy=strategy, workers=2, batch_size=64,
+                    epochs=1, quiet=True)
+    assert words in str(info.value) and "--" not in str(info.value)

@@ -14,6 +14,7 @@ import torch.nn as nn
 from ..config import TrainConfig
 from ..data.sources import CLASSIFICATION, DataBundle
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 _SPAWN_REIMPORTS = ("mptrain started worker processes with the 'spawn' start method, which "
                     "re-imports your main script in every worker")
@@ -86,7 +87,7 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
     samples = len(bundle.train)
     if workers > samples:
         raise UserError(f"{workers} workers for {samples} training samples: every worker "
-                        f"needs at least one; use --workers {samples} or fewer")
+                        f"needs at least one; use {named('workers')} {samples} or fewer")
     warnings = []
     shard = -(-samples // workers)
     if queued_batches:
@@ -94,8 +95,8 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
     elif workers > 1 and config.batch_size > shard:
         most = (samples - 1) // (config.batch_size - 1)  # the most with ceil(s / w) >= batch
         raise UserError(f"{workers} workers leave each a shard of {shard} samples, less than "
-                        f"one batch of {config.batch_size}; use --workers {most} or fewer, or "
-                        f"--batch-size {shard} or less")
+                        f"one batch of {config.batch_size}; use {named('workers')} {most} or "
+                        f"fewer, or {named('batch_size')} {shard} or less")
     here = workers if local_workers is None else local_workers
     if here > cores:
         _check_memory(config, bundle, here, model, processes, parameter_copies)
@@ -111,7 +112,8 @@ def _check_batches_for_every_worker(samples: int, batch_size: int, workers: int)
         largest = (samples - 1) // (workers - 1)   # the largest with ceil(s / b) >= workers
         raise UserError(f"{workers} workers share the epoch's {count} batch(es) of "
                         f"{batch_size}: {workers - count} would have nothing to train; use "
-                        f"--workers {count} or fewer, or --batch-size {largest} or less")
+                        f"{named('workers')} {count} or fewer, or {named('batch_size')} "
+                        f"{largest} or less")
 
 
 # What a forked worker takes of its own before its model and batch: the pages of the
@@ -148,7 +150,7 @@ def _check_memory(config: TrainConfig, bundle: DataBundle, workers: int,
         each = need / workers
         raise UserError(f"{workers} workers need about {need / 2**30:.1f} GiB "
                         f"({each / 2**20:.0f} MiB each) but {available / 2**30:.1f} GiB of "
-                        f"memory is available; use --workers {max(1, most)} or fewer")
+                        f"memory is available; use {named('workers')} {max(1, most)} or fewer")
 
 
 def _activation_bytes(model: nn.Module, bundle: DataBundle, batch_size: int) -> int:
