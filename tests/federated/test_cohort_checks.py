@@ -166,7 +166,7 @@ def gpu_cohorts(monkeypatch, rank, path, chunk=None, saved=None):
                                  local_epochs=1, straggler_rate=0.0, vectorize_chunk=chunk,
                                  prox_mu=0.0, scaffold=False))
     setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(
-        task=CLASSIFICATION))
+        task=CLASSIFICATION), ranks_here=None)
     trainer = SimpleNamespace(model=nn.Linear(3, 2))
     clients = cohorts.CohortClients(config, SimpleNamespace(rows=40), setup, trainer, None,
                                     path, client_bytes=100)
@@ -224,27 +224,35 @@ def test_a_long_refusal_from_torch_is_cut_at_a_sentence_not_mid_word():
     assert said.endswith(".") or said.endswith("…"), said
 
 
-@pytest.mark.parametrize("torchrun, local, sharers", [
-    (True, None, 4), (True, "4", 4), (True, "2", 2), (True, "1", 1),
-    (False, "1", 4),          # a LOCAL_WORLD_SIZE left in the shell: mptrain's own workers
-])
-def test_a_gpus_memory_is_shared_by_the_ranks_of_its_node_only(monkeypatch, torchrun, local,
-                                                               sharers):
+@pytest.mark.parametrize("ranks_here, sharers", [(None, 4), (4, 4), (2, 2), (1, 1)])
+def test_a_gpus_memory_is_shared_by_the_ranks_of_its_machine_only(monkeypatch, ranks_here,
+                                                                  sharers):
     """Under torchrun on several nodes the world is every node's ranks; those sharing rank
-    0's GPU are its node's (``LOCAL_WORLD_SIZE``) over the node's GPUs."""
+    0's GPU are its machine's (the plan's ``local_workers``: ``LOCAL_WORLD_SIZE``) over the
+    machine's GPUs; mptrain's own workers are all on one machine (None)."""
     from mptrain.federated.cohort_choice import ClientPath
 
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "LOCAL_WORLD_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    if torchrun:
-        for name, value in (("RANK", "0"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "0"),
-                            ("TORCHELASTIC_RUN_ID", "test")):
-            monkeypatch.setenv(name, value)
-    if local is not None:
-        monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
     seen = []
     clients = gpu_cohorts(monkeypatch, 0, ClientPath(True))
+    clients.setup.ranks_here = ranks_here
     monkeypatch.setattr("mptrain.strategies.fedavg.cohorts.memory_budget",
                         lambda device, n: seen.append(n) or 1_000)
     clients.agree(FakeGroup(0, world_size=4))
     assert seen == [sharers]
+
+
+def test_a_torchrun_rank_is_told_how_many_ranks_share_its_machine(monkeypatch):
+    from types import SimpleNamespace
+
+    from mptrain.launch.attempt import Job
+    from mptrain.launch.plan import plan_under_launcher
+    from mptrain.launch.world import ExternalWorld
+
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    strategy = SimpleNamespace(comm_kind=lambda config, local: None)
+    config = SimpleNamespace(device="cpu", threads_per_worker=None)
+    plan = plan_under_launcher(config, strategy, ExternalWorld(rank=0, world_size=8,
+                                                               local_rank=0))
+    job = Job(config=config, bundle=None, model=None, strategy=strategy, plan=plan,
+              presenter=None, on_report=None)
+    assert job.setup(0, None, None, None, torch.device("cpu")).ranks_here == 2

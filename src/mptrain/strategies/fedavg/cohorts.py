@@ -13,7 +13,6 @@ and a checkpoint keeps it, so a resumed run trains in the cohorts of the run it 
 from __future__ import annotations
 
 import math
-import os
 
 import torch
 
@@ -25,7 +24,6 @@ from ...federated.cohort_choice import ClientPath, as_tensor, auto_path, vectori
 from ...federated.cohort_optim import ClientOptimizerSettings
 from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
 from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
-from ...launch.world import detect_external_world
 
 
 def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
@@ -87,18 +85,6 @@ def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
                                 memory_budget(torch.device("cpu"), workers)))
 
 
-def ranks_on_this_node(world_size: int) -> int:
-    """The ranks that share this machine's GPUs: under torchrun this node's
-    (``LOCAL_WORLD_SIZE``; its world spans every node), else all of them (mptrain's own
-    workers run on one machine; a ``LOCAL_WORLD_SIZE`` a shell left behind means nothing)."""
-    if detect_external_world() is None:
-        return world_size
-    try:
-        return max(1, int(os.environ["LOCAL_WORLD_SIZE"]))
-    except (KeyError, ValueError):
-        return world_size
-
-
 def banner_line(path: ClientPath) -> str:
     if path.vectorized and path.chunk is None:
         return "clients: vectorized, cohorts sized from each worker's free GPU memory"
@@ -132,8 +118,10 @@ class CohortClients:
             chunk = self.saved_chunk
         if chunk is None and group.rank == 0:
             device = self.setup.device
-            sharers = math.ceil(ranks_on_this_node(group.world_size)
-                                / max(1, torch.cuda.device_count()))
+            # Under torchrun on several nodes the world is every node's ranks; those that
+            # share rank 0's GPUs are its machine's.
+            here = self.setup.ranks_here or group.world_size
+            sharers = math.ceil(here / max(1, torch.cuda.device_count()))
             chunk = min(self.shared.rows,
                         chunk_size(self.client_bytes or 1, memory_budget(device, sharers)))
         values = as_tensor(chunk or 0)
