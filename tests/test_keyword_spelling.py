@@ -19,7 +19,8 @@ from torch.utils.data import TensorDataset
 
 import mptrain
 from mptrain.config import TrainConfig
-from mptrain.errors import RunInterrupted, TrainingDiverged, UserError, as_keyword, spelled
+from mptrain.errors import (RunInterrupted, TrainingDiverged, UserError, WorkerFailedError,
+                            as_keyword, spelled)
 
 #: torchrun's own flags, which a message may name whoever calls (they are not ours).
 TORCHRUN_FLAGS = ("--nproc-per-node", "--nnodes", "--max-restarts")
@@ -536,6 +537,28 @@ def test_rl_fit_is_told_its_keywords(settings, words):
     assert words in message and "--" not in message, message
 
 
+class FailsToTrain(nn.Linear):
+    """Raises at its first training step (in a worker); the parent's shape check, in eval
+    mode, passes."""
+
+    def forward(self, x):
+        if self.training:
+            raise ValueError("cannot train")
+        return super().forward(x)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_a_worker_started_afresh_names_keywords_to_fit(start_method):
+    # A spawned worker does not inherit the parent's context: it said '--accept-failures'.
+    with pytest.raises(WorkerFailedError) as caught:
+        mptrain.fit(FailsToTrain(4, 2), classified(), strategy="fedavg", workers=2, rounds=1,
+                    clients=4, clients_per_round=2, start_method=start_method)
+    message = str(caught.value)
+    assert "(accept_failures drops failing clients from their round instead)" in message
+    assert "--accept-failures" not in message
+
+
 class InterruptedLater(nn.Linear):
     """Raises KeyboardInterrupt at its ``at``-th training step (strategy single trains in
     this process, so the count is this object's)."""
@@ -563,3 +586,20 @@ def test_fit_is_told_to_resume_with_its_own_call_not_a_command_line(tmp_path):
     assert "--" not in message
     resumed = mptrain.fit(nn.Linear(4, 2), classified(), resume=tmp_path, batch_size=32)
     assert len(resumed.rounds) == 3
+
+
+@pytest.mark.timeout(30)
+def test_a_collective_timeout_names_worker_timeout_as_the_caller_wrote_it():
+    from mptrain.comm.base import CollectiveTimeout
+    from mptrain.comm.shm import ShmGroupState
+
+    state = ShmGroupState.create(2, 4, torch.float32, 0.2, oversubscribed=False)
+    group = state.attach(0)   # rank 1 never comes
+    try:
+        with spelled(as_keyword), pytest.raises(CollectiveTimeout) as caught:
+            group.barrier()
+    finally:
+        group.close()
+    message = str(caught.value)
+    assert "raise worker_timeout if a step really takes that long" in message, message
+    assert "--" not in message
