@@ -48,15 +48,15 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
     from .settings import keywords
 
-    checkpoint, out = resolve_resume(resume, out)
-    given = {k: v for k, v in settings.items() if v is not None}
-    defaults = train_data.defaults if isinstance(train_data, DataBundle) \
-        else TrainingDefaults()
-    if checkpoint is not None:
-        user_code_in(checkpoint, {"partition": given.get("partition")})
-    config = resolved_config([keywords({**given, "quiet": quiet}, "fit()")], checkpoint,
-                             defaults, resume)
     with spelled(as_keyword):   # what follows names settings as this call does
+        checkpoint, out = resolve_resume(resume, out)
+        given = {k: v for k, v in settings.items() if v is not None}
+        defaults = train_data.defaults if isinstance(train_data, DataBundle) \
+            else TrainingDefaults()
+        if checkpoint is not None:
+            user_code_in(checkpoint, {"partition": given.get("partition")})
+        config = resolved_config([keywords({**given, "quiet": quiet}, "fit()")], checkpoint,
+                                 defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)
         bundle = train_data if isinstance(train_data, DataBundle) else \

@@ -23,6 +23,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .errors import as_keyword, setting_name
+
 
 class Callback:
     """A run's events; every method does nothing unless overridden."""
@@ -100,10 +102,17 @@ class CallbackList:
                 method(*args)
 
 
+def logger_setting() -> str:
+    """``--logger`` as the caller spells it: ``loggers`` from ``fit()`` and ``rl.fit()``,
+    whose one keyword takes the list that the command line gives as ``--logger``."""
+    name = setting_name("logger")
+    return "loggers" if name == as_keyword("logger") else name
+
+
 def describe_failure(tracker, event: str, err: Exception) -> str:
     name = getattr(tracker, "name", type(tracker).__name__)
     reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
     reason = f"{type(err).__name__}: {reason}" if reason else type(err).__name__
     if len(reason) > 200:
         reason = reason[:197] + "..."
-    return f"--logger {name} failed ({event}: {reason}); the run goes on without it"
+    return f"{logger_setting()} {name} failed ({event}: {reason}); the run goes on without it"

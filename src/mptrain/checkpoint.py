@@ -20,7 +20,8 @@ from typing import Callable
 
 import torch
 
-from .errors import UserError
+from .errors import UserError, as_keyword
+from .errors import setting_name as named   # as the caller spelled the setting
 from .files import atomic_write
 
 FORMAT = "mptrain-checkpoint"
@@ -100,8 +101,8 @@ def load(location: str | Path) -> Checkpoint:
     if path.is_dir():
         path = path / FILENAME
     if not path.is_file():
-        raise UserError(f"no checkpoint at {path}; give --resume the --out folder of a run "
-                        "that used --checkpoint-every")
+        raise UserError(f"no checkpoint at {path}; give {named('resume')} the {named('out')} "
+                        f"folder of a run that used {named('checkpoint_every')}")
     try:
         data = torch.load(path, weights_only=True, map_location="cpu")
     except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError,
@@ -111,7 +112,8 @@ def load(location: str | Path) -> Checkpoint:
                         f"foreign: {reason}); use another checkpoint") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f"{path} is not an mptrain checkpoint (no '{FORMAT}' marker); "
-                        "point --resume at a folder written by mptrain run --checkpoint-every")
+                        f"point {named('resume')} at a folder written by a run with "
+                        f"{named('checkpoint_every')}")
     if data.get("version") != VERSION:
         raise UserError(f"{path} has checkpoint version {data.get('version')!r}, this "
                         f"mptrain reads version {VERSION}")
@@ -159,7 +161,7 @@ def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
         value = recorded.get(name)
         if not isinstance(value, str) or not is_import_string(value):
             continue
-        flag = "--" + name.replace("_", "-")
+        flag = named(name)
         if given is None:
             raise UserError(f"the checkpoint names your code {flag} {value!r}; a checkpoint "
                             f"never chooses code to run: give {flag} {value!r} again to "
@@ -176,14 +178,17 @@ USER_CODE_NAMES = ("data", "model", "partition", "env", "net")
 def user_code_flags(recorded: dict) -> list[str]:
     """The flags that name the user's code in ``recorded`` (a run's settings and run
     entries), as a resume must give them again (see :func:`user_code_in`)."""
+    flags = []
+    for name, value in _user_code(recorded):
+        flags += ["--" + name, shlex.quote(value)]
+    return flags
+
+
+def _user_code(recorded: dict) -> list[tuple[str, str]]:
     from .imports import is_import_string
 
-    flags = []
-    for name in USER_CODE_NAMES:
-        value = recorded.get(name)
-        if isinstance(value, str) and is_import_string(value):
-            flags += ["--" + name, shlex.quote(value)]
-    return flags
+    return [(name, recorded[name]) for name in USER_CODE_NAMES
+            if isinstance(recorded.get(name), str) and is_import_string(recorded[name])]
 
 
 class CheckpointKeeper:
@@ -224,8 +229,14 @@ class CheckpointKeeper:
 
     def resume_command(self, command: str) -> str:
         """The command line that resumes from the saved checkpoint: ``command --resume OUT``
-        and the flags naming the user's code, which a checkpoint never supplies."""
-        flags = user_code_flags({**self.config.as_dict(), **self.run_info})
+        and the flags naming the user's code, which a checkpoint never supplies. A Python
+        caller (``fit()``) is told the keywords to call again with instead: its model and
+        data are objects no command line can name."""
+        recorded = {**self.config.as_dict(), **self.run_info}
+        if named("resume") == as_keyword("resume"):
+            code = [f"{named(name)}={value!r}" for name, value in _user_code(recorded)]
+            return f"the same call with {', '.join([f'resume={str(self.out_dir)!r}', *code])}"
+        flags = user_code_flags(recorded)
         return " ".join([command, "--resume", shlex.quote(str(self.out_dir)), *flags])
 
     def _record_saved(self, path: Path, epoch: int) -> None:
@@ -239,7 +250,7 @@ def check_resumable(resume: Checkpoint | None, config, workers: int, strategy) -
         return
     if resume.strategy != config.strategy:
         raise UserError(f"the checkpoint was written by strategy {resume.strategy!r}; "
-                        f"resume with --strategy {resume.strategy}")
+                        f"resume with {named('strategy')} {resume.strategy}")
     if resume.world_size != workers and not strategy.resumes_on_other_worker_counts:
         raise UserError(f"the checkpoint holds the state of {resume.world_size} workers; "
-                        f"resume with --workers {resume.world_size}")
+                        f"resume with {named('workers')} {resume.world_size}")

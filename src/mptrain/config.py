@@ -117,8 +117,9 @@ class TrainConfig:
         for name in SETTING_NAMES:
             check_setting(name, self.setting(name))
         if self.ddp_backend == "nccl" and self.device != "cuda":
-            raise UserError("--ddp-backend nccl needs --device cuda; on CPU use "
-                            "--ddp-backend auto (shared memory) or gloo")
+            backend = setting_name("ddp_backend")
+            raise UserError(f"{backend} nccl needs {setting_name('device')} cuda; on CPU use "
+                            f"{backend} auto (shared memory) or gloo")
         self.strategy_class.check_config(self)
 
     @classmethod
@@ -185,7 +186,7 @@ def strategy_class(name: str):
     from .strategies import registry
 
     if name not in registry.STRATEGIES:
-        raise UserError(f"unknown --strategy {name!r}; choose one of: "
+        raise UserError(f"unknown {setting_name('strategy')} {name!r}; choose one of: "
                         f"{', '.join(registry.STRATEGIES)}")
     return registry.strategy_class(name)
 
@@ -204,12 +205,24 @@ def check_given(settings: Mapping[str, Any]) -> dict:
     for name, users in restricted_settings().items():
         if name in given and name not in strategy.settings \
                 and given[name] != SETTING_DEFAULTS.get(name):
-            instead = strategy.instead.get(name, "--strategy " + " or ".join(users))
+            instead = strategy.instead.get(name, "{strategy} " + " or ".join(users))
             raise UserError(f"{setting_name(name)} does nothing with "
-                            f"{setting_name('strategy')} {strategy.name}; use {instead}")
+                            f"{setting_name('strategy')} {strategy.name}; use "
+                            f"{in_callers_words(instead)}")
     if isinstance(given.get("sync_every"), str):
         _check_steps_or_epoch(given["sync_every"])
     return given
+
+
+def in_callers_words(text: str) -> str:
+    """``text`` with each ``{setting}`` in it named as the caller spells it: a strategy's
+    ``instead`` advice (``"{rounds} with fewer {clients_per_round}"``) is written once for
+    the command line and for ``fit()``."""
+    class Spelled(dict):
+        def __missing__(self, name):
+            return setting_name(name)
+
+    return text.format_map(Spelled())
 
 
 def refuse_unknown(said: Mapping[str, Any], known, what: str = "setting") -> None:

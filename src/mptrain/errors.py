@@ -66,8 +66,13 @@ class ClientFailedError(RuntimeError):
 # since a Python caller told about ``--workers`` must translate it back. The resolver
 # (``mptrain.settings``) sets the spelling around each layer it checks.
 
-_spelling: ContextVar[Callable[[str], str]] = ContextVar(
-    "mptrain_setting_spelling", default=lambda name: "--" + name.replace("_", "-"))
+def as_flag(name: str) -> str:
+    """The command line's spelling: ``--batch-size``."""
+    return "--" + name.replace("_", "-")
+
+
+_spelling: ContextVar[Callable[[str], str]] = ContextVar("mptrain_setting_spelling",
+                                                         default=as_flag)
 
 
 def setting_name(name: str) -> str:
@@ -75,6 +80,12 @@ def setting_name(name: str) -> str:
     command line (the default), ``batch_size`` from Python, the key as written in a config
     file."""
     return _spelling.get()(name)
+
+
+def current_spelling() -> Callable[[str], str]:
+    """The spelling in force, for worker processes to name settings as the caller did (a
+    spawned worker starts without the parent's context)."""
+    return _spelling.get()
 
 
 @contextmanager

@@ -225,7 +225,7 @@ def test_client_variates_in_a_mapped_file_give_the_same_model(tmp_path, monkeypa
     assert (tmp_path / "run" / fedavg_shared.CONTROLS_FILE).exists()
     shown = capsys.readouterr()
     assert "in a memory-mapped file" in shown.out + shown.err   # the banner says where
-    with pytest.raises(UserError, match="SCAFFOLD's client variates need .* no --out"):
+    with pytest.raises(UserError, match="SCAFFOLD's client variates need .* no out folder"):
         fit(copy.deepcopy(initial), scaffold=True)
 
 

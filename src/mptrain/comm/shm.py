@@ -64,6 +64,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .base import CollectiveTimeout, Group
 from .reduce import mean_of_rows
 
@@ -359,8 +360,8 @@ class ShmGroup(Group):
                 self._mark_waiting(False)
                 raise CollectiveTimeout(
                     f"rank {self.rank} waited {waited:.0f} s at a barrier for "
-                    f"{self._late_ranks()}; raise --worker-timeout if a step really takes "
-                    "that long")
+                    f"{self._late_ranks()}; raise {named('worker_timeout')} if a step really "
+                    "takes that long")
             if self._turns is not None:
                 self._turns.beat_all()   # every rank of this process waits here
             elif self._progress is not None:

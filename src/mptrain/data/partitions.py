@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
 PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
@@ -61,18 +62,19 @@ def parse_partition(spec: str) -> PartitionSpec:
     args = rest.split(":") if rest else []
     if name == "iid":
         if rest:
-            raise UserError(f"--partition {spec!r}: iid takes no parameter; write 'iid'")
+            raise UserError(f"{named('partition')} {spec!r}: iid takes no parameter; write 'iid'")
         return PartitionSpec("iid")
     if name == "dirichlet":
         if len(args) not in (1, 2):
-            raise UserError(f"--partition {spec!r} is malformed; write dirichlet:ALPHA or "
-                            "dirichlet:ALPHA:MIN, e.g. dirichlet:0.5")
+            raise UserError(f"{named('partition')} {spec!r} is malformed; write "
+                            "dirichlet:ALPHA or dirichlet:ALPHA:MIN, e.g. dirichlet:0.5")
         min_size = _whole(args[1], spec, "dirichlet:ALPHA:MIN needs MIN") \
             if len(args) == 2 else None
         return PartitionSpec("dirichlet", alpha=_alpha(args[0], spec), min_size=min_size)
     if name == "shards":
         if len(args) != 1:
-            raise UserError(f"--partition {spec!r} is malformed; write shards:K, e.g. shards:2")
+            raise UserError(f"{named('partition')} {spec!r} is malformed; write shards:K, "
+                            "e.g. shards:2")
         return PartitionSpec("shards", shards=_whole(args[0], spec, "shards:K needs K"))
     if name and rest and _names_a_function(rest) and not _misspelt_built_in(name):
         return PartitionSpec("function", function=text)
@@ -124,10 +126,11 @@ def partition_clients(spec: str | PartitionSpec, targets: torch.Tensor, clients:
     parsed = parse_partition(spec) if not isinstance(spec, PartitionSpec) else spec
     samples = len(targets)
     if isinstance(clients, bool) or not isinstance(clients, int) or clients < 1:
-        raise UserError(f"--clients must be a whole number >= 1 (got {clients!r})")
+        raise UserError(f"{named('clients')} must be a whole number >= 1 (got {clients!r})")
     if clients > samples:
-        raise UserError(f"--clients {clients} is more than the {samples} training samples; "
-                        "lower --clients so that every client gets at least one sample")
+        raise UserError(f"{named('clients')} {clients} is more than the {samples} training "
+                        f"samples; lower {named('clients')} so that every client gets at least "
+                        "one sample")
     rng = np.random.default_rng(seed % 2**64)  # numpy refuses negative seeds
     if parsed.kind == "iid":
         return iid_partition(samples, clients, rng)
@@ -169,9 +172,9 @@ def dirichlet_partition(labels: np.ndarray, clients: int, alpha: float, min_size
     samples = len(labels)
     minimum = default_min_size(samples, clients) if min_size is None else min_size
     if minimum * clients > samples:
-        raise UserError(f"--partition {name}: {clients} clients of at least {minimum} samples "
-                        f"need {minimum * clients}, but there are {samples}; lower MIN or "
-                        "--clients")
+        raise UserError(f"{named('partition')} {name}: {clients} clients of at least "
+                        f"{minimum} samples need {minimum * clients}, but there are {samples}; "
+                        f"lower MIN or {named('clients')}")
     by_class = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
     for _ in range(DIRICHLET_TRIES):
         # Counts first, indices only for the draw that is kept: a try costs O(classes x clients).
@@ -183,9 +186,9 @@ def dirichlet_partition(labels: np.ndarray, clients: int, alpha: float, min_size
             owner[members] = np.repeat(np.arange(clients), class_counts)
         return _parts_from_owner(owner, clients)
     plural, lower_min = ("s", " or MIN") if minimum > 1 else ("", "")
-    raise UserError(f"--partition {name}: no draw in {DIRICHLET_TRIES} gave each of "
+    raise UserError(f"{named('partition')} {name}: no draw in {DIRICHLET_TRIES} gave each of "
                     f"{clients} clients at least {minimum} sample{plural}; raise ALPHA or "
-                    f"lower --clients{lower_min}")
+                    f"lower {named('clients')}{lower_min}")
 
 
 def _dirichlet_counts(size: int, clients: int, alpha: float, rng: np.random.Generator):
@@ -210,8 +213,9 @@ def shard_partition(labels: np.ndarray, clients: int, per_client: int,
     """
     samples, count = len(labels), clients * per_client
     if count > samples:
-        raise UserError(f"--partition {name} with --clients {clients} needs {count} shards "
-                        f"but there are only {samples} samples; lower K or --clients")
+        raise UserError(f"{named('partition')} {name} with {named('clients')} {clients} needs "
+                        f"{count} shards but there are only {samples} samples; lower K or "
+                        f"{named('clients')}")
     shard_size = samples // count
     order = np.argsort(labels, kind="stable")[:count * shard_size]
     shard_owner = np.empty(count, dtype=np.int64)
@@ -227,7 +231,7 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
     it is one line naming the problem instead of a crash rounds into training."""
     from ..imports import load_object
 
-    split = load_object(function, "--partition")
+    split = load_object(function, named('partition'))
     where = f"partition function {function}"
     try:
         produced = split(targets, clients, seed)
@@ -237,8 +241,8 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
         raise UserError(f"{where} returned {type(produced).__name__}; it must return a list "
                         "of index lists, one per client")
     if len(produced) != clients:
-        raise UserError(f"{where} returned {len(produced)} parts for --clients {clients}; it "
-                        "must return one index list per client")
+        raise UserError(f"{where} returned {len(produced)} parts for {named('clients')} "
+                        f"{clients}; it must return one index list per client")
     samples = len(targets)
     parts = [_user_part(part, client, samples, where) for client, part in enumerate(produced)]
     _refuse_overlap(parts, where)
@@ -295,9 +299,9 @@ def _parts_from_owner(owner: np.ndarray, clients: int) -> list[torch.Tensor]:
 
 def _class_labels(targets: torch.Tensor, parsed: PartitionSpec) -> np.ndarray:
     if targets.dtype.is_floating_point or targets.dim() != 1:
-        raise UserError(f"--partition {parsed} needs class labels, but this data set's targets "
-                        f"are {targets.dtype} of shape {tuple(targets.shape)} (regression); "
-                        "use iid or a partition function")
+        raise UserError(f"{named('partition')} {parsed} needs class labels, but this data set's "
+                        f"targets are {targets.dtype} of shape {tuple(targets.shape)} "
+                        "(regression); use iid or a partition function")
     return targets.cpu().numpy()
 
 
@@ -307,7 +311,7 @@ def _alpha(text: str, spec: str) -> float:
     except ValueError:
         alpha = math.nan
     if not (math.isfinite(alpha) and alpha > 0):
-        raise UserError(f"--partition {spec!r}: ALPHA must be a number > 0, e.g. "
+        raise UserError(f"{named('partition')} {spec!r}: ALPHA must be a number > 0, e.g. "
                         "dirichlet:0.5 (smaller means more label skew)")
     return alpha
 
@@ -318,5 +322,5 @@ def _whole(text: str, spec: str, what: str) -> int:
     except ValueError:
         value = 0
     if value < 1:
-        raise UserError(f"--partition {spec!r}: {what} to be a whole number >= 1")
+        raise UserError(f"{named('partition')} {spec!r}: {what} to be a whole number >= 1")
     return value

@@ -35,6 +35,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,13 @@ def compile_refusal(device_type: str) -> str | None:
     except Exception:   # noqa: BLE001 -- any failure to ask is an unsupported torch/Python
         supported = False
     if not supported:
-        return (f"--compile: torch {torch.__version__} cannot compile on Python "
+        return (f"{named('compile')}: torch {torch.__version__} cannot compile on Python "
                 f"{sys.version.split()[0]}; use a Python version this torch supports, or "
-                "train without --compile")
+                f"train without {named('compile')}")
     if device_type == "cpu" and not any(shutil.which(cc) for cc in ("c++", "g++", "clang++")):
-        return ("--compile on CPU needs a C++ compiler (torch's inductor generates C++), and "
-                "none was found on PATH; install one (e.g. apt-get install g++) or train "
-                "without --compile")
+        return (f"{named('compile')} on CPU needs a C++ compiler (torch's inductor generates "
+                "C++), and none was found on PATH; install one (e.g. apt-get install g++) or "
+                f"train without {named('compile')}")
     if device_type == "cuda":
         try:
             from torch.utils._triton import has_triton
@@ -67,8 +68,9 @@ def compile_refusal(device_type: str) -> str | None:
         except Exception:   # noqa: BLE001
             triton = False
         if not triton:
-            return ("--compile on a GPU needs Triton, which this torch cannot import; "
-                    "install the triton build that matches torch, or train without --compile")
+            return (f"{named('compile')} on a GPU needs Triton, which this torch cannot "
+                    "import; install the triton build that matches torch, or train without "
+                    f"{named('compile')}")
     return None
 
 

@@ -19,6 +19,8 @@ command line offers the names before torch is imported); ``engine.autocast`` run
 
 from __future__ import annotations
 
+from ..errors import setting_name as named   # as the caller spelled the setting
+
 #: The --precision choices: float32 throughout, or bfloat16 autocast (``engine.autocast``).
 PRECISIONS = ("32", "bf16")
 FULL = PRECISIONS[0]   # "32": float32 throughout
@@ -45,8 +47,8 @@ def precision_warnings(precision: str, device: str, cpuinfo: str | None = None) 
     """What to tell a user whose bf16 run will be emulated (slower than float32)."""
     if precision == FULL or device != "cpu" or cpu_computes_bf16(cpuinfo) is not False:
         return []
-    return ["--precision bf16 on a CPU without AVX512-BF16 or AMX: torch emulates bfloat16 "
-            "and a step is several times slower than with --precision 32"]
+    return [f"{named('precision')} bf16 on a CPU without AVX512-BF16 or AMX: torch emulates "
+            f"bfloat16 and a step is several times slower than with {named('precision')} 32"]
 
 
 def describe(precision: str) -> str:

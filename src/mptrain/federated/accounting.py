@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 ACCOUNTANTS = ("rdp", "pld")
 INSTALL_HINT = 'pip install "mptrain[privacy]" (dp-accounting>=0.4)'
@@ -104,7 +105,7 @@ class PrivacyAccountant:
 
     def __init__(self, kind: str = "rdp"):
         if kind not in ACCOUNTANTS:
-            raise UserError(f"unknown --accountant {kind!r}; choose one of: "
+            raise UserError(f"unknown {named('accountant')} {kind!r}; choose one of: "
                             f"{', '.join(ACCOUNTANTS)}")
         self.kind = kind
         self.history: list[tuple[float, float, int]] = []

@@ -25,6 +25,7 @@ from typing import ClassVar
 import torch
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")
 DEFAULT_BETAS = (0.9, 0.99)
@@ -148,7 +149,7 @@ def build_server_optimizer(name: str = "sgd", lr: float | None = None,
                            tau: float | None = None) -> ServerOptimizer:
     """The server optimizer called ``name``; ``None`` leaves a setting at its default."""
     if name not in _CLASSES:
-        raise UserError(f"unknown --server-optimizer {name!r}; choose one of: "
+        raise UserError(f"unknown {named('server_optimizer')} {name!r}; choose one of: "
                         f"{', '.join(SERVER_OPTIMIZERS)}")
     lr = DEFAULT_LR[name] if lr is None else lr
     if name == "sgd":

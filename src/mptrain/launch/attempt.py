@@ -19,6 +19,7 @@ from ..engine.evaluation import TestSetEvaluation
 from ..engine.loop import WorkerSetup, train
 from ..environ import environment
 from ..errors import UserError, WorkerFailedError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from . import openmp, rehearsal, warmup
 from .board import ProgressBoard
 from .plan import make_comm
@@ -125,7 +126,8 @@ def train_on_workers(job: Job) -> None:
         if run_plan.threads > 1 and not openmp.can_fork_multithreaded_children():
             raise UserError("this process ran torch on several threads before its workers "
                             f"with {run_plan.threads} threads each could be forked (they would "
-                            "hang: OpenMP is not fork-safe); use --start-method forkserver")
+                            f"hang: OpenMP is not fork-safe); use {named('start_method')} "
+                            "forkserver")
     per_epoch = job.strategy.samples_per_round(job.bundle, run_plan.workers)
     reported = [0]   # samples of every report received (rounds differ in size under fedavg)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from . import attempt
 from .plan import RunPlan, plan_in_process, plan_under_launcher, plan_workers
 from .world import ExternalWorld, detect_external_world, stray_rank_variables
@@ -97,13 +98,14 @@ class TorchrunLauncher(Launcher):
     the job's process group, rank 0 speaks for the run and writes its outputs, and a job
     torchrun restarts resumes from the last checkpoint in --out by itself."""
 
-    #: Settings the launcher owns, and what to use instead.
+    #: Settings the launcher owns, and what to use instead (ours in braces: each caller is
+    #: told its own spelling, ``config.in_callers_words``).
     OWNED = {"workers": "--nproc-per-node (and --nnodes) of torchrun",
              "start_method": "nothing: torchrun starts the processes",
              "sharing_strategy": "nothing: the ranks of a node map the same files in "
                                  "/dev/shm",
              "max_restarts": "--max-restarts of torchrun; mptrain then resumes from the "
-                             "last checkpoint in --out by itself"}
+                             "last checkpoint in {out} by itself"}
 
     def __init__(self, world: ExternalWorld):
         super().__init__()
@@ -113,11 +115,13 @@ class TorchrunLauncher(Launcher):
         return plan_under_launcher(config, strategy, self.world)
 
     def refuse_settings(self, given):
+        from ..config import in_callers_words
+
         for name, instead in self.OWNED.items():
             if name in given:
-                raise UserError(f"--{name.replace('_', '-')} does nothing under "
+                raise UserError(f"{named(name)} does nothing under "
                                 f"{self.world.launcher}, which starts the processes itself; "
-                                f"use {instead}")
+                                f"use {in_callers_words(instead)}")
 
     def presenter_role(self):
         """Rank 0 shows the run, and each other node's first rank the notes about its own
@@ -148,8 +152,8 @@ class TorchrunLauncher(Launcher):
                                     f"checkpoint in {out}")
         if joined.restartable and out is None:
             joined.notes.append("torchrun may restart this job (--max-restarts) but without "
-                                "--out no checkpoint is written: a restart starts from the "
-                                "beginning")
+                                f"{named('out')} no checkpoint is written: a restart starts "
+                                "from the beginning")
         return joined
 
     def train(self, job):
@@ -178,8 +182,8 @@ def choose_launcher(strategy_class) -> Launcher:
             able = ", ".join(n for n, c in strategy_classes().items() if c.runs_under_torchrun)
             raise UserError(f"strategy {strategy_class.name!r} cannot run under "
                             f"{world.launcher}: only {able} work across processes it starts "
-                            "(hogwild needs one machine's shared memory); use --strategy ddp "
-                            "or sync")
+                            "(hogwild needs one machine's shared memory); use "
+                            f"{named('strategy')} ddp or sync")
         return TorchrunLauncher(world)
     stray = stray_rank_variables()
     notes = (stray,) if stray else ()

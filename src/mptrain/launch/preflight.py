@@ -31,8 +31,8 @@ NO_GUARD_HELP = (f"{_SPAWN_REIMPORTS}: a script without a main guard would train
 def check_device(device: str) -> None:
     """Refuse ``--device cuda`` where no GPU is visible (NVML: CUDA stays uninitialised)."""
     if device == "cuda" and torch.cuda.device_count() == 0:
-        raise UserError("--device cuda was asked for but no CUDA device is visible; "
-                        "use --device cpu")
+        raise UserError(f"{named('device')} cuda was asked for but no CUDA device is "
+                        f"visible; use {named('device')} cpu")
 
 
 def check_model_trains(model: nn.Module) -> None:

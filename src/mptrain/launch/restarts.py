@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ..errors import Interrupted, RunInterrupted, WorkerFailedError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .attempt import Job
 
 
@@ -49,8 +50,8 @@ def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "wor
         if keeper.saved_path is not None:
             return (f"{where}; last checkpoint: {config.unit} {keeper.saved_epoch} in "
                     f"{keeper.saved_path}; resume with: {keeper.resume_command(command)}")
-        return f"{where}; no checkpoint was written (use --out DIR --checkpoint-every 1 " \
-               "to be able to resume)"
+        return f"{where}; no checkpoint was written (use {named('out')} DIR " \
+               f"{named('checkpoint_every')} 1 to be able to resume)"
 
     try:
         return run_with_restarts(attempt, config.max_restarts, on_restart, describe_stop)

@@ -21,6 +21,7 @@ import resource
 import torch.multiprocessing as torch_mp
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 # Descriptors the process needs for everything else (pipes, libraries, files, sockets).
 _DESCRIPTOR_HEADROOM = 512
@@ -52,9 +53,10 @@ def choose_sharing_strategy(requested: str, shared_tensors: int) -> tuple[str, s
     soft, _ = raise_open_file_limit()
     needed = shared_tensors + _DESCRIPTOR_HEADROOM
     if requested == "file_descriptor" and soft != resource.RLIM_INFINITY and needed > soft:
-        raise UserError(f"--sharing-strategy file_descriptor needs about {needed} open files "
+        sharing = named("sharing_strategy")
+        raise UserError(f"{sharing} file_descriptor needs about {needed} open files "
                         f"for {shared_tensors} shared tensors but the limit is {soft}; use "
-                        "--sharing-strategy auto (or file_system), or raise the hard limit "
+                        f"{sharing} auto (or file_system), or raise the hard limit "
                         "(ulimit -Hn)")
     if requested != "auto":
         torch_mp.set_sharing_strategy(requested)

@@ -10,6 +10,7 @@ import sys
 import torch
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from . import openmp
 
 
@@ -40,14 +41,15 @@ def choose_start_method(requested: str | None, device: str,
                             f"choose one of: {', '.join(available)}")
         if requested == "fork":
             if device == "cuda":
-                raise UserError("--start-method fork cannot be used with --device cuda: a "
-                                "forked child cannot initialise CUDA; use spawn (the default "
-                                "for CUDA)")
+                raise UserError(f"{named('start_method')} fork cannot be used with "
+                                f"{named('device')} cuda: a forked child cannot initialise "
+                                "CUDA; use spawn (the default for CUDA)")
             check_fork_safe()
             if threads > 1 and not openmp.can_fork_multithreaded_children():
-                raise UserError(f"--start-method fork with {threads} threads per worker would "
-                                "hang (OpenMP is not fork-safe); use --threads-per-worker 1 "
-                                "or --start-method forkserver")
+                raise UserError(f"{named('start_method')} fork with {threads} threads per "
+                                "worker would hang (OpenMP is not fork-safe); use "
+                                f"{named('threads_per_worker')} 1 or {named('start_method')} "
+                                "forkserver")
         return requested, AS_REQUESTED
     if device == "cuda":
         return "spawn", "CUDA cannot be used in forked children"
@@ -72,12 +74,13 @@ def choose_start_method(requested: str | None, device: str,
 def check_fork_safe() -> None:
     if torch.cuda.is_initialized():
         raise UserError("CUDA is already initialised in this process, and forked workers "
-                        "would crash on first CUDA use; use --start-method spawn, or do not "
-                        "touch CUDA before calling mptrain")
+                        f"would crash on first CUDA use; use {named('start_method')} spawn, or "
+                        "do not touch CUDA before calling mptrain")
     unsafe = fork_unsafe_reason()
     if unsafe:
-        raise UserError(f"--start-method fork cannot be used here: {unsafe}; use "
-                        "--start-method forkserver or spawn, or train in a fresh process")
+        raise UserError(f"{named('start_method')} fork cannot be used here: {unsafe}; use "
+                        f"{named('start_method')} forkserver or spawn, or train in a fresh "
+                        "process")
 
 
 def fork_unsafe_reason() -> str | None:

@@ -37,6 +37,7 @@ from typing import Callable, Sequence
 import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
+from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_import_path
 from ..signals import stop_signals_held, stop_signals_noted
 from .lifecycle import die_with_parent, ignore_interrupts, leave
@@ -90,7 +91,8 @@ class WorkerFailure:
                 waiting = (f"; rank {names} was" if len(self.waiting_ranks) == 1
                            else f"; ranks {names} were") + " waiting for it at a collective"
             return f"{where} made no progress for {self.timeout_s:g} s and was stopped" \
-                   f"{waiting} (raise --worker-timeout if a step can really take that long)"
+                   f"{waiting} (raise {named('worker_timeout')} if a step can really take " \
+                   "that long)"
         return f"{where} exited with code {self.exitcode} before finishing"
 
 

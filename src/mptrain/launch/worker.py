@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gc
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import torch
 
 from ..engine.loop import train
+from ..errors import current_spelling, spelled
 from .tuning import apply_threads, tune_malloc
 
 
@@ -22,6 +23,9 @@ class WorkerPlan:
     job: object           # launch.attempt.Job (its presenter and callback stay behind)
     comm: object          # has attach(rank) -> comm.Group
     board: object         # launch.board.ProgressBoard
+    #: How the caller names settings (``--workers``, or fit()'s ``workers``), for the
+    #: messages a worker raises: a spawned worker does not inherit the parent's context.
+    spelling: Callable[[str], str] = field(default_factory=current_spelling)
 
     def __getstate__(self):
         # The parent's presenter (a live terminal display) and its callbacks must not
@@ -35,6 +39,11 @@ class WorkerPlan:
 def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) -> None:
     """Worker process ``index``: trains ``ranks`` -- its own rank, or several that take
     turns in it (``launch.turns``)."""
+    with spelled(plan.spelling):
+        _train_ranks(index, channel, plan, ranks)
+
+
+def _train_ranks(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) -> None:
     tune_malloc()
     apply_threads(plan.job.plan.threads)
     processes = plan.job.plan.processes
@@ -54,11 +63,17 @@ def worker_entry(index: int, channel, plan: WorkerPlan, ranks: Sequence[int]) ->
             plan.job.setup(rank, group, progress, channel.send,
                            worker_device(rank, plan)),
             counts_faults=rank == ranks[0])
-        turns.add(rank, functools.partial(train, setup), progress)
+        # A greenlet runs in a context of its own: each turn names settings as the caller.
+        turns.add(rank, functools.partial(_train_spelled, plan.spelling, setup), progress)
     turns.run()
     for group in groups:
         group.close()
     _let_go_of_received_cuda_tensors(plan)
+
+
+def _train_spelled(spelling, setup) -> None:
+    with spelled(spelling):
+        train(setup)
 
 
 def _let_go_of_received_cuda_tensors(plan: WorkerPlan) -> None:

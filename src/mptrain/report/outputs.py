@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ..checkpoint import model_snapshot
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from ..files import atomic_write
 
 
@@ -17,13 +18,13 @@ def prepare_out_dir(path: str | Path) -> Path:
     """Create --out and prove it is writable before any training time is spent."""
     out = Path(path)
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} exists and is not a directory; choose another path")
+        raise UserError(f"{named('out')} {out} exists and is not a directory; choose another path")
     try:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=out, prefix=".mptrain-probe-"):
             pass
     except OSError as err:
-        raise UserError(f"--out {out} is not writable ({err.strerror}); choose a directory "
+        raise UserError(f"{named('out')} {out} is not writable ({err.strerror}); choose a directory "
                         "you can write to") from None
     return out
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..errors import TrainingDiverged
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .metrics import RoundCollector, RoundMetrics
 from .outputs import write_jsonl
 
@@ -89,7 +90,7 @@ class RunRecorder:
                     f"{self.keeper.saved_path}")
         else:
             kept = "no checkpoint was written"
-        return f"training diverged: {what}; stopped, {kept}; try a lower --lr"
+        return f"training diverged: {what}; stopped, {kept}; try a lower {named('lr')}"
 
     def reached_target(self, metrics: RoundMetrics) -> bool:
         target = self.config.target_accuracy

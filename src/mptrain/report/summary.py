@@ -17,6 +17,7 @@ from ..engine.gpu_memory import GPU_PEAK
 from ..engine.compiling import compile_mode, describe as describe_compile
 from ..engine.precision import FULL, describe as describe_precision
 from ..engine.profile import PHASES, describe, shares
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .outputs import outputs_line, save_state_dict, write_json, write_jsonl
 from .words import count
 from .plots import plot_curves
@@ -221,7 +222,7 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
                 f"{summary['dp_delta']:g} ({summary.get('accountant', 'rdp')} accountant)")
         if summary.get("stopped_for_privacy_at_round"):
             line += (f"; stopped after round {summary['stopped_for_privacy_at_round']}, "
-                     f"before --target-epsilon {summary['target_epsilon']:g}")
+                     f"before {named('target_epsilon')} {summary['target_epsilon']:g}")
         lines.append(line)
     if out_dir is not None:
         lines.append(outputs_line(out_dir))

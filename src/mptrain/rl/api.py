@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import Checkpoint, resolve_resume, user_code_in
-from ..errors import UserError
+from ..errors import UserError, as_keyword, spelled
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
 from ..strategies.registry import ALGOS, strategy_class
@@ -59,9 +59,11 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     """
     from ..settings import keywords
 
-    return train([keywords({"env": env, "algo": algo, **settings, "quiet": quiet},
-                           "rl.fit()")],
-                 out=out, resume=resume, loggers=loggers, tb_dir=tb_dir, callbacks=callbacks)
+    with spelled(as_keyword):   # the run names settings as this call does
+        return train([keywords({"env": env, "algo": algo, **settings, "quiet": quiet},
+                               "rl.fit()")],
+                     out=out, resume=resume, loggers=loggers, tb_dir=tb_dir,
+                     callbacks=callbacks)
 
 
 def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,

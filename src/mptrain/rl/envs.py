@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import is_import_string, load_object
 
 INSTALL_HINT = "reinforcement learning needs gymnasium: pip install 'mptrain[rl]'"
@@ -26,12 +27,12 @@ def make_env(spec: str, seed: int | None = None):
     """A fresh environment for ``spec``; ``seed`` seeds its first reset and action space."""
     gymnasium = require_gymnasium()
     if is_import_string(spec):
-        env = load_object(spec, "--env")()
+        env = load_object(spec, named('env'))()
     else:
         try:
             env = gymnasium.make(spec)
         except gymnasium.error.Error as err:
-            raise UserError(f"--env {spec!r}: {err}; give a Gymnasium id such as "
+            raise UserError(f"{named('env')} {spec!r}: {err}; give a Gymnasium id such as "
                             "CartPole-v1 or an import string 'module:make_env'") from None
     if seed is not None:
         env.action_space.seed(seed)
@@ -55,11 +56,12 @@ def env_shape(spec: str) -> EnvShape:
     try:
         obs, act = env.observation_space, env.action_space
         if not isinstance(act, gymnasium.spaces.Discrete):
-            raise UserError(f"--env {spec!r} has {type(act).__name__} actions; the algorithms "
-                            "here need a Discrete action space")
+            raise UserError(f"{named('env')} {spec!r} has {type(act).__name__} actions; the "
+                            "algorithms here need a Discrete action space")
         if not isinstance(obs, gymnasium.spaces.Box) or len(obs.shape) != 1:
-            raise UserError(f"--env {spec!r} has observations {obs}; the built-in networks "
-                            "need a flat Box (give your own with --net module:make)")
+            raise UserError(f"{named('env')} {spec!r} has observations {obs}; the built-in "
+                            f"networks need a flat Box (give your own with {named('net')} "
+                            "module:make)")
         return EnvShape(spec, int(obs.shape[0]), int(act.n))
     finally:
         env.close()

@@ -6,6 +6,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import load_object
 from ..strategies.registry import strategy_class
 from .envs import EnvShape
@@ -113,16 +114,16 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
     return what the algorithm expects (what its built-in network returns)."""
     expected = strategy_class(algo).network
     if spec is not None:
-        model = load_object(spec, "--net")(shape.obs_dim, shape.n_actions)
+        model = load_object(spec, named('net'))(shape.obs_dim, shape.n_actions)
         if not isinstance(model, nn.Module):
-            raise UserError(f"--net {spec!r} returned {type(model).__name__}, not an "
+            raise UserError(f"{named('net')} {spec!r} returned {type(model).__name__}, not an "
                             "nn.Module")
     else:
         model = expected(shape.obs_dim, shape.n_actions, hidden)
     with torch.no_grad():
         out = model(torch.zeros(2, shape.obs_dim))
     if not expected.outputs_fit(out, batch=2, n_actions=shape.n_actions):
-        raise UserError(f"--net: {spec or 'the built-in network'} must return "
-                        f"{expected.outputs_wanted(shape.n_actions)} for --algo {algo}; "
+        raise UserError(f"{named('net')}: {spec or 'the built-in network'} must return "
+                        f"{expected.outputs_wanted(shape.n_actions)} for {named('algo')} {algo}; "
                         f"for a batch of 2 observations it got {shapes_of(out)}")
     return model

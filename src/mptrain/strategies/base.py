@@ -121,7 +121,8 @@ class Strategy(ABC):
     #: Of the settings only some strategies use (``config.RESTRICTED_SETTINGS``), those this
     #: one does; the others are refused when given, rather than silently ignored.
     settings: ClassVar[frozenset[str]] = frozenset()
-    #: For a refused setting, what to use instead (default: the strategies that use it).
+    #: For a refused setting, what to use instead (default: the strategies that use it),
+    #: settings in braces (``{rounds}``) so that each caller is told its own spelling.
     instead: ClassVar[Mapping[str, str]] = {}
     #: Workers when the user does not say.
     default_workers: ClassVar[int] = 2

@@ -23,6 +23,7 @@ import torch.nn as nn
 from ..data.sharding import batches, epoch_permutation
 from ..engine.autocast import autocast_module, without_autocast_module
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .base import visible_gpus
 from .epochs import EpochBatches, EpochStrategy, batch_shapes
 
@@ -31,7 +32,7 @@ class DataParallelGPUsStrategy(EpochStrategy):
     name = "dp"
     in_process = True
     settings = frozenset({"epochs", "steps_per_epoch"})
-    instead = {"rounds": "--epochs", "max_restarts": "--strategy sync or ddp"}
+    instead = {"rounds": "{epochs}", "max_restarts": "{strategy} sync or ddp"}
 
     @classmethod
     def recommended(cls, defaults):
@@ -46,19 +47,21 @@ class DataParallelGPUsStrategy(EpochStrategy):
     @classmethod
     def check_config(cls, config):
         if config.compile:
-            raise UserError("--compile does not work with strategy 'dp': nn.DataParallel "
-                            "copies the module onto every GPU each step, and a copy of a "
-                            "compiled module is not compiled; use --strategy ddp --compile")
+            raise UserError(f"{named('compile')} does not work with strategy 'dp': "
+                            "nn.DataParallel copies the module onto every GPU each step, and a "
+                            "copy of a compiled module is not compiled; use "
+                            f"{named('strategy')} ddp {named('compile')}")
         if config.device != "cuda":
             raise UserError("strategy 'dp' (nn.DataParallel) splits each batch over GPUs and "
-                            "needs --device cuda; on CPU use --strategy ddp or sync")
+                            f"needs {named('device')} cuda; on CPU use {named('strategy')} ddp "
+                            "or sync")
         gpus = visible_gpus()
         if gpus == 0:
             raise UserError("strategy 'dp' (nn.DataParallel) needs GPUs and no CUDA device is "
-                            "visible; on CPU use --strategy ddp or sync")
+                            f"visible; on CPU use {named('strategy')} ddp or sync")
         if config.workers > gpus:
-            raise UserError(f"strategy 'dp' over --workers {config.workers} GPUs, but {gpus} "
-                            f"are visible; use --workers {gpus} or fewer")
+            raise UserError(f"strategy 'dp' over {named('workers')} {config.workers} GPUs, but "
+                            f"{gpus} are visible; use {named('workers')} {gpus} or fewer")
 
     def _step_size(self) -> int:
         return self.config.batch_size * self.config.workers

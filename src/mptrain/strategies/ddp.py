@@ -25,6 +25,7 @@ from ..comm.dist import TorchDistGroup
 from ..comm.kind import CommKind
 from ..comm.shm import ShmGroup
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .base import visible_gpus
 from .epochs import EpochStrategy
 from .sharded_step import SharedParameters, ShardedStep, worth_sharding
@@ -145,9 +146,10 @@ class DDPStrategy(EpochStrategy):
             return super().comm_kind(config, torchrun_local_ranks)
         gpus = visible_gpus() if config.device == "cuda" else 0
         if config.ddp_backend == "nccl" and 0 < gpus < config.workers:
-            raise UserError(f"--ddp-backend nccl needs a GPU per worker, but --workers is "
+            backend, workers = named("ddp_backend"), named("workers")
+            raise UserError(f"{backend} nccl needs a GPU per worker, but {workers} is "
                             f"{config.workers} and {gpus} GPU(s) are visible; use "
-                            f"--workers {gpus} or --ddp-backend auto (shared memory "
+                            f"{workers} {gpus} or {backend} auto (shared memory "
                             "when ranks share a GPU)")
         if config.ddp_backend != "auto":
             return CommKind(config.ddp_backend)

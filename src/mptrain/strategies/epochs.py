@@ -53,7 +53,7 @@ class EpochStrategy(Strategy):
     the strategy hands batches out otherwise (``epoch_batches``)."""
 
     settings = frozenset({"epochs", "steps_per_epoch", "max_restarts"})
-    instead = {"rounds": "--epochs"}
+    instead = {"rounds": "{epochs}"}
 
     def needs(self, model, data, plan) -> ResourceNeeds:
         return ResourceNeeds(comm_numel=self.comm_numel(model),

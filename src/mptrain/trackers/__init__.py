@@ -14,7 +14,9 @@ import importlib.util
 from pathlib import Path
 from typing import Callable, Iterable
 
+from ..callbacks import logger_setting
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: name -> "module:class", imported only when the name is asked for.
 TRACKERS = {
@@ -36,7 +38,7 @@ def parse_loggers(value) -> tuple[str, ...]:
         return ()
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
-        raise UserError(f"--logger takes tracker names ({', '.join(TRACKERS)}), "
+        raise UserError(f"{logger_setting()} takes tracker names ({', '.join(TRACKERS)}), "
                         f"got {value!r}")
     names: list[str] = []
     for item in items:
@@ -44,7 +46,7 @@ def parse_loggers(value) -> tuple[str, ...]:
             if not name:
                 continue
             if name not in TRACKERS:
-                raise UserError(f"unknown --logger {name!r}; choose from: "
+                raise UserError(f"unknown {logger_setting()} {name!r}; choose from: "
                                 f"{', '.join(TRACKERS)} (comma-separated)")
             if name not in names:
                 names.append(name)
@@ -66,15 +68,15 @@ def make_trackers(names, out_dir: str | Path | None, tb_dir: str | Path | None =
     rank 0 does; the other ranks check the same and get no trackers)."""
     names = parse_loggers(names)
     if tb_dir is not None and "tensorboard" not in names:
-        raise UserError("--tb-dir does nothing without --logger tensorboard; add it or "
-                        "leave --tb-dir out")
+        raise UserError(f"{named('tb_dir')} does nothing without {logger_setting()} "
+                        f"tensorboard; add it or leave {named('tb_dir')} out")
     out_dir = Path(out_dir) if out_dir is not None else None
     tb_dir = Path(tb_dir) if tb_dir is not None else None
     classes = [tracker_class(name) for name in names]
     for cls in classes:
         missing = [m for m in cls.required_modules() if importlib.util.find_spec(m) is None]
         if missing:
-            raise UserError(f"--logger {cls.name} needs {cls.library}, which is not "
+            raise UserError(f"{logger_setting()} {cls.name} needs {cls.library}, which is not "
                             f"installed ({', '.join(missing)}): pip install "
                             f"'mptrain[{cls.name}]'")
         cls.check_place(out_dir, tb_dir)

@@ -11,7 +11,9 @@ import io
 import json
 from pathlib import Path
 
+from ..callbacks import logger_setting
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .common import Tracker
 
 FILENAME = "metrics.csv"
@@ -24,8 +26,8 @@ class CsvTracker(Tracker):
     @classmethod
     def check_place(cls, out_dir, tb_dir):
         if out_dir is None:
-            raise UserError("--logger csv needs --out DIR (metrics.csv goes next to "
-                            "metrics.jsonl)")
+            raise UserError(f"{logger_setting()} csv needs {named('out')} DIR (metrics.csv "
+                            "goes next to metrics.jsonl)")
 
     def where(self):
         return f"csv {self.out_dir / FILENAME}"

@@ -19,7 +19,9 @@ import time
 from pathlib import Path
 
 from ..environ import environment
+from ..callbacks import logger_setting
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .common import (Tracker, ended_by_stop, hyperparameters, record_run, recorded_run,
                      scalars, simple)
 
@@ -49,8 +51,8 @@ class MlflowTracker(Tracker):
     @classmethod
     def check_place(cls, out_dir, tb_dir):
         if out_dir is None and not os.environ.get("MLFLOW_TRACKING_URI"):
-            raise UserError("--logger mlflow needs --out DIR (a local store in DIR/mlruns/) "
-                            "or MLFLOW_TRACKING_URI")
+            raise UserError(f"{logger_setting()} mlflow needs {named('out')} DIR (a local "
+                            "store in DIR/mlruns/) or MLFLOW_TRACKING_URI")
 
     def where(self):
         return f"mlflow {self.uri}"

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..callbacks import logger_setting
 from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .common import Tracker, hyperparameters, scalars, simple
 
 
@@ -29,8 +31,8 @@ class TensorBoardTracker(Tracker):
     @classmethod
     def check_place(cls, out_dir, tb_dir):
         if out_dir is None and tb_dir is None:
-            raise UserError("--logger tensorboard needs --out DIR (events go to DIR/tb/) or "
-                            "--tb-dir DIR")
+            raise UserError(f"{logger_setting()} tensorboard needs {named('out')} DIR (events "
+                            f"go to DIR/tb/) or {named('tb_dir')} DIR")
 
     def where(self):
         return f"tensorboard {self.folder}/"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...report.console import metric_parts
 from . import robust
 from .settings import accountant_name, privacy_delta, server_optimizer
@@ -113,7 +114,7 @@ def round_notes(config, metrics, planned: str | None = None) -> list[str]:
     failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
     if failed:
         notes.append(f"round {index}: dropped failing client(s) "
-                     f"{', '.join(map(str, failed))} (--accept-failures)")
+                     f"{', '.join(map(str, failed))} ({named('accept_failures')})")
     if nonfinite:
         notes.append(f"round {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
                      "non-finite update")
@@ -127,7 +128,7 @@ def round_notes(config, metrics, planned: str | None = None) -> list[str]:
     notes += robust.round_notes(index, extras)
     if extras.get("stopped"):
         notes.append(f"round {index}: stopped: the next round would spend more than "
-                     f"--target-epsilon {config.fedavg.target_epsilon:g} (epsilon now "
+                     f"{named('target_epsilon')} {config.fedavg.target_epsilon:g} (epsilon now "
                      f"{extras.get('epsilon'):.3g})")
     return notes
 
@@ -182,7 +183,7 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
         extras.append("round results too large for a shared table: averaged per worker, "
-                      "so the last bits depend on --workers")
+                      f"so the last bits depend on {named('workers')}")
     if extras:
         lines.append(" · ".join(extras))
     return lines + robust.describe(c, model, plan.comm.shares_memory)

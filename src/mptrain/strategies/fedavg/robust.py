@@ -58,7 +58,7 @@ def describe(config, model, shares_memory: bool = True) -> list[str]:
         lines.append(f"aggregator {robust.rule.describe()}: {where}")
     if robust.attack is not None:
         lines.append(f"attack {robust.attack.describe()} by {len(robust.malicious)} of "
-                     f"{config.fedavg.clients} clients (--malicious-fraction "
+                     f"{config.fedavg.clients} clients ({named('malicious_fraction')} "
                      f"{config.fedavg.malicious_fraction:g}, fixed by the seed)")
     return lines
 

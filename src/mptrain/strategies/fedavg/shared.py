@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...data.shared import shared_zeros
 from ...federated.robust_round import PlanCell
 from ...federated.sampling import poisson_capacity
@@ -183,12 +184,12 @@ def controls_placement(config, model, out_dir: Path | None) -> tuple[str, int]:
     if disk_free is not None and need <= disk_free:
         return "file", need
     shm = f"{shm_free / 2**20:,.0f} MiB free in /dev/shm (half usable)"
-    disk = f"{disk_free / 2**20:,.0f} MiB free under --out" if disk_free is not None \
-        else "no --out folder to map a file in"
+    disk = f"{disk_free / 2**20:,.0f} MiB free under {named('out')}" \
+        if disk_free is not None else f"no {named('out')} folder to map a file in"
     raise UserError(f"SCAFFOLD's client variates need {need / 2**20:,.0f} MiB "
                     f"({config.fedavg.clients} clients x {param_numel(model):,} "
-                    f"parameters x 4 bytes): {shm}, {disk}; give --out on a disk with "
-                    "room, or fewer --clients")
+                    f"parameters x 4 bytes): {shm}, {disk}; give {named('out')} on a disk "
+                    f"with room, or fewer {named('clients')}")
 
 
 def shared_bytes(config, model, plan, out_dir: Path | None) -> int:

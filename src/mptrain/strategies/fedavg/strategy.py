@@ -21,8 +21,8 @@ class FedAvgStrategy(Strategy):
     unit = "round"
     #: Its own section's (``FedAvgSettings``), and restarts as sync and ddp have them.
     settings = frozenset(FEDAVG_SETTINGS) | {"max_restarts"}
-    instead = {"epochs": "--rounds",
-               "steps_per_epoch": "--rounds with fewer --clients-per-round"}
+    instead = {"epochs": "{rounds}",
+               "steps_per_epoch": "{rounds} with fewer {clients_per_round}"}
     runs_under_torchrun = True
     resumes_on_other_worker_counts = True   # the server's state is the checkpoint
 

@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from ...errors import ClientFailedError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import availability, scaffold
 from ...federated.client import update_is_finite
 from ...federated.cohort_round import chunks
@@ -219,8 +220,9 @@ class FedAvgProgram(WorkerProgram):
             if not f.accept_failures:
                 raise ClientFailedError(
                     f"client {client} failed in round {round_index + 1} on worker rank "
-                    f"{self.group.rank}: {type(err).__name__}: {err} (--accept-failures "
-                    "drops failing clients from their round instead)") from err
+                    f"{self.group.rank}: {type(err).__name__}: {err} "
+                    f"({named('accept_failures')} drops failing clients from their round "
+                    "instead)") from err
             tally.failed.append(client)
             return 0.0
         result = trainer.flat_result(out=row)
