@@ -32,9 +32,10 @@ of the same shape, one thread): what a rule adds to a round, less noisy than the
 round times on a loaded machine; ``--server-only`` prints only that.
 
 ``--cache benchmarks/results/fedavg-robust-runs`` reuses the runs of earlier sittings kept
-there (one JSON per rule, attack, seed and setting; 2026-11-27: seeds 0 and 1 of the
-issue's setting and seed 0 at 10 a round, every cell), so a sitting only runs what is missing; ``--cached-only`` prints the
-table from the kept runs alone (medians over the seeds each cell has, the count shown).
+there (one JSON per rule, attack, seed and setting; 2026-11-27: seeds 0, 1 and 2 of the
+issue's setting and seed 0 at 10 a round, every cell), so a sitting only runs what is
+missing; ``--cached-only`` prints the table from the kept runs alone (medians over the
+seeds each cell has, the count shown).
 
 ``--smoke`` runs 3 rounds of each chosen cell on 20 clients of 5 per round with F = 1, to
 check the script, not the claims.
