@@ -460,22 +460,18 @@ def test_fit_is_told_its_keywords_by_the_single_strategy():
     assert "workers is 2; use strategy hogwild|sync|ddp" in message and "--" not in message
 
 
-def test_fit_is_told_its_keywords_about_a_folder_without_a_checkpoint(tmp_path):
+@pytest.mark.parametrize("saved, words", [
+    (None, "give resume the out folder of a run that used checkpoint_every"),
+    ({"something": "else"}, "point resume at a folder written by a run with checkpoint_every"),
+])
+def test_fit_is_told_its_keywords_about_a_folder_without_a_checkpoint(tmp_path, saved, words):
     # resolve_resume ran before fit() opened its spelling: '--resume the --out folder'.
+    if saved is not None:
+        torch.save(saved, tmp_path / "checkpoint.pt")
     with pytest.raises(UserError) as caught:
         mptrain.fit(nn.Linear(4, 2), classified(), resume=tmp_path)
     message = str(caught.value)
-    assert "give resume the out folder of a run that used checkpoint_every" in message
-    assert "--" not in message
-
-
-def test_fit_is_told_its_keywords_about_a_file_that_is_no_checkpoint(tmp_path):
-    torch.save({"something": "else"}, tmp_path / "checkpoint.pt")
-    with pytest.raises(UserError) as caught:
-        mptrain.fit(nn.Linear(4, 2), classified(), resume=tmp_path)
-    message = str(caught.value)
-    assert "point resume at a folder written by a run with checkpoint_every" in message
-    assert "--" not in message
+    assert words in message and "--" not in message
 
 
 def test_fit_is_told_its_keywords_about_out_and_loggers(tmp_path):

@@ -18,6 +18,8 @@ from mptrain.federated.cohort_optim import ClientOptimizerSettings, StackedOptim
 from mptrain.federated.cohort_plan import client_batches, plan_cohort
 from mptrain.federated.privacy import clip_
 
+from cohort_data import seeded_clients
+
 #: Each client's update (``result - global``) after a round of up to 12 local steps: the
 #: stacked kernels sum in another order than the lone client's, so the last bits differ
 #: (observed: below 2e-7 absolute on updates of size ~1e-1).
@@ -37,12 +39,7 @@ def small_model():
 
 @pytest.fixture(scope="module")
 def data():
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(sum(SIZES), 12, generator=generator)
-    targets = torch.randint(0, 3, (sum(SIZES),), generator=generator)
-    bounds = torch.tensor([0] + SIZES).cumsum(0)
-    clients = [torch.arange(bounds[k], bounds[k + 1]) for k in range(len(SIZES))]
-    return inputs, targets, clients
+    return seeded_clients(SIZES)
 
 
 def streams(clients):

@@ -17,6 +17,8 @@ from mptrain.federated.cohort_optim import ClientOptimizerSettings
 from mptrain.federated.cohort_plan import client_batches, plan_cohort
 from mptrain.federated.vectorizable import check_cohort
 
+from cohort_data import seeded_clients
+
 ATOL, RTOL = 2e-6, 1e-5   # test_cohort's: the stacked kernels sum in another order
 SIZES, BUDGETS, BATCH, EPOCHS = [23, 40, 7], [6, 8, 2], 8, 2
 
@@ -47,11 +49,7 @@ SETTINGS = {
 
 @pytest.fixture(scope="module")
 def data():
-    generator = torch.Generator().manual_seed(1)
-    inputs = torch.randn(sum(SIZES), 12, generator=generator)
-    targets = torch.randint(0, 3, (sum(SIZES),), generator=generator)
-    bounds = torch.tensor([0] + SIZES).cumsum(0)
-    clients = [torch.arange(bounds[k], bounds[k + 1]) for k in range(len(SIZES))]
+    inputs, targets, clients = seeded_clients(SIZES)
     streams = [client_batches(idx, torch.Generator().manual_seed(100 + k), BATCH, EPOCHS,
                               BUDGETS[k]) for k, idx in enumerate(clients)]
     return inputs, targets, streams
