@@ -2,6 +2,8 @@
 each named as its caller writes it, unknown names refused, resumes that name another strategy
 or leave no work refused before anything is built."""
 
+import contextlib
+
 import pytest
 
 import mptrain
@@ -192,3 +194,21 @@ def test_run_locations_take_the_checkpoints_where_nothing_is_said(tmp_path):
         "model": "digits-cnn", "out": str(tmp_path)}
     assert run_locations({"data": "linreg"}) == {"data": "linreg", "data_dir": None,
                                                  "model": None, "out": None}
+
+
+@pytest.mark.parametrize("caller, how", [
+    (None, "resume it with mptrain run --resume"),
+    ("rl.fit()", "resume it with mptrain.fit(model, data, resume=...)"),
+])
+def test_an_rl_resume_of_a_supervised_checkpoint_says_how_to_resume_it(caller, how):
+    # rl.fit() was sent to 'mptrain run --resume', a command that cannot name its model.
+    from mptrain.errors import as_keyword, spelled
+    from mptrain.rl.api import resolved_config
+
+    resumed = checkpoint_of(TrainConfig(strategy="sync", workers=2, sync_every=2), epoch=1)
+    layer = keywords({}, caller) if caller else flags({})
+    with spelled(as_keyword) if caller else contextlib.nullcontext():
+        with pytest.raises(UserError) as info:
+            resolved_config([layer], resumed, "runs/b")
+    assert str(info.value) == ("the checkpoint was written by a supervised run (strategy "
+                               f"sync), not an RL one; {how}")
