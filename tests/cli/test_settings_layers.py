@@ -138,6 +138,11 @@ def test_a_resume_takes_the_checkpoints_strategy_when_none_is_given():
     ({"clients_per_round": 3}, {"client_fraction": 0.5}, ("clients_per_round", 3)),
     ({"vectorize_clients": "off"}, {"clients_per_round": 2, "vectorize_chunk": 2},
      ("vectorize_chunk", None)),
+    ({"server_optimizer": "sgd"}, {"clients_per_round": 2, "server_optimizer": "adam",
+                                   "server_betas": "0.9,0.99", "server_tau": 1e-3},
+     ("server_betas", None)),
+    ({"server_optimizer": "yogi"}, {"clients_per_round": 2, "server_momentum": 0.9},
+     ("server_momentum", 0.0)),
 ])
 def test_a_resume_lets_a_said_setting_replace_the_checkpoints_alternative(said, stored,
                                                                           expect):

@@ -106,7 +106,7 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
     generator_state = torch.get_rng_state()
     model.train()
     before = peak_before = 0
-    if device.type == "cuda":   # the peak is not reset: the run's GPU report reads it
+    if device.type == "cuda":   # a round resets the peak before it trains (engine.loop)
         before = torch.cuda.memory_allocated(device)
         peak_before = torch.cuda.max_memory_allocated(device)
     hooks = []
