@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import as_keyword, setting_name
+from .errors import python_caller, setting_name
 
 
 class Callback:
@@ -105,8 +105,7 @@ class CallbackList:
 def logger_setting() -> str:
     """``--logger`` as the caller spells it: ``loggers`` from ``fit()`` and ``rl.fit()``,
     whose one keyword takes the list that the command line gives as ``--logger``."""
-    name = setting_name("logger")
-    return "loggers" if name == as_keyword("logger") else name
+    return "loggers" if python_caller() else setting_name("logger")
 
 
 def describe_failure(tracker, event: str, err: Exception) -> str:

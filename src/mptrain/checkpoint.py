@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from .errors import UserError, as_keyword
+from .errors import UserError, python_caller
 from .errors import setting_name as named   # as the caller spelled the setting
 from .files import atomic_write
 
@@ -233,7 +233,7 @@ class CheckpointKeeper:
         caller (``fit()``) is told the keywords to call again with instead: its model and
         data are objects no command line can name."""
         recorded = {**self.config.as_dict(), **self.run_info}
-        if named("resume") == as_keyword("resume"):
+        if python_caller():
             code = [f"{named(name)}={value!r}" for name, value in _user_code(recorded)]
             return f"the same call with {', '.join([f'resume={str(self.out_dir)!r}', *code])}"
         flags = user_code_flags(recorded)

@@ -82,6 +82,12 @@ def setting_name(name: str) -> str:
     return _spelling.get()(name)
 
 
+def python_caller() -> bool:
+    """Whether the caller is Python (``fit()``, ``rl.fit()``): advice that names a command
+    line (``mptrain run --resume``) has a Python counterpart to say instead."""
+    return _spelling.get() is as_keyword
+
+
 def current_spelling() -> Callable[[str], str]:
     """The spelling in force, for worker processes to name settings as the caller did (a
     spawned worker starts without the parent's context)."""
@@ -110,3 +116,25 @@ def closest(name: str, choices, cutoff: float = 0.6) -> str | None:
 
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=cutoff)
     return close[0] if close else None
+
+
+def brief(message: str, limit: int = 200) -> str:
+    """The first line of ``message`` (torch's run on for paragraphs), cut to ``limit``
+    characters at the end of a sentence, else at a word (marked ``…``)."""
+    text = message.strip()
+    first = text.splitlines()[0].strip() if text else ""
+    if len(first) <= limit:
+        return first
+    head = first[:limit + 1]
+    end = head.rfind(". ")
+    if end > 0:
+        return head[:end + 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > 0 else first[:limit]).rstrip() + " …"
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` in one line for a note: its type and the :func:`brief` first line of its
+    message (the type alone when there is none)."""
+    first = brief(str(err))
+    return f"{type(err).__name__}: {first}" if first else type(err).__name__

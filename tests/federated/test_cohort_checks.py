@@ -210,7 +210,7 @@ def test_auto_rule():
 
 
 def test_a_long_refusal_from_torch_is_cut_at_a_sentence_not_mid_word():
-    from mptrain.federated.vectorizable import brief
+    from mptrain.errors import brief
 
     assert brief("short message\nsecond line") == "short message"
     assert brief("One. " + "x" * 300) == "One."

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError, setting_name
+from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
@@ -78,7 +78,7 @@ def parse_partition(spec: str) -> PartitionSpec:
         return PartitionSpec("shards", shards=_whole(args[0], spec, "shards:K needs K"))
     if name and rest and _names_a_function(rest) and not _misspelt_built_in(name):
         return PartitionSpec("function", function=text)
-    raise UserError(f"unknown {setting_name('partition')} {spec!r}{_close_to(name, rest)}; "
+    raise UserError(f"unknown {named('partition')} {spec!r}{_close_to(name, rest)}; "
                     f"choose {PARTITION_CHOICES}")
 
 

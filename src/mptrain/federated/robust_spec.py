@@ -117,7 +117,8 @@ def _count(text: str, message: str) -> int:
     return value
 
 
-#: The largest float32: an attack's SCALE, STD, LAMBDA or Z beyond it cannot be applied.
+#: The largest float32 (``torch.finfo(torch.float32).max``, written out: this module runs
+#: before torch is imported): an attack's SCALE, STD, LAMBDA or Z beyond it cannot apply.
 FLOAT32_MAX = 3.4028234663852886e38
 ATTACKS = ("sign-flip", "gaussian", "scaling", "label-flip", "alie")
 ATTACK_HELP = ("what the malicious clients (--malicious-fraction) send: sign-flip[:SCALE] "

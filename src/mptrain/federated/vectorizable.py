@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .cohort import CohortTrainer
+from ..errors import error_line
 from .cohort_choice import vectorizing
 
 #: Of the memory still free on a GPU, what one worker's cohorts may take, divided among
@@ -118,9 +119,7 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         trainer.gradients(params, stacked, labels, weight)
     except Exception as err:  # noqa: BLE001 - any failure of the dry run is the answer
         where = _label(*running[-1]) if running else "the loss"
-        first = brief(str(err)) or type(err).__name__
-        return (f"{where} cannot run vectorized ({type(err).__name__}: {first}); "
-                f"use {vectorizing('off')}"), 0
+        return f"{where} cannot run vectorized ({error_line(err)}); use {vectorizing('off')}", 0
     finally:
         for hook in hooks:
             hook.remove()
@@ -142,21 +141,6 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
         if peak > peak_before:
             estimate = max(estimate, (peak - before) // 2)
     return None, estimate
-
-
-def brief(message: str, limit: int = 200) -> str:
-    """The first line of ``message`` (torch's run on for paragraphs), cut to ``limit``
-    characters at the end of a sentence, else at a word (marked ``…``)."""
-    text = message.strip()
-    first = text.splitlines()[0].strip() if text else ""
-    if len(first) <= limit:
-        return first
-    head = first[:limit + 1]
-    end = head.rfind(". ")
-    if end > 0:
-        return head[:end + 1]
-    space = head.rfind(" ")
-    return (head[:space] if space > 0 else first[:limit]).rstrip() + " …"
 
 
 def _label(name: str, module: nn.Module) -> str:

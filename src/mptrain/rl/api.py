@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import Checkpoint, resolve_resume, user_code_in
-from ..errors import UserError, as_keyword, setting_name, spelled
+from ..errors import UserError, as_keyword, python_caller, spelled
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
 from ..strategies.registry import ALGOS, strategy_class
@@ -96,8 +96,8 @@ def resolved_config(layers, checkpoint: Checkpoint | None, resume) -> RLConfig:
     ``net``) the user must name again."""
     if checkpoint is not None:
         if checkpoint.strategy not in ALGOS:
-            python = setting_name("resume") == as_keyword("resume")
-            how = "mptrain.fit(model, data, resume=...)" if python else "mptrain run --resume"
+            how = "mptrain.fit(model, data, resume=...)" if python_caller() \
+                else "mptrain run --resume"
             raise UserError(f"the checkpoint was written by a supervised run (strategy "
                             f"{checkpoint.strategy}), not an RL one; resume it with {how}")
         strategy_class(checkpoint.strategy).check_checkpoint(checkpoint)

@@ -3,7 +3,7 @@ metrics report."""
 
 from __future__ import annotations
 
-from ...federated.vectorizable import brief
+from ...errors import error_line
 
 
 class RoundTally:
@@ -29,9 +29,7 @@ class RoundTally:
         """A stacked cohort of ``clients`` raised ``err``: they train one at a time."""
         self.unstacked += clients
         if self.unstacked_reason is None:
-            first = brief(str(err))
-            self.unstacked_reason = f"{type(err).__name__}: {first}" if first \
-                else type(err).__name__
+            self.unstacked_reason = error_line(err)
 
     def as_extras(self) -> dict:
         extras = {"failed_clients": self.failed + self.nonfinite,
