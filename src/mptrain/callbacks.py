@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .errors import python_caller, setting_name
+from .errors import error_line, python_caller, setting_name
 
 
 class Callback:
@@ -110,8 +110,5 @@ def logger_setting() -> str:
 
 def describe_failure(tracker, event: str, err: Exception) -> str:
     name = getattr(tracker, "name", type(tracker).__name__)
-    reason = str(err).strip().splitlines()[0] if str(err).strip() else ""
-    reason = f"{type(err).__name__}: {reason}" if reason else type(err).__name__
-    if len(reason) > 200:
-        reason = reason[:197] + "..."
-    return f"{logger_setting()} {name} failed ({event}: {reason}); the run goes on without it"
+    return (f"{logger_setting()} {name} failed ({event}: {error_line(err)}); the run goes on "
+            f"without it")

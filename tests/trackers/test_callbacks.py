@@ -168,3 +168,17 @@ def test_a_stopped_run_ends_its_tracker_runs_as_stopped(tmp_path):
         assert mlflow_run(out)[1].info.status == "KILLED"
     if "wandb" in installed_loggers():
         assert wandb_run(out)["exit_codes"] == [130]
+
+
+def test_a_tracker_failure_with_a_long_message_is_one_line_cut_at_a_sentence():
+    from types import SimpleNamespace
+
+    from mptrain.callbacks import describe_failure
+
+    message = ("The server refused the metric. " * 12) + "\nTraceback follows\n  more"
+    line = describe_failure(SimpleNamespace(name="mlflow"), "on_round",
+                            ConnectionError(message))
+    assert "\n" not in line and "Traceback" not in line
+    assert "(on_round: ConnectionError: The server refused the metric." in line
+    assert "metric. The server refused the metric.); the run goes on" in line
+    assert len(line) < 300

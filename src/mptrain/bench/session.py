@@ -14,7 +14,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, Ti
 
 from ..strategies.registry import STRATEGIES
 from ..data.sources import load_data
-from ..errors import UserError
+from ..errors import UserError, brief
 from ..launch.tuning import usable_cores
 from .execute import RunRecord, Workload, run_cell
 from .matrix import REFERENCE, Cell, counts_rounds, expand, interleave, memory_pass, worker_counts
@@ -128,7 +128,7 @@ def finished_line(done: int, total: int, step: str, record: RunRecord) -> str:
     """``3/13 sync x2 repeat 1/3: 12.3 s, 4,512 samples/s``: one run's end, for a log."""
     head = f"{done}/{total} {record.cell.label} {step}: "
     if not record.ok:
-        return head + f"failed: {(record.error or 'no reason given').splitlines()[0]}"
+        return head + f"failed: {brief(record.error or '') or 'no reason given'}"
     if record.memory_sampled:
         peak = record.peak_pss_bytes or record.peak_rss_bytes
         return head + (f"peak memory {peak / 2**20:,.0f} MiB" if peak else "memory sampled")
