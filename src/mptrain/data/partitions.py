@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, error_line
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
@@ -236,7 +236,7 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
     try:
         produced = split(targets, clients, seed)
     except Exception as err:
-        raise UserError(f"{where} raised {type(err).__name__}: {err}") from None
+        raise UserError(f"{where} raised {error_line(err)}") from None
     if isinstance(produced, (str, bytes)) or not hasattr(produced, "__len__"):
         raise UserError(f"{where} returned {type(produced).__name__}; it must return a list "
                         "of index lists, one per client")

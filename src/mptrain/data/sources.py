@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..errors import UserError
-from ..imports import is_import_string, load_object
+from ..imports import call_factory, is_import_string
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
@@ -198,12 +198,7 @@ def mnist(data_dir: str) -> DataBundle:
 
 def from_factory(spec: str) -> DataBundle:
     """Call a user factory that returns ``(train_dataset, test_dataset_or_None)``."""
-    factory = load_object(spec, "--data")
-    try:
-        produced = factory()
-    except Exception as err:
-        raise UserError(f"--data {spec!r}: the factory raised {type(err).__name__}: {err}"
-                        ) from None
+    produced = call_factory(spec, "--data")
     if not (isinstance(produced, (tuple, list)) and len(produced) == 2):
         raise UserError(f"--data {spec!r} returned {type(produced).__name__}; the factory must "
                         "return a pair (train_dataset, test_dataset), test may be None")

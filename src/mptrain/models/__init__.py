@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
-from ..imports import is_import_string, load_object
+from ..imports import call_factory, is_import_string
 from .nets import MLP, DigitsCNN, FedAvgCNN, Mnist2NN, MnistCNN
 
 BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "mnist-2nn", "mnist-cnn-fedavg", "linear", "mlp")
@@ -29,12 +29,7 @@ def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) 
     """
     torch.manual_seed(seed)
     if is_import_string(name):
-        factory = load_object(name, "--model")
-        try:
-            model = factory()
-        except Exception as err:
-            raise UserError(f"--model {name!r}: the factory raised {type(err).__name__}: {err}"
-                            ) from None
+        model = call_factory(name, "--model")
         if not isinstance(model, nn.Module):
             raise UserError(f"--model {name!r} returned {type(model).__name__}, not a "
                             "torch.nn.Module; the factory must return the model")

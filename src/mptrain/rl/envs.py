@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
-from ..imports import is_import_string, load_object
+from ..imports import call_factory, is_import_string
 
 INSTALL_HINT = "reinforcement learning needs gymnasium: pip install 'mptrain[rl]'"
 
@@ -27,7 +27,7 @@ def make_env(spec: str, seed: int | None = None):
     """A fresh environment for ``spec``; ``seed`` seeds its first reset and action space."""
     gymnasium = require_gymnasium()
     if is_import_string(spec):
-        env = load_object(spec, named('env'))()
+        env = call_factory(spec, named('env'))
     else:
         try:
             env = gymnasium.make(spec)

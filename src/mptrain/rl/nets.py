@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
+from ..errors import UserError, error_line
 from ..errors import setting_name as named   # as the caller spelled the setting
-from ..imports import load_object
+from ..imports import call_factory
 from ..strategies.registry import strategy_class
 from .envs import EnvShape
 
@@ -114,14 +114,20 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
     return what the algorithm expects (what its built-in network returns)."""
     expected = strategy_class(algo).network
     if spec is not None:
-        model = load_object(spec, named('net'))(shape.obs_dim, shape.n_actions)
+        model = call_factory(spec, named('net'), shape.obs_dim, shape.n_actions)
         if not isinstance(model, nn.Module):
             raise UserError(f"{named('net')} {spec!r} returned {type(model).__name__}, not an "
                             "nn.Module")
     else:
         model = expected(shape.obs_dim, shape.n_actions, hidden)
     with torch.no_grad():
-        out = model(torch.zeros(2, shape.obs_dim))
+        try:
+            out = model(torch.zeros(2, shape.obs_dim))
+        except Exception as err:
+            if spec is None:
+                raise
+            raise UserError(f"{named('net')} {spec!r}: its forward pass on a batch of 2 "
+                            f"observations raised {error_line(err)}") from None
     if not expected.outputs_fit(out, batch=2, n_actions=shape.n_actions):
         raise UserError(f"{named('net')}: {spec or 'the built-in network'} must return "
                         f"{expected.outputs_wanted(shape.n_actions)} for {named('algo')} {algo}; "
