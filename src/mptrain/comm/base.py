@@ -66,7 +66,7 @@ class Group(ABC):
         rows, in blocks of at most :meth:`collective_bytes`; every rank receives each block
         (traffic, and one block of memory, never the whole). Groups over torch.distributed
         gather instead, in one collective until the rows pass 64 MiB."""
-        width, firsts = rows.shape[1], _firsts(counts)
+        width, firsts = rows.shape[1], row_starts(counts)
         most = self.collective_bytes()
         per_block = counts_per_block(width * rows.element_size(), most)
         scratch = torch.empty(min(per_block, max(counts, default=0)), width,
@@ -95,7 +95,7 @@ def counts_per_block(row_bytes: int, most: int | None) -> int:
     return max(1, most // max(1, row_bytes))
 
 
-def _firsts(counts: Sequence[int]) -> list[int]:
+def row_starts(counts: Sequence[int]) -> list[int]:
     """Where each rank's rows start among all the ranks' rows."""
     firsts, total = [], 0
     for count in counts:

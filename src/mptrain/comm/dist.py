@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ..leftovers import RENDEZVOUS_PREFIX
-from .base import Group, Receive, counts_per_block
+from .base import Group, Receive, counts_per_block, row_starts
 
 #: The most bytes rank 0 receives in one gather (every rank's block of rows, padded to the
 #: longest): what it holds at once beyond the caller's own memory, whatever the rows.
@@ -68,9 +68,9 @@ def gather_buffer_rows(longest: int, row_bytes: int, world_size: int) -> int:
 
 
 def gather_rows_padded(rows: torch.Tensor, counts: Sequence[int], rank: int, world_size: int,
-                       receive: Receive | None = None, group=None) -> int:
-    """``Group.gather_rows`` over a torch.distributed ``group`` (the default: every rank)
-    whose ranks are ``0..world_size-1``: each ``dist.gather`` takes up to ``per_block`` rows
+                       receive: Receive | None = None) -> int:
+    """``Group.gather_rows`` over torch.distributed's default group (every rank of the
+    job): each ``dist.gather`` takes up to ``per_block`` rows
     of every rank, padded to the same count (a gather's tensors are of one size; the
     padding is never handed on), ``per_block`` as many as keep the gather within
     ``GATHER_BYTES`` at rank 0 -- one collective for a round of a few hundred 2NN clients
@@ -80,12 +80,12 @@ def gather_rows_padded(rows: torch.Tensor, counts: Sequence[int], rank: int, wor
     per_block = gather_buffer_rows(longest, width * rows.element_size(), world_size)
     block = torch.zeros(per_block, width, dtype=rows.dtype)
     landing = [torch.empty_like(block) for _ in range(world_size)] if rank == 0 else None
-    firsts = [sum(counts[:r]) for r in range(world_size)]
+    firsts = row_starts(counts)
     calls = 0
     for start in range(0, longest, max(1, per_block)):
         mine = rows[start:start + per_block]
         block[:len(mine)] = mine
-        dist.gather(block, landing, dst=0, group=group)
+        dist.gather(block, landing, dst=0)
         calls += 1
         if rank == 0 and receive is not None:
             for sender, received in enumerate(landing):
