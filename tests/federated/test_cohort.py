@@ -270,3 +270,44 @@ def test_a_client_outcome_says_whether_its_flat_copy_is_finite():
     poisoned = ClientOutcome(2, [torch.tensor([1.0, float("nan")])], 1, 1, 0.0,
                              finite=False)
     assert not poisoned.is_finite(poisoned.flat(out=torch.zeros(2, dtype=torch.float64)))
+
+
+def test_a_cohort_counts_its_samples_once_and_takes_them_back_when_it_raises(data):
+    """Progress counts each client's samples once: a cohort counts them step by step as it
+    trains, and one that raises midway (its clients are then trained one at a time, and
+    counted again) takes back what it counted."""
+    from mptrain.federated.cohort_round import ClientWork, train_cohort
+
+    inputs, targets, every = data
+    model = small_model()
+    trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS["sgd"], torch.device("cpu"))
+    index = torch.cat(every)
+    offsets = torch.tensor([0] + [len(c) for c in every]).cumsum(0)
+    work = ClientWork(seed=3, batch_size=BATCH, local_epochs=EPOCHS, straggler_rate=0.0)
+    start = [p.detach() for p in model.parameters()]
+
+    def run(batch):
+        counted = []
+        outcomes = list(train_cohort(trainer, range(len(every)), 0, work, index, offsets,
+                                     batch, start, lr=0.1, on_step=counted.append))
+        return counted, outcomes
+
+    counted, outcomes = run(lambda idx: (inputs[idx], targets[idx]))
+    assert len(counted) > 3 and sum(counted) == sum(o.samples for o in outcomes) \
+        == EPOCHS * sum(SIZES)
+
+    calls = []
+
+    def out_of_memory_at_the_fifth_step(idx):
+        calls.append(idx)
+        if len(calls) == 5:
+            raise RuntimeError("out of memory (simulated)")
+        return inputs[idx], targets[idx]
+
+    counted = []
+    with pytest.raises(RuntimeError, match="simulated"):
+        list(train_cohort(trainer, range(len(every)), 0, work, index, offsets,
+                          out_of_memory_at_the_fifth_step, start, lr=0.1,
+                          on_step=counted.append))
+    assert len(counted) == 5 and min(counted[:4]) > 0     # four steps, then taken back
+    assert sum(counted) == 0

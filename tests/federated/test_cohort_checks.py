@@ -256,3 +256,34 @@ def test_a_torchrun_rank_is_told_how_many_ranks_share_its_machine(monkeypatch):
     job = Job(config=config, bundle=None, model=None, strategy=strategy, plan=plan,
               presenter=None, on_report=None)
     assert job.setup(0, None, None, None, torch.device("cpu")).ranks_here == 2
+
+
+@pytest.mark.parametrize("options, path", [
+    # 100 clients, 12 expected a round: a round samples at most 55 (``poisson_capacity``)
+    (dict(sampling="poisson"), "vectorized, cohorts of up to 55 (Poisson: 12 clients "
+                               "expected per round)"),
+    (dict(sampling="poisson", vectorize_chunk=8),
+     "vectorized, cohorts of up to 8 (Poisson: 12 clients expected per round)"),
+    (dict(), "vectorized x12"),                  # a fixed cohort: issue 39's form
+])
+def test_a_poisson_runs_path_says_the_most_a_cohort_holds_and_the_round_it_expects(
+        options, path):
+    """A Poisson round's cohort is sized for the most a round can sample, while a round
+    trains about the expected count: the banner says both, not one size it rarely is."""
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.cohorts import banner_line, choose_path
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 3))
+    inputs, targets = torch.randn(400, 4), torch.randint(0, 3, (400,))
+    config = TrainConfig(strategy="fedavg", device="cpu", batch_size=4, clients=100,
+                         clients_per_round=12, vectorize_clients="on", **options)
+    data = SimpleNamespace(train=SharedTensorDataset(inputs, targets), task=CLASSIFICATION)
+    _, chosen = choose_path(config, model, data, workers=1)
+    assert chosen.describe() == path
+    assert banner_line(chosen) == f"clients: {path}"
+    # a worker that sizes its cohorts (a GPU's) says the same
+    assert chosen.sized(chosen.chunk).describe() == path
+

@@ -60,18 +60,25 @@ def test_table_refusal_gives_the_figures():
 
 def test_the_gathered_table_is_refused_when_rank_zeros_machine_cannot_hold_it():
     # 10 rows of 1,000 floats = 40,000 B on rank 0; 2 other ranks there hold 3 rows each
-    # (10 rows over 4 ranks: at most 3) = 24,000 B.
-    need = 40_000 + 24_000
+    # (10 rows over 4 ranks: at most 3) of 1,002 floats (the weight's two columns) =
+    # 24,048 B; the gather's buffers: a block of 3 rows on each of the 3 ranks there, and
+    # on rank 0 one more per rank (4) = 7 x 3 x 4,008 = 84,168 B.
+    need = 40_000 + 24_048 + 84_168
     assert gathered_memory_refusal(settings("median"), 10, 1000, 4, 3, need) is None
     text = gathered_memory_refusal(settings("median"), 10, 1000, 4, 3, need - 1)
     assert text == ("--aggregator median gathers every client's update to rank 0: 10 clients "
-                    "x 1,000 parameters x 4 bytes = 39.1 KiB + 23.4 KiB for its other 2 "
-                    "rank(s)' own rows on rank 0's machine, which has 62.5 KiB of memory "
-                    "available; sample fewer --clients-per-round, or free memory there")
-    # Rank 0 alone on its machine: its table only.
-    assert "39.1 KiB on rank 0's machine" in gathered_memory_refusal(
-        settings("median"), 10, 1000, 4, 1, 39_999)
-    assert gathered_memory_refusal(settings("median"), 10, 1000, 4, 1, 40_000) is None
+                    "x 1,000 parameters x 4 bytes = 39.1 KiB + 23.5 KiB for its other 2 "
+                    "rank(s)' own rows + 82.2 KiB for the gather's buffers on rank 0's "
+                    "machine, which has 144.7 KiB of memory available; sample fewer "
+                    "--clients-per-round, or free memory there")
+    # Rank 0 alone on its machine: its table and its gather's buffers (5 blocks).
+    assert "39.1 KiB + 58.7 KiB for the gather's buffers on rank 0's machine" in \
+        gathered_memory_refusal(settings("median"), 10, 1000, 4, 1, 100_119)
+    assert gathered_memory_refusal(settings("median"), 10, 1000, 4, 1, 100_120) is None
+    # The buffers stop growing at the gather's bound: 64 MiB a gather at rank 0 (4 blocks
+    # of 4 rows of 4 MB), and its own block.
+    big = gathered_memory_refusal(settings("median"), 1000, 1_000_000, 4, 1, 0)
+    assert "+ 76.3 MiB for the gather's buffers" in big
     # Plain mean without an attack gathers nothing.
     assert gathered_memory_refusal(settings(), 10, 1000, 4, 3, 0) is None
 

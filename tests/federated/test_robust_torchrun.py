@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from mptrain.comm.base import Group
 from mptrain.strategies.fedavg.gathered import GatheredTable, slot_owners
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
@@ -27,10 +28,11 @@ ROUND_KEYS = ("malicious", "malicious_reported", "malicious_selected", "selected
 
 class ThreadGroup:
     """A group of ranks that are threads: broadcast_ copies the source's tensors through a
-    dict between two barriers (bounded waits: a missing rank breaks the barrier)."""
+    dict between two barriers (bounded waits: a missing rank breaks the barrier). Its
+    gather is ``Group``'s own, built on that broadcast; ``most``: its collectives' bytes."""
 
-    def __init__(self, world_size: int):
-        self.world_size = world_size
+    def __init__(self, world_size: int, most: int | None = None):
+        self.world_size, self.most = world_size, most
         self.barrier = threading.Barrier(world_size, timeout=10)
         self.board: dict = {}
         self.calls = 0
@@ -38,9 +40,18 @@ class ThreadGroup:
     def rank_view(self, rank: int):
         group = self
 
-        class View:
+        class View(Group):
             def __init__(self):
                 self.rank, self.world_size = rank, group.world_size
+
+            def barrier(self):
+                group.barrier.wait()
+
+            def average_(self, tensors):
+                raise AssertionError("the gather averages nothing")
+
+            def collective_bytes(self):
+                return group.most
 
             def broadcast_(self, tensors, src=0):
                 if rank == src:
@@ -54,12 +65,10 @@ class ThreadGroup:
         return View()
 
 
-def test_rows_and_weights_gather_into_rank_zeros_table_and_nowhere_else():
-    sampled = [2, 5, 7, 9, 11]
-    assignment = [[5, 9], [2, 7, 11]]
+def gather_in_threads(group, sampled, assignment, numel, weight_of):
+    """Each rank (a thread) fills its clients' rows (slot ``s``: ``10 s + 1`` and a
+    column index's thousandth) and weights, then gathers; returns each rank's table."""
     owners = slot_owners(sampled, assignment)
-    assert owners == [1, 0, 1, 0, 1]
-    numel, group = 6, ThreadGroup(2)
     tables, errors = {}, []
 
     def rank(r):
@@ -67,28 +76,65 @@ def test_rows_and_weights_gather_into_rank_zeros_table_and_nowhere_else():
             table = GatheredTable(r, rows=len(sampled), numel=numel)
             slots = [slot for slot, owner in enumerate(owners) if owner == r]
             table.start_round(slots)
-            for slot in slots:   # what each client sends, and its weight (slot 4 failed)
-                table.row(slot).fill_(10.0 * slot + 1)
-                table.weights[slot] = 0.0 if slot == 4 else float(slot + 1)
+            for slot in slots:   # what each client sends, and its weight
+                table.row(slot).copy_(expected_row(slot, numel))
+                table.weights[slot] = weight_of(slot)
             table.gather(group.rank_view(r), owners)
             tables[r] = table
         except Exception as err:   # noqa: BLE001 - reported by the test thread
             errors.append(err)
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(group.world_size)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=30)
-    assert not errors and all(not t.is_alive() for t in threads)
+    assert not errors and all(not t.is_alive() for t in threads), errors
+    return tables
+
+
+def expected_row(slot: int, numel: int) -> torch.Tensor:
+    return 10.0 * slot + 1 + torch.arange(numel) / 1000
+
+
+def test_rows_and_weights_gather_into_rank_zeros_table_and_nowhere_else():
+    sampled = [2, 5, 7, 9, 11]
+    assignment = [[5, 9], [2, 7, 11]]
+    assert slot_owners(sampled, assignment) == [1, 0, 1, 0, 1]
+    numel, group = 6, ThreadGroup(2)
+    # slot 4 failed; slot 2's weight needs every bit of a float64
+    weights = [1.0, 2.0, 1 / 3, 4.0, 0.0]
+    tables = gather_in_threads(group, sampled, assignment, numel, weights.__getitem__)
     zero = tables[0]
     for slot in range(len(sampled)):
-        assert torch.equal(zero.table[slot], torch.full((numel,), 10.0 * slot + 1))
-    assert zero.weights.tolist() == [1.0, 2.0, 3.0, 4.0, 0.0]
+        assert torch.equal(zero.table[slot], expected_row(slot, numel))
+    assert zero.weights.tolist() == weights
     # Rank 1 never holds a table: its own rows only, dropped after the gather.
-    assert tables[1].table is None and tables[1]._rows == {}
-    # One broadcast of rank 1's weights, one per row it trained; rank 0's rows stay put.
-    assert group.calls == 1 + 3
+    assert tables[1].table is None and tables[1]._rows == {} and tables[1]._block is None
+    # One broadcast of rank 1's rows with their weights; rank 0's rows stay put.
+    assert group.calls == 1
+
+
+@pytest.mark.parametrize("clients", [4, 40])
+@pytest.mark.parametrize("most, per_block", [(None, None),
+                                             # 3 rows of 6 numbers and 2 weight columns
+                                             (3 * 8 * 4, 3)])
+def test_the_gather_takes_a_collective_per_rank_not_per_row(clients, most, per_block):
+    """As many collectives for 40 clients as for 4 (a block per sending rank), unless the
+    group's collectives hold fewer rows (a shared-memory slot holds one model): then a
+    collective per block of as many rows as fit."""
+    sampled = list(range(clients))
+    assignment = [sampled[0::3], sampled[1::3], sampled[2::3]]
+    group = ThreadGroup(3, most)
+    tables = gather_in_threads(group, sampled, assignment, 6, lambda slot: slot + 0.5)
+    for slot in sampled:
+        assert torch.equal(tables[0].table[slot], expected_row(slot, 6))
+    assert tables[0].weights.tolist() == [slot + 0.5 for slot in sampled]
+    blocks = [1 if per_block is None else -(-len(rows) // per_block)
+              for rows in assignment[1:]]
+    assert group.calls == sum(blocks)
+    if per_block is None:
+        assert group.calls == 2
 
 
 def _rows(out: Path) -> list[dict]:

@@ -7,12 +7,18 @@ import os
 import shutil
 import socket
 import tempfile
+from typing import Sequence
 
+import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from ..leftovers import RENDEZVOUS_PREFIX
-from .base import Group
+from .base import Group, Receive, counts_per_block, row_starts
+
+#: The most bytes rank 0 receives in one gather (every rank's block of rows, padded to the
+#: longest): what it holds at once beyond the caller's own memory, whatever the rows.
+GATHER_BYTES = 64 << 20
 
 
 class TorchDistGroup(Group):
@@ -47,9 +53,46 @@ class TorchDistGroup(Group):
         for tensor, value in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
             tensor.detach().copy_(value)
 
+    def gather_rows(self, rows, counts, receive=None) -> int:
+        return gather_rows_padded(rows, counts, self.rank, self.world_size, receive)
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def gather_buffer_rows(longest: int, row_bytes: int, world_size: int) -> int:
+    """The rows of one gather's block (``gather_rows_padded``): every rank holds one
+    block, padded, and rank 0 one more per rank to receive into."""
+    return min(longest, counts_per_block(world_size * row_bytes, GATHER_BYTES))
+
+
+def gather_rows_padded(rows: torch.Tensor, counts: Sequence[int], rank: int, world_size: int,
+                       receive: Receive | None = None) -> int:
+    """``Group.gather_rows`` over torch.distributed's default group (every rank of the
+    job): each ``dist.gather`` takes up to ``per_block`` rows
+    of every rank, padded to the same count (a gather's tensors are of one size; the
+    padding is never handed on), ``per_block`` as many as keep the gather within
+    ``GATHER_BYTES`` at rank 0 -- one collective for a round of a few hundred 2NN clients
+    on a few ranks. Returns the collectives it took."""
+    width = rows.shape[1]
+    longest = max(counts, default=0)
+    per_block = gather_buffer_rows(longest, width * rows.element_size(), world_size)
+    block = torch.zeros(per_block, width, dtype=rows.dtype)
+    landing = [torch.empty_like(block) for _ in range(world_size)] if rank == 0 else None
+    firsts = row_starts(counts)
+    calls = 0
+    for start in range(0, longest, max(1, per_block)):
+        mine = rows[start:start + per_block]
+        block[:len(mine)] = mine
+        dist.gather(block, landing, dst=0)
+        calls += 1
+        if rank == 0 and receive is not None:
+            for sender, received in enumerate(landing):
+                valid = min(per_block, counts[sender] - start)
+                if valid > 0:
+                    receive(firsts[sender] + start, received[:valid])
+    return calls
 
 
 #: The torch.distributed backends mptrain's own workers can form a group with (``DistSpec``),

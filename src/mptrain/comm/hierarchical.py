@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from .base import Group
+from .dist import gather_rows_padded
 from .shm import ShmGroup
 
 
@@ -83,6 +84,18 @@ class HierarchicalGroup(Group):
             for tensor, value in zip(tensors, _unflatten_dense_tensors(flat, tensors)):
                 tensor.detach().copy_(value)
         self._local.broadcast_(tensors, src=0)
+
+    def collective_bytes(self) -> int:
+        return self._local.collective_bytes()
+
+    def gather_rows(self, rows, counts, receive=None) -> int:
+        """Over torch.distributed's default group, every rank of the job (torchrun's, which
+        formed it): rows bound for one rank would cross the node's shared memory a slot
+        (one model) at a time, a collective each, then the leaders; one gloo gather moves
+        them all. Without a default group (a group built by hand) the broadcasts."""
+        if not dist.is_initialized():
+            return super().gather_rows(rows, counts, receive)
+        return gather_rows_padded(rows, counts, self.rank, self.world_size, receive)
 
     def broadcast_(self, tensors, src: int = 0) -> None:
         source_node = self.topology.node_index(src)

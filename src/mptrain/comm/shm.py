@@ -324,6 +324,10 @@ class ShmGroup(Group):
         _, results = packing.my_chunks[0]
         return results[parity]
 
+    def collective_bytes(self) -> int:
+        """A slot's bytes, less the alignment of up to four dtypes' segments (``_plan``)."""
+        return self._state.slots.shape[1] - 4 * _ALIGN
+
     def broadcast_(self, tensors, src: int = 0) -> None:
         if self.world_size == 1:
             return

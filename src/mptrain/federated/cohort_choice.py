@@ -21,7 +21,7 @@ indicative: 2NN stacked 0.33x of one at a time with 1 client, 0.83x with 4, 0.91
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -42,22 +42,34 @@ def vectorizing(mode: str) -> str:
 class ClientPath:
     """The path a run's clients train on: stacked in cohorts of ``chunk`` clients (None
     while a worker has yet to size it from its GPU's free memory), or one at a time and
-    why."""
+    why.
+
+    ``expected``: Poisson sampling's expected clients a round (None when every round
+    samples the same count). A Poisson cohort is sized for the most a round can sample,
+    several times what a round usually holds, so its size alone would overstate the
+    cohorts that train."""
 
     vectorized: bool
     chunk: int | None = None
     reason: str = ""
+    expected: int | None = None
 
     def describe(self) -> str:
-        """``vectorized x50`` or ``one client at a time: <reason>``, for the banner and
+        """``vectorized x50``, ``vectorized, cohorts of up to 55 (Poisson: 12 clients
+        expected per round)`` or ``one client at a time: <reason>``, for the banner and
         the summary."""
         if self.vectorized:
-            return f"vectorized x{self.chunk}" if self.chunk else "vectorized"
+            if not self.chunk:
+                return "vectorized"
+            if self.expected is None:
+                return f"vectorized x{self.chunk}"
+            return (f"vectorized, cohorts of up to {self.chunk} (Poisson: {self.expected} "
+                    "clients expected per round)")
         return f"one client at a time: {self.reason}" if self.reason \
             else "one client at a time"
 
     def sized(self, chunk: int) -> "ClientPath":
-        return ClientPath(True, chunk, self.reason)
+        return replace(self, vectorized=True, chunk=chunk)
 
 
 def first_convolution(model: nn.Module) -> str | None:

@@ -97,7 +97,9 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
                  corrections: torch.Tensor | None = None,
                  on_step: Callable[[int], None] | None = None) -> Iterator[ClientOutcome]:
     """Train ``clients`` together from the global parameters ``start``; yields each
-    client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client."""
+    client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
+    ``on_step(samples)``: progress after every step, and once, negative, if the cohort
+    raises (what it counted is taken back: its clients are then trained again)."""
     streams = []
     for client in clients:
         indices = client_index[offsets[client]:offsets[client + 1]]
@@ -108,9 +110,25 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
         streams.append(client_batches(indices, generator, work.batch_size,
                                       work.local_epochs, budget))
     plan = plan_cohort(streams, work.batch_size)
-    trained = trainer.train(plan, batch, start, corrections=corrections,
-                            dropout_seed=cohort_seed(work.seed, round_index, clients),
-                            lr=lr, on_step=on_step)
+    counted = 0
+
+    def count(samples: int) -> None:
+        nonlocal counted
+        counted += samples
+        on_step(samples)
+
+    try:
+        trained = trainer.train(plan, batch, start, corrections=corrections,
+                                dropout_seed=cohort_seed(work.seed, round_index, clients),
+                                lr=lr, on_step=None if on_step is None else count)
+    except Exception:
+        # A cohort that raises is retrained one client at a time, which counts its clients'
+        # samples again: what this attempt counted is taken back, so that progress counts
+        # each sample once (the parent's in-round count, the board's sum less what rounds
+        # reported, would otherwise stay that much ahead for the rest of the run).
+        if counted:
+            on_step(-counted)
+        raise
     buffers = [b.detach().reshape(-1) for b in trainer.model.buffers()
                if b.is_floating_point()]   # never changed by a cohort (``vectorizable``)
     buffers_finite = all(bool(torch.isfinite(b).all()) for b in buffers)

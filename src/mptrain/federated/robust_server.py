@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..comm.dist import gather_buffer_rows
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
 from .attacks import alie_z, attack_row_, flip_labels, malicious_clients
@@ -109,25 +110,37 @@ def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
     return None
 
 
+#: The columns after a gathered row's numbers that carry its weight: the float64's bits as
+#: two float32s (``strategies.fedavg.gathered``).
+WEIGHT_COLUMNS = 2
+
+
 def gathered_memory_refusal(settings: RobustSettings, rows: int, numel: int, ranks: int,
                             ranks_here: int, available: int) -> str | None:
     """Why rank 0's machine cannot hold the gathered table now (None: it can). Under
-    torchrun the table is private memory, not /dev/shm: rank 0's ``rows x numel`` floats,
-    plus, for each other rank on its machine, the rows of its own clients of the round (at
-    most ``ceil(rows / ranks)``), counted against the memory ``available`` now."""
+    torchrun the table is private memory, not /dev/shm: rank 0's ``rows x numel`` floats;
+    for each other rank on its machine, the rows of its own clients of the round (at most
+    ``ceil(rows / ranks)``, each with its weight's two columns); and the gather's buffers
+    (a block of rows on each of those ranks, and on rank 0 one more per rank: at most
+    ``comm.dist.GATHER_BYTES`` and a block) -- counted against the memory ``available``
+    now."""
     if not settings.needs_table:
         return None
-    row = numel * 4
+    row, sent = numel * 4, (numel + WEIGHT_COLUMNS) * 4
     table = rows * row
-    others = (ranks_here - 1) * -(-rows // ranks) * row
-    if table + others <= available:
+    share = -(-rows // ranks)
+    others = (ranks_here - 1) * share * sent
+    buffers = (ranks + ranks_here) * gather_buffer_rows(share, sent, ranks) * sent \
+        if ranks > 1 else 0
+    if table + others + buffers <= available:
         return None
     theirs = f" + {size_text(others)} for its other {ranks_here - 1} rank(s)' own rows" \
         if others else ""
+    gather = f" + {size_text(buffers)} for the gather's buffers" if buffers else ""
     return (f"{_what(settings)} gathers every client's update to rank 0: {rows} clients x "
-            f"{numel:,} parameters x 4 bytes = {size_text(table)}{theirs} on rank 0's "
-            f"machine, which has {size_text(available)} of memory available; sample fewer "
-            f"{named('clients_per_round')}, or free memory there")
+            f"{numel:,} parameters x 4 bytes = {size_text(table)}{theirs}{gather} on rank "
+            f"0's machine, which has {size_text(available)} of memory available; sample "
+            f"fewer {named('clients_per_round')}, or free memory there")
 
 
 def _what(settings: RobustSettings) -> str:

@@ -24,11 +24,13 @@ from .acting import EpisodeTracker, actor_seed, as_batch, share_of
 from .base import ActorProgram, ActorStrategy
 from .envs import make_env
 from .nets import ActorCritic, flat_values
+from .plain_adam import PlainAdam
 from .returns import gae
 
 
 class A3CStrategy(ActorStrategy):
     name = "a3c"
+    builds_torch_optimizer = False   # the actor-learners' Adam is plain_adam's
     network = ActorCritic   # built-in network, and the outputs a --net must give
     default_lr = 1e-3
     default_hidden = 128
@@ -60,7 +62,7 @@ class A3CProgram(ActorProgram):
         self.config, self.rank, self.world = setup.config, setup.group.rank, \
             setup.group.world_size
         self.model, self.progress = setup.model, setup.progress
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.learning_rate)
+        self.optimizer = PlainAdam(self.model.parameters(), lr=self.config.learning_rate)
         self.shared_state = optimizer_state
         attach_shared_state(self.optimizer, self.model.parameters(), optimizer_state)
         self.generator = torch.Generator().manual_seed(self.config.seed * 7919 + self.rank)

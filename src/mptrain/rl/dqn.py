@@ -42,6 +42,7 @@ from .acting import EpisodeTracker, actor_seed, as_batch
 from .base import ActorProgram, ActorStrategy
 from .envs import make_env
 from .nets import QNetwork
+from .plain_adam import PlainAdam
 from .published import PublishedPolicy
 from .replay import SharedReplay, rows_before
 from .schedules import linear_epsilon, update_target
@@ -66,6 +67,7 @@ def ahead_steps(config) -> int:
 
 class DQNStrategy(ActorStrategy):
     name = "dqn"
+    builds_torch_optimizer = False   # the learner's Adam is plain_adam's
     network = QNetwork   # built-in network, and the outputs a --net must give
     # rl-baselines3-zoo's CartPole-v1 DQN: 2.3e-3, two layers of 256
     default_lr = 2.3e-3
@@ -131,7 +133,7 @@ class DQNProgram(ActorProgram):
             self.target = copy.deepcopy(self.model)  # private: only the learner reads it
             for param in self.target.parameters():
                 param.requires_grad_(False)
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=c.learning_rate)
+            self.optimizer = PlainAdam(self.model.parameters(), lr=c.learning_rate)
             self.updates = 0
             self.published = -1
             self.sampler = torch.Generator().manual_seed(c.seed * 7919)

@@ -7,15 +7,18 @@ optimizer on the same bits -- so the ranks' models stay bitwise equal, and equal
 single-machine run's (the rule's sums run over the same fixed blocks in the same client
 order whoever computes them).
 
-Memory: rank 0 holds the table, ``rows x numel`` floats, made once; every other rank holds
-only its own clients' rows (made each round, dropped after the gather) and one row to
-receive into. The banner and the 1 GiB refusal count rank 0's table.
+The gather is the group's (``Group.gather_rows``): torchrun's groups gather every rank's
+rows to rank 0 in one gloo collective a round (more only past 64 MiB at rank 0), where
+they had a broadcast per row; other groups broadcast a block of rows at a time. Each row
+carries its weight in two extra columns (the float64's bits as two float32s: copied, never
+computed with, so exact), so the weights need no collective of their own.
 
-The gather goes through the run's group (shared memory within a node, gloo between the
-node leaders): each rank's weights in one broadcast, then each row from the rank that
-trained it. The group has no gather; a broadcast reaches rank 0 on any layout of nodes, and
-the ranks it also reaches copy each row into their one scratch row and drop it (traffic,
-never memory). No shared state: everything here is private to its rank.
+Memory: rank 0 holds the table, ``rows x numel`` floats, made once; every other rank holds
+only its own clients' rows (made each round, dropped after the gather); the gather holds a
+block of rows on every rank and one more per rank on rank 0, at most 64 MiB there
+(``comm.dist.GATHER_BYTES``). The banner and the 1 GiB refusal count rank 0's table, the
+refusal on rank 0's machine the rest too (``robust_server.gathered_memory_refusal``). No
+shared state: everything here is private to its rank.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+
+from ...federated.robust_server import WEIGHT_COLUMNS
 
 
 class GatheredTable:
@@ -37,48 +42,47 @@ class GatheredTable:
         #: elsewhere this rank's own.
         self.weights = torch.zeros(rows, dtype=torch.float64)
         self._rows: dict[int, torch.Tensor] = {}
-        self._scratch: torch.Tensor | None = None
+        self._block: torch.Tensor | None = None   # this round's rows and weights (rank > 0)
 
     def start_round(self, slots: Sequence[int]) -> None:
-        """Rows for this rank's clients of the round (their ``slots``); on rank 0 they are
-        the table's own rows, so its clients need no gathering."""
+        """Rows for this rank's clients of the round (their ``slots``, in slot order); on
+        rank 0 they are the table's own rows, so its clients need no gathering."""
         self.weights.zero_()
         if self.rank == 0:
             self._rows = {slot: self.table[slot] for slot in slots}
         else:
-            mine = torch.empty(len(slots), self.numel)
-            self._rows = {slot: mine[i] for i, slot in enumerate(slots)}
+            self._block = torch.empty(len(slots), self.numel + WEIGHT_COLUMNS)
+            self._rows = {slot: self._block[i, :self.numel] for i, slot in enumerate(slots)}
 
     def row(self, slot: int) -> torch.Tensor:
         """Where the client of ``slot`` (one of this rank's) puts what it sends."""
         return self._rows[slot]
 
-    def gather(self, group, owners: Sequence[int]) -> None:
+    def gather(self, group, owners: Sequence[int]) -> int:
         """Every slot's row and weight into rank 0's table (``owners[slot]``: the rank that
-        trained it). Every rank calls this with the same ``owners``: the broadcasts are
-        collectives, made in the same order everywhere."""
-        senders = sorted({owner for owner in owners if owner != 0})
-        for sender in senders:
-            weights = self.weights.clone()
-            group.broadcast_([weights], src=sender)
-            if self.rank == 0:
-                for slot, owner in enumerate(owners):
-                    if owner == sender:
-                        self.weights[slot] = weights[slot]
-        for slot, owner in enumerate(owners):
-            if owner == 0:
-                continue
-            group.broadcast_([self._destination(slot, owner)], src=owner)
-        self._rows = {}   # this round's rows are rank 0's now
-
-    def _destination(self, slot: int, owner: int) -> torch.Tensor:
-        if self.rank == owner:
-            return self._rows[slot]
+        trained it). Every rank calls this with the same ``owners`` (the gather is a
+        collective). Returns the collectives it took."""
+        slots_of = [[slot for slot, owner in enumerate(owners) if owner == rank]
+                    for rank in range(group.world_size)]
+        counts = [0] + [len(slots) for slots in slots_of[1:]]   # rank 0's rows are in place
         if self.rank == 0:
-            return self.table[slot]
-        if self._scratch is None:
-            self._scratch = torch.empty(self.numel)
-        return self._scratch
+            rows = torch.empty(0, self.numel + WEIGHT_COLUMNS)
+        else:
+            rows = self._block
+            weights = torch.tensor([float(self.weights[slot]) for slot in slots_of[self.rank]],
+                                   dtype=torch.float64)
+            rows[:, self.numel:] = weights.view(torch.float32).view(-1, WEIGHT_COLUMNS)
+        order = [slot for slots in slots_of[1:] for slot in slots]   # the rows' slots
+
+        def receive(first: int, block: torch.Tensor) -> None:
+            slots = torch.tensor(order[first:first + len(block)], dtype=torch.int64)
+            self.table.index_copy_(0, slots, block[:, :self.numel])
+            self.weights[slots] = block[:, self.numel:].contiguous().view(torch.float64) \
+                .reshape(-1)
+
+        calls = group.gather_rows(rows, counts, receive if self.rank == 0 else None)
+        self._rows, self._block = {}, None   # this round's rows are rank 0's now
+        return calls
 
 
 def slot_owners(sampled: Sequence[int], assignment: Sequence[Sequence[int]]) -> list[int]:
