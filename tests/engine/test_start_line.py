@@ -50,7 +50,8 @@ def test_every_rank_is_set_up_before_any_rank_trains():
     setup = WorkerSetup(rank=0, config=config,
                         data=SimpleNamespace(test=None, task="classification"), model=None,
                         strategy=strategy, group=RecordingGroup(events),
-                        progress=SimpleNamespace(beat=lambda: None), report=lambda r: None,
+                        progress=SimpleNamespace(beat=lambda: None, counted=lambda: 0),
+                        report=lambda r: None,
                         device=torch.device("cpu"))
     train(setup)
     # The first barrier is the start line: between set-up and the first round. The others

@@ -38,6 +38,7 @@ class RoundReport:
     minor_faults: int
     evaluated_at: float = 0.0          # time.monotonic() when this rank's evaluation ended
     checkpoint: bytes | None = None   # this rank's part of a checkpoint, when one is due
+    counted: int | None = None   # this rank's progress-board count (launch.board.RoundProgress)
     extras: dict = field(default_factory=dict)   # strategy-specific (fedavg: clients, ...)
 
 
@@ -51,7 +52,7 @@ class WorkerSetup:
     model: object           # the parent's model (shared memory when there are workers)
     strategy: object        # Strategy
     group: object           # comm.Group
-    progress: object        # has advance(samples) and beat()
+    progress: object        # has advance(samples), beat() and counted()
     report: object          # callable(RoundReport)
     device: torch.device
     start_round: int = 0
@@ -105,6 +106,7 @@ def train(setup: WorkerSetup) -> None:
                 eval_correct=score.correct, eval_count=score.count,
                 minor_faults=(minor_faults() - faults_before) if setup.counts_faults else 0,
                 evaluated_at=evaluated_at, checkpoint=checkpoint,
+                counted=setup.progress.counted(),
                 extras={**work.extras, **score.extras, **device_memory(setup.device)}))
             if work.last:
                 break  # the program's own stop (fedavg's privacy budget), on every rank

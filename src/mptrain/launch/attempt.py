@@ -21,7 +21,7 @@ from ..environ import environment
 from ..errors import UserError, WorkerFailedError
 from ..errors import setting_name as named   # as the caller spelled the setting
 from . import openmp, rehearsal, warmup
-from .board import ProgressBoard
+from .board import ProgressBoard, RoundProgress
 from .plan import make_comm
 from .supervisor import Supervisor
 from .tuning import apply_threads, child_environment, release_free_heap, tune_malloc
@@ -128,16 +128,15 @@ def train_on_workers(job: Job) -> None:
                             f"with {run_plan.threads} threads each could be forked (they would "
                             f"hang: OpenMP is not fork-safe); use {named('start_method')} "
                             "forkserver")
-    per_epoch = job.strategy.samples_per_round(job.bundle, run_plan.workers)
-    reported = [0]   # samples of every report received (rounds differ in size under fedavg)
+    in_round = RoundProgress(board, job.strategy.samples_per_round(job.bundle,
+                                                                   run_plan.workers))
 
     def on_message(rank, report):
-        reported[0] += report.train_samples
+        in_round.reported(report.rank, report.counted)
         job.on_report(report)
 
     def on_tick():
-        in_round = board.samples_done() - reported[0]
-        job.presenter.update(max(0, min(per_epoch, in_round)))
+        job.presenter.update(in_round.in_round())
 
     processes = run_plan.ranks_of_processes()
     supervisor = Supervisor(run_plan.start_method, heartbeat_timeout_s=config.worker_timeout,
@@ -205,6 +204,10 @@ class InProcessProgress:
         if now - self._last > 0.1:
             self._last = now
             self._presenter.update(self._done)
+
+    def counted(self) -> None:
+        """Nothing to reconcile: no board, and the count starts again every round."""
+        return None
 
     def beat(self) -> None:
         self._done = 0

@@ -57,6 +57,11 @@ class BoardWriter:
     def __init__(self, row):
         self._row = row
 
+    def counted(self) -> int:
+        """The samples this rank has posted since the run started (its reports carry it:
+        ``RoundProgress``)."""
+        return int(self._row[_SAMPLES])
+
     def advance(self, samples: int) -> None:
         self._row[_SAMPLES] += samples
         self._row[_BEAT] = time.monotonic()
@@ -68,3 +73,25 @@ class BoardWriter:
         """Mark this rank as waiting for its peers at a collective, or done waiting."""
         self._row[_WAITING] = 1.0 if at_collective else 0.0
         self._row[_BEAT] = time.monotonic()
+
+
+class RoundProgress:
+    """The progress bar's count within the round: what the board says the ranks have done
+    less what their reports already covered.
+
+    Each report carries the rank's board count when it was sent (``RoundReport.counted``),
+    not only its round's ``train_samples``: the two differ wherever a rank posted work that
+    the round does not count -- a fedavg client that failed or sent a non-finite update, a
+    cohort retried client by client -- and a difference carried over would run the bar ahead
+    for the rest of the run."""
+
+    def __init__(self, board: ProgressBoard, per_round: int):
+        self.board, self.per_round = board, per_round
+        self._covered: dict[int, int] = {}   # rank -> its board count at its last report
+
+    def reported(self, rank: int, counted: int) -> None:
+        self._covered[rank] = counted
+
+    def in_round(self) -> int:
+        done = self.board.samples_done() - sum(self._covered.values())
+        return max(0, min(self.per_round, done))
