@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..launch.lifecycle import dies_with_this_process
 from .matrix import Cell, one_worker
 from .memory import TreeMemorySampler
 from .stats import time_to_accuracy
@@ -77,8 +78,10 @@ def run_cell(cell: Cell, repeat: int, workload: Workload, sample_memory: bool = 
     with tempfile.TemporaryDirectory(prefix="mptrain-bench-") as folder:
         out = Path(folder) / "run"
         started = time.monotonic()
+        # A SIGKILLed bench would otherwise leave the run training on, an orphan.
         process = subprocess.Popen(command_for(cell, workload, out), stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
+                                   stderr=subprocess.STDOUT, text=True,
+                                   preexec_fn=dies_with_this_process())
         sampler = TreeMemorySampler(process.pid, interval_s=0.2) if sample_memory else None
         if sampler is not None:
             sampler.start()

@@ -34,6 +34,33 @@ def die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)
 
 
+def dies_with_this_process():
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child (and the program it runs) is
+    SIGKILLed when this process dies, as the workers are (:func:`die_with_parent`). The
+    death signal outlives ``exec``; a child of this process is otherwise left running as an
+    orphan when this one is SIGKILLed (``mptrain bench``'s timed runs were).
+
+    Between ``fork`` and ``exec`` only async-signal-safe work is safe (other threads may hold
+    locks the child would wait for forever): ``prctl`` is looked up here, in the parent, and
+    the child only calls it. Call this from the thread that starts the child: the kernel
+    sends the signal when that thread ends.
+    """
+    parent_pid = os.getpid()
+    prctl = None
+    if sys.platform.startswith("linux"):
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            pass
+
+    def in_the_child() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl
+            os._exit(1)
+    return in_the_child
+
+
 def ignore_interrupts() -> None:
     """Ctrl-C reaches the whole process group; the parent decides how workers stop.
 
