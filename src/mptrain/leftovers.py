@@ -5,6 +5,8 @@
   SIGKILLed) and the node buffers of torchrun's ranks (``mptrain-node-<pid>-...``).
 - Rendezvous folders of mptrain's own gloo/nccl groups (``mptrain-rendezvous-<pid>-...`` in
   the temp folder), left when the parent was SIGKILLed.
+- Folders of ``mptrain bench``'s timed runs (``mptrain-bench-<pid>-...`` in the temp
+  folder: the run's outputs), left when the bench was SIGKILLed.
 - Temp files of atomic writes (``.<name>.<random>.tmp``) in an ``--out`` folder, left when
   the writer was killed between creating and renaming one.
 
@@ -34,6 +36,9 @@ SEGMENT = re.compile(r"^(?:torch_|mptrain-node-)(\d+)[_-]")
 #: Rendezvous folders of mptrain's own groups (``comm.dist.DistSpec``).
 RENDEZVOUS_PREFIX = "mptrain-rendezvous-"
 RENDEZVOUS = re.compile(rf"^{RENDEZVOUS_PREFIX}(\d+)-")
+#: Folders of ``mptrain bench``'s timed runs (``bench.execute``), named after the bench.
+BENCH_PREFIX = "mptrain-bench-"
+BENCH_FOLDER = re.compile(rf"^{BENCH_PREFIX}(\d+)-")
 #: Temp files of ``files.atomic_write`` and the probe of ``report.outputs.prepare_out_dir``.
 TEMP_FILE = re.compile(r"^\..+\.tmp$|^\.mptrain-probe-")
 #: Untouched for this long before anything counts as left behind (seconds): a run in
@@ -92,6 +97,13 @@ def find_rendezvous(folder: str | Path | None = None,
                     min_age_s: float = MIN_AGE_S) -> list[Leftover]:
     """Rendezvous folders of dead runs in the temp folder (or ``folder``)."""
     return _find(Path(folder or tempfile.gettempdir()), RENDEZVOUS, min_age_s, stat.S_ISDIR)
+
+
+def find_bench_folders(folder: str | Path | None = None,
+                       min_age_s: float = MIN_AGE_S) -> list[Leftover]:
+    """Folders of timed runs whose ``mptrain bench`` is gone, in the temp folder (or
+    ``folder``)."""
+    return _find(Path(folder or tempfile.gettempdir()), BENCH_FOLDER, min_age_s, stat.S_ISDIR)
 
 
 def find_temp_files(out: str | Path, min_age_s: float = MIN_AGE_S) -> list[Leftover]:
