@@ -45,6 +45,10 @@ from .lifecycle import die_with_parent, ignore_interrupts, leave
 log = logging.getLogger(__name__)
 
 TERMINATE_GRACE_S = 3.0
+#: A pass of the watch loop this long means the parent was away from the pipes, busy with a
+#: worker's message (writing a checkpoint or an output) or its tick: a pass takes
+#: milliseconds otherwise, even on a loaded machine.
+AWAY_S = 0.5
 #: The last line of a traceback from a process whose ranks take turns (launch.turns).
 HOSTED_FAILURE = re.compile(r"(?:[\w.]+\.)?HostedRankFailed: rank (?P<rank>\d+): (?P<cause>.*)")
 
@@ -175,7 +179,8 @@ class Supervisor:
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._seconds_since_beat = seconds_since_beat
         self._waiting_ranks = waiting_ranks
-        self._released_at = time.monotonic()
+        # Since when the parent has watched: the gate opening, or its return from time away.
+        self._attended_since = time.monotonic()
         self._on_message = on_message or (lambda rank, payload: None)
         self._on_tick = on_tick or (lambda: None)
         self._on_started = on_started or (lambda: None)  # every worker released
@@ -215,7 +220,7 @@ class Supervisor:
                 self.stop_all()
                 _deliver(noted[0])
             _open_gate(gate_opener, len(self._processes))
-            self._released_at = time.monotonic()
+            self._attended_since = time.monotonic()
             self._on_started()
             self._watch(result, connections, finished)
         finally:
@@ -241,6 +246,7 @@ class Supervisor:
         while live:
             waitables = list(open_connections) + [live[r].sentinel for r in live]
             ready = multiprocessing.connection.wait(waitables, timeout=self._tick_s)
+            busy_since = time.monotonic()
             for item in ready:
                 if item in by_connection:
                     self._drain(item, by_connection[item], finished, tracebacks,
@@ -257,6 +263,7 @@ class Supervisor:
                     result.failures.append(replace(failure, process_ranks=self._hosted(rank)))
             if result.failures:
                 return
+            self._note_time_away(busy_since)
             hung = self._hung_ranks(live)
             if hung:
                 stopped = {rank for _, rank in hung}
@@ -267,7 +274,17 @@ class Supervisor:
                                   process_ranks=self._hosted(process))
                     for process, rank in hung)
                 return
+            busy_since = time.monotonic()
             self._on_tick()
+            self._note_time_away(busy_since)
+
+    def _note_time_away(self, busy_since: float) -> None:
+        """A worker that sends while the parent is away blocks until the parent reads its
+        pipe again, and cannot beat meanwhile: the watchdog counts its silence from the
+        parent's return, so that the parent's own slowness never makes a worker hung."""
+        now = time.monotonic()
+        if now - busy_since > AWAY_S:
+            self._attended_since = now
 
     def _drain(self, connection, rank, finished, tracebacks, open_connections) -> None:
         if connection not in open_connections:
@@ -320,12 +337,13 @@ class Supervisor:
             return []
         silent = self._seconds_since_beat()
         waiting = self._waiting_ranks() if self._waiting_ranks is not None else None
-        # Nobody can beat before the gate opens, however long starting took.
-        released = time.monotonic() - self._released_at
+        # Nobody can beat before the gate opens, however long starting took, nor while
+        # blocked on the parent (see _note_time_away).
+        attended = time.monotonic() - self._attended_since
         hung = []
         for process in live:
             quiet = [rank for rank in self._ranks_of(process)
-                     if min(silent[rank], released) > self._heartbeat_timeout_s]
+                     if min(silent[rank], attended) > self._heartbeat_timeout_s]
             stopped = [rank for rank in quiet if waiting is None or not waiting[rank]]
             if not stopped and len(quiet) == len(self._ranks_of(process)):
                 stopped = quiet
