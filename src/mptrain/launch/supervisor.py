@@ -38,7 +38,7 @@ import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
 from ..errors import setting_name as named   # as the caller spelled the setting
-from ..imports import user_import_path
+from ..imports import user_files, user_import_path
 from ..signals import stop_signals_held, stop_signals_noted
 from .lifecycle import die_with_parent, ignore_interrupts, leave
 
@@ -132,8 +132,9 @@ def _send(connection, kind, payload) -> None:
     connection.send_bytes(pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _bootstrap(target, rank: int, parent_pid: int, connection, gate, args) -> None:
-    """Module-level entry of every worker (spawn needs it importable)."""
+def _bootstrap(target, rank: int, parent_pid: int, connection, gate, files, args) -> None:
+    """Module-level entry of every worker (spawn needs it importable). ``files``: the
+    user's files loaded by path, unpickled before ``args`` (see ``imports.UserFiles``)."""
     die_with_parent(parent_pid)
     ignore_interrupts()  # also unblocks the signals the parent blocked around fork
     if not _wait_at_gate(gate):
@@ -193,6 +194,7 @@ class Supervisor:
         self._processes = []
         parent_pid = None if self._start_method == "forkserver" else os.getpid()
         gate, gate_opener = self._context.Pipe(duplex=False)
+        files = user_files()
         try:
             if self._start_method == "forkserver":
                 # Started here, not inside the first start(): it would inherit the blocked
@@ -203,7 +205,8 @@ class Supervisor:
                 for rank, args in enumerate(args_per_rank):
                     receiver, sender = self._context.Pipe(duplex=False)
                     process = self._context.Process(
-                        target=_bootstrap, args=(target, rank, parent_pid, sender, gate, args),
+                        target=_bootstrap,
+                        args=(target, rank, parent_pid, sender, gate, files, args),
                         name=f"mptrain-worker-{rank}", daemon=True)
                     with stop_signals_held():
                         # Blocked until the process is on the list that stop_all() reaps.
