@@ -64,6 +64,10 @@ def dies_with_this_process():
 def ignore_interrupts() -> None:
     """Ctrl-C reaches the whole process group; the parent decides how workers stop.
 
+    SIGHUP (the terminal closed) is the parent's to act on too: it reaches the whole
+    process group, and a worker that died of it would be reported as a failure instead of
+    the run being stopped.
+
     SIGTERM goes back to the default action: a handler inherited from the parent (the CLI
     turns SIGTERM into an exception) would only run at the worker's next Python line, and a
     worker stuck in native code would then wait for the SIGKILL after the grace period.
@@ -73,6 +77,8 @@ def ignore_interrupts() -> None:
     in place, so a SIGTERM sent during the start takes effect now instead of being lost.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -143,8 +149,9 @@ def _send_later(signum: int) -> None:
 
 @contextmanager
 def sigterm_raises():
-    """While inside, SIGTERM raises :class:`Interrupted` in the main thread, as Ctrl-C raises
-    KeyboardInterrupt: the run stops the same way for both (the command installs it).
+    """While inside, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread, as
+    Ctrl-C raises KeyboardInterrupt: the run stops the same way for all three (the command
+    installs it).
 
     The signal can land inside code Python cannot raise out of -- a weakref callback or a
     finaliser, such as the import system's lock cleanup while torchrun stops a rank that is
@@ -173,10 +180,12 @@ def sigterm_raises():
         finally:
             in_hook = False
 
-    previous = signal.signal(signal.SIGTERM, _raise)
+    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS
+                if sig != signal.SIGINT}
     sys.unraisablehook = _send_again
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sys.unraisablehook = previous_hook

@@ -39,7 +39,7 @@ import torch.multiprocessing as torch_mp
 from ..errors import Interrupted
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_files, user_import_path
-from ..signals import stop_signals_held, stop_signals_noted
+from ..signals import STOP_SIGNALS, stop_signals_held, stop_signals_noted
 from .lifecycle import die_with_parent, ignore_interrupts, leave
 
 log = logging.getLogger(__name__)
@@ -393,11 +393,11 @@ class Supervisor:
 
 @contextmanager
 def _signals_redirected(handler):
-    """Route SIGINT/SIGTERM to ``handler`` (main thread only; elsewhere leave them be)."""
+    """Route the stop signals to ``handler`` (main thread only; elsewhere leave them be)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:
