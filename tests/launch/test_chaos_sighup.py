@@ -55,6 +55,22 @@ def test_sighup_is_a_stop_for_the_command_and_left_to_the_parent_by_a_worker(scr
     assert (done.returncode, done.stdout.strip()) == (0, said), done.stderr
 
 
+NOHUP = textwrap.dedent("""
+    import os, signal
+    from mptrain.launch.lifecycle import sigterm_raises
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)   # as nohup starts the command
+    with sigterm_raises():
+        os.kill(os.getpid(), signal.SIGHUP)
+    print("still here")
+""")
+
+
+def test_a_command_started_under_nohup_keeps_ignoring_sighup():
+    done = subprocess.run([sys.executable, "-c", NOHUP], capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "still here"), done.stderr
+
+
 @pytest.mark.timeout(150)
 def test_a_run_whose_terminal_closes_stops_cleanly_and_leaves_nothing(tmp_path):
     factory = tmp_path / "faulty.py"

@@ -180,8 +180,10 @@ def sigterm_raises():
         finally:
             in_hook = False
 
+    # A SIGHUP ignored when the command started (nohup) stays ignored: the user asked for it.
     previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS
-                if sig != signal.SIGINT}
+                if sig != signal.SIGINT
+                and not (sig != signal.SIGTERM and signal.getsignal(sig) == signal.SIG_IGN)}
     sys.unraisablehook = _send_again
     try:
         yield
