@@ -292,20 +292,26 @@ class Supervisor:
     def _drain(self, connection, rank, finished, tracebacks, open_connections) -> None:
         if connection not in open_connections:
             return
-        try:
-            while connection.poll():
+        while True:
+            try:
+                if not connection.poll():
+                    return
                 kind, payload = pickle.loads(connection.recv_bytes())
-                if kind == "message":
-                    self._on_message(rank, payload)
-                elif kind == "done":
-                    finished.add(rank)
-                elif kind == "error":
-                    tracebacks[rank] = payload
-        except EOFError:
-            open_connections.discard(connection)
-        except OSError as err:
-            open_connections.discard(connection)
-            tracebacks.setdefault(rank, f"the pipe from this worker broke: {err!r}")
+            except EOFError:
+                open_connections.discard(connection)
+                return
+            except OSError as err:
+                open_connections.discard(connection)
+                tracebacks.setdefault(rank, f"the pipe from this worker broke: {err!r}")
+                return
+            # Outside the try: what the parent does with a message (writing a checkpoint to
+            # a full disk) fails in the parent, and is raised as the parent's error.
+            if kind == "message":
+                self._on_message(rank, payload)
+            elif kind == "done":
+                finished.add(rank)
+            elif kind == "error":
+                tracebacks[rank] = payload
 
     @staticmethod
     def _failure(rank, process, finished, worker_traceback) -> WorkerFailure | None:

@@ -1,0 +1,35 @@
+"""An error in the parent's own handling of a worker's message is the parent's, not the
+worker's.
+
+The parent writes checkpoints and outputs as the workers' reports arrive. A full disk there
+(``OSError: [Errno 28] No space left on device``) was caught with the errors of reading the
+pipe and reported as "worker rank 0 raised the pipe from this worker broke: OSError(28, ...)"
+-- blaming a healthy worker, with a "traceback" that was not one.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from mptrain.launch.supervisor import Supervisor
+
+
+def report_once(rank, channel):
+    channel.send("write a checkpoint")
+
+
+def disk_full(rank, payload):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "out/.checkpoint.pt.x.tmp")
+
+
+@pytest.mark.timeout(60)
+def test_a_full_disk_while_the_parent_writes_is_raised_to_the_caller_not_blamed_on_a_worker():
+    supervisor = Supervisor("fork", on_message=disk_full)
+    with pytest.raises(OSError) as raised:
+        supervisor.run(report_once, [()])
+    assert raised.value.errno == errno.ENOSPC
+    # The worker was stopped and reaped on the way out.
+    assert all(process.exitcode is not None for process in supervisor._processes)
