@@ -33,3 +33,23 @@ def test_a_full_disk_while_the_parent_writes_is_raised_to_the_caller_not_blamed_
     assert raised.value.errno == errno.ENOSPC
     # The worker was stopped and reaped on the way out.
     assert all(process.exitcode is not None for process in supervisor._processes)
+
+
+def test_an_output_that_cannot_be_written_is_one_line_and_the_old_file_stays(tmp_path):
+    from mptrain.errors import UserError
+    from mptrain.files import atomic_write
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"the last complete checkpoint")
+
+    def fill_the_disk(handle):
+        handle.write(b"half of the new one")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.raises(UserError) as raised:
+        atomic_write(path, fill_the_disk)
+    said = str(raised.value)
+    assert said == f"could not write {path}: No space left on device; free space there or " \
+                   "choose another --out (the file it would have replaced is unchanged)", said
+    assert path.read_bytes() == b"the last complete checkpoint"
+    assert [item.name for item in tmp_path.iterdir()] == ["checkpoint.pt"]
