@@ -53,3 +53,16 @@ def test_an_output_that_cannot_be_written_is_one_line_and_the_old_file_stays(tmp
                    "choose another --out (the file it would have replaced is unchanged)", said
     assert path.read_bytes() == b"the last complete checkpoint"
     assert [item.name for item in tmp_path.iterdir()] == ["checkpoint.pt"]
+
+
+def test_a_worker_killed_by_sigbus_is_described_with_the_likely_cause():
+    """Shared memory is backed page by page as it is first written (fedavg's tables, the
+    sharded optimizer's state): when /dev/shm fills up meanwhile, the worker that touches a
+    new page dies of SIGBUS, and "was killed by SIGBUS" alone said nothing of why."""
+    from mptrain.launch.supervisor import WorkerFailure
+
+    text = WorkerFailure(1, 4242, "signal", -7, signal_name="SIGBUS").describe()
+    assert text.startswith("worker rank 1 (pid 4242) was killed by SIGBUS (")
+    assert "/dev/shm" in text and "--shm-size" in text
+    assert WorkerFailure(1, 4242, "signal", -9, signal_name="SIGKILL").describe() == \
+        "worker rank 1 (pid 4242) was killed by SIGKILL"

@@ -49,6 +49,10 @@ TERMINATE_GRACE_S = 3.0
 #: worker's message (writing a checkpoint or an output) or its tick: a pass takes
 #: milliseconds otherwise, even on a loaded machine.
 AWAY_S = 0.5
+#: Shared memory is backed page by page as it is first written: a worker that writes a new
+#: page once /dev/shm is full dies of SIGBUS.
+SIGBUS_CAUSE = (" (shared memory could not be backed: /dev/shm is probably full; free space "
+                "there, or in Docker start the container with a larger --shm-size)")
 #: The last line of a traceback from a process whose ranks take turns (launch.turns).
 HOSTED_FAILURE = re.compile(r"(?:[\w.]+\.)?HostedRankFailed: rank (?P<rank>\d+): (?P<cause>.*)")
 
@@ -87,7 +91,8 @@ class WorkerFailure:
                 where, cause = f"rank {hosted['rank']} in {where}", hosted["cause"]
             return f"{where} raised {cause}"
         if self.reason == "signal":
-            return f"{where} was killed by {self.signal_name}"
+            return f"{where} was killed by {self.signal_name}" + (
+                SIGBUS_CAUSE if self.signal_name == "SIGBUS" else "")
         if self.reason == "hung":
             waiting = ""
             if self.waiting_ranks:
