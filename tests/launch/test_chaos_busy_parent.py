@@ -64,3 +64,43 @@ def test_a_worker_that_stops_after_the_parent_is_back_is_still_reported_hung():
     result = supervisor.run(silent_after_the_parent_was_busy, [(board,)])
 
     assert [(failure.rank, failure.reason) for failure in result.failures] == [(0, "hung")]
+
+
+def beat_then_finish_when_told(rank, channel, board, go):
+    """Beat, then wait -- silent -- for the parent's word, and finish without beating."""
+    board.writer(rank).beat()
+    channel.send("started")
+    go.wait(60)
+
+
+@pytest.mark.timeout(60)
+def test_a_parent_stopped_in_its_wait_does_not_blame_its_workers_when_it_resumes(monkeypatch):
+    """Ctrl-Z stops the whole process group; after ``fg`` the parent may look at the board
+    before a worker has taken its next step. Here the parent's wait returns BUSY_S late (the
+    parent was stopped inside it) and the worker is silent: the parent was away, not the
+    worker."""
+    import multiprocessing
+    import multiprocessing.connection as connection
+
+    go = multiprocessing.get_context("fork").Event()
+    real_wait, late = connection.wait, []
+
+    def wait(objects, timeout=None):
+        ready = real_wait(objects, timeout)
+        if ready and not late:   # the first report: the parent is stopped right after it
+            late.append(True)
+            time.sleep(BUSY_S)   # the fault under test: the parent does not run meanwhile
+        return ready
+
+    def on_message(rank, payload):
+        go.set()   # told only once the parent is back: the worker stays silent until then
+
+    monkeypatch.setattr(connection, "wait", wait)
+    board = ProgressBoard.create(1)
+    supervisor = Supervisor("fork", heartbeat_timeout_s=TIMEOUT_S,
+                            seconds_since_beat=board.seconds_since_beat,
+                            waiting_ranks=board.waiting_ranks, on_message=on_message)
+    board.beat_all()
+    result = supervisor.run(beat_then_finish_when_told, [(board, go)])
+
+    assert late and result.ok, [failure.describe() for failure in result.failures]

@@ -253,7 +253,11 @@ class Supervisor:
         open_connections = set(connections.values())
         while live:
             waitables = list(open_connections) + [live[r].sentinel for r in live]
+            waited_since = time.monotonic()
             ready = multiprocessing.connection.wait(waitables, timeout=self._tick_s)
+            # Longer than its timeout: the parent was not running (stopped with its group by
+            # Ctrl-Z, starved), and its workers may not have run since it came back either.
+            self._note_time_away(waited_since + self._tick_s)
             busy_since = time.monotonic()
             for item in ready:
                 if item in by_connection:
@@ -289,7 +293,8 @@ class Supervisor:
     def _note_time_away(self, busy_since: float) -> None:
         """A worker that sends while the parent is away blocks until the parent reads its
         pipe again, and cannot beat meanwhile: the watchdog counts its silence from the
-        parent's return, so that the parent's own slowness never makes a worker hung."""
+        parent's return, so that the parent's own slowness never makes a worker hung.
+        ``busy_since``: when the parent's work (or wait) should have ended at the latest."""
         now = time.monotonic()
         if now - busy_since > AWAY_S:
             self._attended_since = now
