@@ -29,9 +29,10 @@ class Check:
 
 def find_all(shm_dir: str | Path | None = None, out: str | Path | None = None,
              temp_dir: str | Path | None = None) -> list[leftovers.Leftover]:
-    """Everything dead runs left: segments (in /dev/shm), rendezvous folders (in the temp
-    folder), and temp files in ``out``."""
-    found = leftovers.find_segments(shm_dir) + leftovers.find_rendezvous(temp_dir)
+    """Everything dead runs left: segments (in /dev/shm), rendezvous and bench folders (in
+    the temp folder), and temp files in ``out``."""
+    found = leftovers.find_segments(shm_dir) + leftovers.find_rendezvous(temp_dir) \
+        + leftovers.find_bench_folders(temp_dir)
     return found + (leftovers.find_temp_files(out) if out is not None else [])
 
 

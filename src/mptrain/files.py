@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from .errors import UserError
+from .errors import setting_name as named   # as the caller spelled the setting
 from .signals import stop_signals_deferred
 
 #: Temp files are named ``.<final name>.<random>.tmp`` next to the final name
@@ -23,7 +25,12 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
     ``on_replaced`` runs right after the rename, with SIGINT/SIGTERM deferred across both: a
     stop cannot fall between the file appearing and the caller recording that it did."""
     path = Path(path)
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+    try:
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.",
+                                    suffix=TEMP_SUFFIX)
+    except OSError as err:
+        raise _not_written(path, err) from err
+    replaced = False
     try:
         os.fchmod(fd, 0o666 & ~umask())  # mkstemp's 0600 would hide results from others
         with os.fdopen(fd, "wb") as handle:
@@ -32,15 +39,26 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
             os.fsync(handle.fileno())
         with stop_signals_deferred():
             os.replace(temp, path)
+            replaced = True
             fsync_folder(path.parent)
             if on_replaced is not None:
                 on_replaced()
-    except BaseException:
+    except BaseException as err:
+        if replaced:   # the new file is in place: what failed after it is the caller's
+            raise
         try:
             os.unlink(temp)
         except FileNotFoundError:
             pass
+        if isinstance(err, OSError):   # a full disk, a quota, a folder gone: one line
+            raise _not_written(path, err) from err
         raise
+
+
+def _not_written(path: Path, err: OSError) -> UserError:
+    return UserError(f"could not write {path}: {err.strerror or err}; free space there or "
+                     f"choose another {named('out')} (the file it would have replaced is "
+                     "unchanged)")
 
 
 def fsync_folder(folder: Path) -> None:

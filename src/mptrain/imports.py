@@ -16,6 +16,8 @@ from .errors import UserError, error_line
 #: directory): spawn'd workers import the same modules again, from there
 #: (:func:`user_import_path`).
 _USER_FOLDERS: list[str] = []
+#: Modules of user files loaded by path (``file.py:make``), by the names they were given.
+_USER_FILES: dict[str, str] = {}
 
 
 def is_import_string(text: str) -> bool:
@@ -90,6 +92,48 @@ def user_import_path():
         yield
 
 
+class UserFiles:
+    """The user's files loaded by path, for workers that are not forked.
+
+    Such a file is a module under a made-up name (``mptrain_user_<stem>_<hash>``) that no
+    other process can import, yet a model of a class defined there pickles as a reference
+    to it. Pickled ahead of the model (the supervisor puts it first among a worker's
+    arguments), unpickling this registers the files in the worker first: the model's class
+    then imports. Only the paths travel, from the parent; no file names what is run."""
+
+    def __init__(self, files: dict[str, str]):
+        self.files = dict(files)
+
+    def __reduce__(self):
+        return _register_user_files, (self.files,)
+
+
+def user_files() -> UserFiles:
+    return UserFiles(_USER_FILES)
+
+
+class _UserFileFinder:
+    """Imports the registered user files by their made-up names (on ``sys.meta_path``)."""
+
+    def __init__(self):
+        self.files: dict[str, str] = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.files:
+            return None
+        return importlib.util.spec_from_file_location(name, self.files[name])
+
+
+_FINDER = _UserFileFinder()
+
+
+def _register_user_files(files: dict[str, str]) -> UserFiles:
+    _FINDER.files.update(files)
+    if files and _FINDER not in sys.meta_path:
+        sys.meta_path.append(_FINDER)
+    return UserFiles(files)
+
+
 @contextmanager
 def _appended_to_path(folders):
     added = [folder for folder in folders if folder not in sys.path]
@@ -113,13 +157,14 @@ def _load_file(path: Path, spec: str, what: str):
         return sys.modules[name]
     module_spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(module_spec)
-    sys.modules[name] = module  # spawn'd workers unpickle functions by module name
+    sys.modules[name] = module  # pickles refer to its functions and classes by this name
     try:
         module_spec.loader.exec_module(module)
     except Exception as err:
         del sys.modules[name]
         raise UserError(f"{what} {spec!r}: running {path} raised "
                         f"{type(err).__name__}: {err}") from None
+    _USER_FILES[name] = str(path.resolve())  # workers not forked import it (UserFiles)
     return module
 
 

@@ -5,8 +5,15 @@
   SIGKILLed) and the node buffers of torchrun's ranks (``mptrain-node-<pid>-...``).
 - Rendezvous folders of mptrain's own gloo/nccl groups (``mptrain-rendezvous-<pid>-...`` in
   the temp folder), left when the parent was SIGKILLed.
+- Folders of ``mptrain bench``'s timed runs (``mptrain-bench-<pid>-...`` in the temp
+  folder: the run's outputs), left when the bench was SIGKILLed.
 - Temp files of atomic writes (``.<name>.<random>.tmp``) in an ``--out`` folder, left when
   the writer was killed between creating and renaming one.
+
+Whatever a process here maps or holds open is in use, whoever created it: torch's
+``file_system`` segments outlive their creator in the processes it shared them with (a
+DataLoader worker's batch in the main process), and another process that attaches one later
+needs its name.
 
 Only what the caller owns is ever removed: other users' files are reported, not touched (in
 ``/dev/shm`` the sticky bit forbids it anyway). A pid in a name is the creator's in its own
@@ -34,6 +41,9 @@ SEGMENT = re.compile(r"^(?:torch_|mptrain-node-)(\d+)[_-]")
 #: Rendezvous folders of mptrain's own groups (``comm.dist.DistSpec``).
 RENDEZVOUS_PREFIX = "mptrain-rendezvous-"
 RENDEZVOUS = re.compile(rf"^{RENDEZVOUS_PREFIX}(\d+)-")
+#: Folders of ``mptrain bench``'s timed runs (``bench.execute``), named after the bench.
+BENCH_PREFIX = "mptrain-bench-"
+BENCH_FOLDER = re.compile(rf"^{BENCH_PREFIX}(\d+)-")
 #: Temp files of ``files.atomic_write`` and the probe of ``report.outputs.prepare_out_dir``.
 TEMP_FILE = re.compile(r"^\..+\.tmp$|^\.mptrain-probe-")
 #: Untouched for this long before anything counts as left behind (seconds): a run in
@@ -94,6 +104,13 @@ def find_rendezvous(folder: str | Path | None = None,
     return _find(Path(folder or tempfile.gettempdir()), RENDEZVOUS, min_age_s, stat.S_ISDIR)
 
 
+def find_bench_folders(folder: str | Path | None = None,
+                       min_age_s: float = MIN_AGE_S) -> list[Leftover]:
+    """Folders of timed runs whose ``mptrain bench`` is gone, in the temp folder (or
+    ``folder``)."""
+    return _find(Path(folder or tempfile.gettempdir()), BENCH_FOLDER, min_age_s, stat.S_ISDIR)
+
+
 def find_temp_files(out: str | Path, min_age_s: float = MIN_AGE_S) -> list[Leftover]:
     """Temp files of interrupted atomic writes in an --out folder."""
     return _find(Path(out), TEMP_FILE, min_age_s, stat.S_ISREG)
@@ -103,6 +120,7 @@ def clean(leftovers: list[Leftover]) -> Cleanup:
     """Remove the caller's leftovers, checking each again first (a pid may have come back);
     never raises for one that cannot go."""
     done = Cleanup()
+    used = paths_in_use({item.path.parent for item in leftovers})
     for item in leftovers:
         try:
             now = os.lstat(item.path)
@@ -115,6 +133,8 @@ def clean(leftovers: list[Leftover]) -> Cleanup:
             done.others.append(Leftover(item.path, item.pid, item.size, now.st_uid))
             continue
         if item.pid is not None and psutil.pid_exists(item.pid):
+            continue
+        if _in_use(item.path, used):
             continue
         try:
             if stat.S_ISDIR(now.st_mode):
@@ -151,4 +171,48 @@ def _find(folder: Path, pattern: re.Pattern, min_age_s: float, kind) -> list[Lef
         if not kind(info.st_mode) or now - info.st_mtime < min_age_s:
             continue
         found.append(Leftover(Path(entry.path), pid, info.st_size, info.st_uid))
-    return sorted(found, key=lambda item: item.path.name)
+    used = paths_in_use({folder}) if found else set()
+    return sorted((item for item in found if not _in_use(item.path, used)),
+                  key=lambda item: item.path.name)
+
+
+def paths_in_use(folders, proc: str | Path = "/proc") -> set[str]:
+    """Paths under ``folders`` that a process visible here maps or holds open (from
+    ``/proc/<pid>/maps`` and ``/proc/<pid>/fd``; processes this user may not inspect are
+    passed over: what they hold is not this user's to remove)."""
+    prefixes = tuple(os.path.realpath(folder).rstrip("/") + "/" for folder in folders)
+    used: set[str] = set()
+    if not prefixes:
+        return used
+    try:
+        processes = [entry.path for entry in os.scandir(proc) if entry.name.isdigit()]
+    except OSError:
+        return used
+    for process in processes:
+        try:
+            with open(os.path.join(process, "maps"), encoding="utf-8",
+                      errors="surrogateescape") as maps:
+                for line in maps:
+                    where = line.find("/")   # the path, when the mapping has one
+                    if where >= 0 and line.startswith(prefixes, where):
+                        used.add(line[where:].rstrip("\n"))
+        except OSError:
+            pass
+        try:
+            descriptors = list(os.scandir(os.path.join(process, "fd")))
+        except OSError:
+            continue
+        for descriptor in descriptors:
+            try:
+                target = os.readlink(descriptor.path)
+            except OSError:
+                continue
+            if target.startswith(prefixes):
+                used.add(target)
+    return used
+
+
+def _in_use(path: Path, used: set[str]) -> bool:
+    """Is ``path``, or for a folder anything in it, in ``used``?"""
+    real = os.path.realpath(path)
+    return real in used or any(item.startswith(real + "/") for item in used)

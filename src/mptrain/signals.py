@@ -1,4 +1,4 @@
-"""Holding SIGINT/SIGTERM back around steps a stop must not split (starting a worker,
+"""Holding the stop signals (SIGINT, SIGTERM, SIGHUP) back around steps a stop must not split (starting a worker,
 putting a file in place and recording that it is there). No process management here: the
 files layer uses these as well as the launcher."""
 
@@ -8,7 +8,11 @@ import signal
 import threading
 from contextlib import contextmanager
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: Ctrl-C, a stop request, and the terminal going away (a closed window, a dropped ssh
+#: session): each stops a run the same way, cleanly. SIGHUP's default action would end the
+#: command where it stands, leaving what a SIGKILL leaves.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP")
+                     if hasattr(signal, name))
 
 
 @contextmanager

@@ -394,7 +394,7 @@ def _hung_in_hosted_processes(silent_s, waiting):
                             seconds_since_beat=lambda: silent_s,
                             waiting_ranks=lambda: waiting,
                             ranks_of_processes=[[0, 1], [2, 3]])
-    supervisor._released_at = 0.0   # long released
+    supervisor._attended_since = 0.0   # long released
     return supervisor._hung_ranks({0: None, 1: None})
 
 

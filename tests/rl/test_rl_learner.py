@@ -18,6 +18,7 @@ def scripted_learner(**settings) -> tuple[DQNProgram, list]:
     learner.updates, learner.published = 0, -1
     learner.actor, learner.actors = None, 1
     learner.model = None
+    learner.progress = SimpleNamespace(beat=lambda: None)
 
     def update(first, end):
         calls.append(("update", first, end))

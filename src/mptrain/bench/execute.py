@@ -8,6 +8,7 @@ holds their memory locks; at 2 Hz it cost a 2-worker MNIST run 10-20% of its sam
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..launch.lifecycle import dies_with_this_process
+from ..leftovers import BENCH_PREFIX
 from .matrix import Cell, one_worker
 from .memory import TreeMemorySampler
 from .stats import time_to_accuracy
@@ -74,11 +77,14 @@ def command_for(cell: Cell, workload: Workload, out: Path) -> list[str]:
 
 def run_cell(cell: Cell, repeat: int, workload: Workload, sample_memory: bool = False
              ) -> RunRecord:
-    with tempfile.TemporaryDirectory(prefix="mptrain-bench-") as folder:
+    # Named after this process: what a SIGKILLed bench leaves, mptrain doctor --clean finds.
+    with tempfile.TemporaryDirectory(prefix=f"{BENCH_PREFIX}{os.getpid()}-") as folder:
         out = Path(folder) / "run"
         started = time.monotonic()
+        # A SIGKILLed bench would otherwise leave the run training on, an orphan.
         process = subprocess.Popen(command_for(cell, workload, out), stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
+                                   stderr=subprocess.STDOUT, text=True,
+                                   preexec_fn=dies_with_this_process())
         sampler = TreeMemorySampler(process.pid, interval_s=0.2) if sample_memory else None
         if sampler is not None:
             sampler.start()

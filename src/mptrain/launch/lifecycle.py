@@ -34,8 +34,39 @@ def die_with_parent(parent_pid: int | None) -> None:
         os._exit(1)
 
 
+def dies_with_this_process():
+    """A ``preexec_fn`` for ``subprocess.Popen``: the child (and the program it runs) is
+    SIGKILLed when this process dies, as the workers are (:func:`die_with_parent`). The
+    death signal outlives ``exec``; a child of this process is otherwise left running as an
+    orphan when this one is SIGKILLed (``mptrain bench``'s timed runs were).
+
+    Between ``fork`` and ``exec`` only async-signal-safe work is safe (other threads may hold
+    locks the child would wait for forever): ``prctl`` is looked up here, in the parent, and
+    the child only calls it. Call this from the thread that starts the child: the kernel
+    sends the signal when that thread ends.
+    """
+    parent_pid = os.getpid()
+    prctl = None
+    if sys.platform.startswith("linux"):
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            pass
+
+    def in_the_child() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl
+            os._exit(1)
+    return in_the_child
+
+
 def ignore_interrupts() -> None:
     """Ctrl-C reaches the whole process group; the parent decides how workers stop.
+
+    SIGHUP (the terminal closed) is the parent's to act on too: it reaches the whole
+    process group, and a worker that died of it would be reported as a failure instead of
+    the run being stopped.
 
     SIGTERM goes back to the default action: a handler inherited from the parent (the CLI
     turns SIGTERM into an exception) would only run at the worker's next Python line, and a
@@ -46,6 +77,8 @@ def ignore_interrupts() -> None:
     in place, so a SIGTERM sent during the start takes effect now instead of being lost.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
@@ -116,8 +149,9 @@ def _send_later(signum: int) -> None:
 
 @contextmanager
 def sigterm_raises():
-    """While inside, SIGTERM raises :class:`Interrupted` in the main thread, as Ctrl-C raises
-    KeyboardInterrupt: the run stops the same way for both (the command installs it).
+    """While inside, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread, as
+    Ctrl-C raises KeyboardInterrupt: the run stops the same way for all three (the command
+    installs it).
 
     The signal can land inside code Python cannot raise out of -- a weakref callback or a
     finaliser, such as the import system's lock cleanup while torchrun stops a rank that is
@@ -146,10 +180,14 @@ def sigterm_raises():
         finally:
             in_hook = False
 
-    previous = signal.signal(signal.SIGTERM, _raise)
+    # A SIGHUP ignored when the command started (nohup) stays ignored: the user asked for it.
+    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS
+                if sig != signal.SIGINT
+                and not (sig != signal.SIGTERM and signal.getsignal(sig) == signal.SIG_IGN)}
     sys.unraisablehook = _send_again
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sys.unraisablehook = previous_hook

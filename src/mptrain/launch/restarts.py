@@ -50,6 +50,10 @@ def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "wor
         if keeper.saved_path is not None:
             return (f"{where}; last checkpoint: {config.unit} {keeper.saved_epoch} in "
                     f"{keeper.saved_path}; resume with: {keeper.resume_command(command)}")
+        every = getattr(config, "checkpoint_every", None)
+        if every:   # asked for, but stopped before the first was complete
+            return f"{where}; no checkpoint was complete yet (the first comes after " \
+                   f"{config.unit} {min(every, config.units)})"
         return f"{where}; no checkpoint was written (use {named('out')} DIR " \
                f"{named('checkpoint_every')} 1 to be able to resume)"
 

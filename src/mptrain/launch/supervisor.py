@@ -38,13 +38,21 @@ import torch.multiprocessing as torch_mp
 
 from ..errors import Interrupted
 from ..errors import setting_name as named   # as the caller spelled the setting
-from ..imports import user_import_path
-from ..signals import stop_signals_held, stop_signals_noted
+from ..imports import user_files, user_import_path
+from ..signals import STOP_SIGNALS, stop_signals_held, stop_signals_noted
 from .lifecycle import die_with_parent, ignore_interrupts, leave
 
 log = logging.getLogger(__name__)
 
 TERMINATE_GRACE_S = 3.0
+#: A pass of the watch loop this long means the parent was away from the pipes, busy with a
+#: worker's message (writing a checkpoint or an output) or its tick: a pass takes
+#: milliseconds otherwise, even on a loaded machine.
+AWAY_S = 0.5
+#: Shared memory is backed page by page as it is first written: a worker that writes a new
+#: page once /dev/shm is full dies of SIGBUS.
+SIGBUS_CAUSE = (" (shared memory could not be backed: /dev/shm is probably full; free space "
+                "there, or in Docker start the container with a larger --shm-size)")
 #: The last line of a traceback from a process whose ranks take turns (launch.turns).
 HOSTED_FAILURE = re.compile(r"(?:[\w.]+\.)?HostedRankFailed: rank (?P<rank>\d+): (?P<cause>.*)")
 
@@ -83,7 +91,8 @@ class WorkerFailure:
                 where, cause = f"rank {hosted['rank']} in {where}", hosted["cause"]
             return f"{where} raised {cause}"
         if self.reason == "signal":
-            return f"{where} was killed by {self.signal_name}"
+            return f"{where} was killed by {self.signal_name}" + (
+                SIGBUS_CAUSE if self.signal_name == "SIGBUS" else "")
         if self.reason == "hung":
             waiting = ""
             if self.waiting_ranks:
@@ -128,8 +137,9 @@ def _send(connection, kind, payload) -> None:
     connection.send_bytes(pickle.dumps((kind, payload), protocol=pickle.HIGHEST_PROTOCOL))
 
 
-def _bootstrap(target, rank: int, parent_pid: int, connection, gate, args) -> None:
-    """Module-level entry of every worker (spawn needs it importable)."""
+def _bootstrap(target, rank: int, parent_pid: int, connection, gate, files, args) -> None:
+    """Module-level entry of every worker (spawn needs it importable). ``files``: the
+    user's files loaded by path, unpickled before ``args`` (see ``imports.UserFiles``)."""
     die_with_parent(parent_pid)
     ignore_interrupts()  # also unblocks the signals the parent blocked around fork
     if not _wait_at_gate(gate):
@@ -175,7 +185,8 @@ class Supervisor:
         self._heartbeat_timeout_s = heartbeat_timeout_s
         self._seconds_since_beat = seconds_since_beat
         self._waiting_ranks = waiting_ranks
-        self._released_at = time.monotonic()
+        # Since when the parent has watched: the gate opening, or its return from time away.
+        self._attended_since = time.monotonic()
         self._on_message = on_message or (lambda rank, payload: None)
         self._on_tick = on_tick or (lambda: None)
         self._on_started = on_started or (lambda: None)  # every worker released
@@ -188,6 +199,7 @@ class Supervisor:
         self._processes = []
         parent_pid = None if self._start_method == "forkserver" else os.getpid()
         gate, gate_opener = self._context.Pipe(duplex=False)
+        files = user_files()
         try:
             if self._start_method == "forkserver":
                 # Started here, not inside the first start(): it would inherit the blocked
@@ -198,7 +210,8 @@ class Supervisor:
                 for rank, args in enumerate(args_per_rank):
                     receiver, sender = self._context.Pipe(duplex=False)
                     process = self._context.Process(
-                        target=_bootstrap, args=(target, rank, parent_pid, sender, gate, args),
+                        target=_bootstrap,
+                        args=(target, rank, parent_pid, sender, gate, files, args),
                         name=f"mptrain-worker-{rank}", daemon=True)
                     with stop_signals_held():
                         # Blocked until the process is on the list that stop_all() reaps.
@@ -215,7 +228,7 @@ class Supervisor:
                 self.stop_all()
                 _deliver(noted[0])
             _open_gate(gate_opener, len(self._processes))
-            self._released_at = time.monotonic()
+            self._attended_since = time.monotonic()
             self._on_started()
             self._watch(result, connections, finished)
         finally:
@@ -240,7 +253,12 @@ class Supervisor:
         open_connections = set(connections.values())
         while live:
             waitables = list(open_connections) + [live[r].sentinel for r in live]
+            waited_since = time.monotonic()
             ready = multiprocessing.connection.wait(waitables, timeout=self._tick_s)
+            # Longer than its timeout: the parent was not running (stopped with its group by
+            # Ctrl-Z, starved), and its workers may not have run since it came back either.
+            self._note_time_away(waited_since + self._tick_s)
+            busy_since = time.monotonic()
             for item in ready:
                 if item in by_connection:
                     self._drain(item, by_connection[item], finished, tracebacks,
@@ -257,6 +275,7 @@ class Supervisor:
                     result.failures.append(replace(failure, process_ranks=self._hosted(rank)))
             if result.failures:
                 return
+            self._note_time_away(busy_since)
             hung = self._hung_ranks(live)
             if hung:
                 stopped = {rank for _, rank in hung}
@@ -267,25 +286,42 @@ class Supervisor:
                                   process_ranks=self._hosted(process))
                     for process, rank in hung)
                 return
+            busy_since = time.monotonic()
             self._on_tick()
+            self._note_time_away(busy_since)
+
+    def _note_time_away(self, busy_since: float) -> None:
+        """A worker that sends while the parent is away blocks until the parent reads its
+        pipe again, and cannot beat meanwhile: the watchdog counts its silence from the
+        parent's return, so that the parent's own slowness never makes a worker hung.
+        ``busy_since``: when the parent's work (or wait) should have ended at the latest."""
+        now = time.monotonic()
+        if now - busy_since > AWAY_S:
+            self._attended_since = now
 
     def _drain(self, connection, rank, finished, tracebacks, open_connections) -> None:
         if connection not in open_connections:
             return
-        try:
-            while connection.poll():
+        while True:
+            try:
+                if not connection.poll():
+                    return
                 kind, payload = pickle.loads(connection.recv_bytes())
-                if kind == "message":
-                    self._on_message(rank, payload)
-                elif kind == "done":
-                    finished.add(rank)
-                elif kind == "error":
-                    tracebacks[rank] = payload
-        except EOFError:
-            open_connections.discard(connection)
-        except OSError as err:
-            open_connections.discard(connection)
-            tracebacks.setdefault(rank, f"the pipe from this worker broke: {err!r}")
+            except EOFError:
+                open_connections.discard(connection)
+                return
+            except OSError as err:
+                open_connections.discard(connection)
+                tracebacks.setdefault(rank, f"the pipe from this worker broke: {err!r}")
+                return
+            # Outside the try: what the parent does with a message (writing a checkpoint to
+            # a full disk) fails in the parent, and is raised as the parent's error.
+            if kind == "message":
+                self._on_message(rank, payload)
+            elif kind == "done":
+                finished.add(rank)
+            elif kind == "error":
+                tracebacks[rank] = payload
 
     @staticmethod
     def _failure(rank, process, finished, worker_traceback) -> WorkerFailure | None:
@@ -320,12 +356,13 @@ class Supervisor:
             return []
         silent = self._seconds_since_beat()
         waiting = self._waiting_ranks() if self._waiting_ranks is not None else None
-        # Nobody can beat before the gate opens, however long starting took.
-        released = time.monotonic() - self._released_at
+        # Nobody can beat before the gate opens, however long starting took, nor while
+        # blocked on the parent (see _note_time_away).
+        attended = time.monotonic() - self._attended_since
         hung = []
         for process in live:
             quiet = [rank for rank in self._ranks_of(process)
-                     if min(silent[rank], released) > self._heartbeat_timeout_s]
+                     if min(silent[rank], attended) > self._heartbeat_timeout_s]
             stopped = [rank for rank in quiet if waiting is None or not waiting[rank]]
             if not stopped and len(quiet) == len(self._ranks_of(process)):
                 stopped = quiet
@@ -372,11 +409,11 @@ class Supervisor:
 
 @contextmanager
 def _signals_redirected(handler):
-    """Route SIGINT/SIGTERM to ``handler`` (main thread only; elsewhere leave them be)."""
+    """Route the stop signals to ``handler`` (main thread only; elsewhere leave them be)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
     try:
         yield
     finally:

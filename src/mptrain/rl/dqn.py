@@ -224,6 +224,9 @@ class DQNProgram(ActorProgram):
             publish_due = (self.published + 2) * c.policy_every
             if min(update_due, publish_due) > limit:
                 return loss_sum
+            # Actors ahead of the learner leave it nothing to wait for, and waiting beats:
+            # without this, a round of updates looks like a hang to the watchdog.
+            self.progress.beat()
             if update_due <= publish_due:
                 self.wait_for_rows(update_due, limit, margin=True)
                 loss_sum += self.update(max(0, update_due - c.buffer_size), update_due)
