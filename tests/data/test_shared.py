@@ -223,3 +223,29 @@ def test_row_source_with_the_wrong_number_of_targets():
     source, _ = _counting_source()
     with pytest.raises(UserError, match="25 inputs but 3 targets"):
         SharedTensorDataset(source, torch.arange(3))
+
+
+class _Raises(torch.utils.data.Dataset):
+    def __init__(self, where):
+        self.where = where
+
+    def __len__(self):
+        if self.where == "len":
+            raise TypeError("object of type 'generator' has no len()")
+        return 10
+
+    def __getitem__(self, index):
+        if index == 7:
+            raise KeyError("row 7 is missing\n(a second line)")
+        return torch.zeros(3), 1
+
+
+@pytest.mark.parametrize("where, expected", [
+    ("item", "reading training data[7] raised KeyError: 'row 7 is missing\\n(a second line)'"),
+    ("len", "reading len(training data) raised TypeError: object of type 'generator' has no "
+            "len()"),
+])
+def test_a_data_set_that_raises_is_one_line_naming_the_sample(where, expected):
+    with pytest.raises(UserError) as info:
+        materialize(_Raises(where), "training data")
+    assert str(info.value).startswith(expected + "; ")

@@ -49,3 +49,24 @@ def test_a_partly_frozen_model_trains():
     before = model[0].weight.clone()
     result = mptrain.fit(model, data(), data(), batch_size=8, epochs=1, quiet=True)
     assert torch.equal(result.model[0].weight, before)
+
+
+class _ForwardRaises(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 2)
+
+    def forward(self, x):
+        raise RuntimeError("the forward pass exploded\n  a second line of torch's advice")
+
+
+def test_a_forward_pass_that_raises_is_refused_in_one_line():
+    from mptrain.api import bundle_from_datasets
+    from mptrain.launch.preflight import check_model_fits_data
+
+    bundle = bundle_from_datasets(TensorDataset(torch.zeros(6, 4), torch.tensor([0, 1] * 3)),
+                                  None)
+    with pytest.raises(UserError) as info:
+        check_model_fits_data(_ForwardRaises(), bundle)
+    assert str(info.value) == ("the model cannot take the data's inputs of shape (4,): "
+                               "RuntimeError: the forward pass exploded")

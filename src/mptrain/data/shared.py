@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from ..errors import UserError
+from ..errors import UserError, brief, error_line
 
 
 class RowSource:
@@ -161,12 +161,12 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise UserError(f"{what} is a {type(dataset).__name__}, not a map-style Dataset "
                         "(it needs __len__ and __getitem__)")
-    size = len(dataset)
+    size = _read(len, dataset, f"len({what})")
     if size == 0:
         raise UserError(f"{what} is empty")
     inputs, targets = [], []
     for index in range(size):
-        item = dataset[index]
+        item = _read(dataset.__getitem__, index, f"{what}[{index}]")
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
             raise UserError(f"{what}[{index}] is a {type(item).__name__}; each sample must be "
                             "an (input, target) pair")
@@ -176,9 +176,21 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
         stacked_inputs = torch.stack(inputs)
         stacked_targets = torch.stack(targets)
     except RuntimeError as err:
-        raise UserError(f"{what}: samples cannot be stacked into one tensor ({err}); all "
-                        "inputs must have the same shape") from None
+        raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
+                        "all inputs must have the same shape") from None
     return SharedTensorDataset(_floats32(stacked_inputs), _floats32(stacked_targets))
+
+
+def _read(call, argument, what: str):
+    """``call(argument)`` on the user's data set: what it raises is one line naming the
+    sample (mptrain reads every sample once, in the parent, before training starts)."""
+    try:
+        return call(argument)
+    except UserError:
+        raise
+    except Exception as err:
+        raise UserError(f"reading {what} raised {error_line(err)}; the data set must give "
+                        "every sample from 0 to len - 1") from None
 
 
 def _non_empty(dataset: SharedTensorDataset, what: str) -> SharedTensorDataset:

@@ -13,7 +13,7 @@ import torch.nn as nn
 
 from ..config import TrainConfig
 from ..data.sources import CLASSIFICATION, DataBundle
-from ..errors import UserError
+from ..errors import UserError, error_line
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 _SPAWN_REIMPORTS = ("mptrain started worker processes with the 'spawn' start method, which "
@@ -58,7 +58,7 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
             output = model(bundle.train.head(2))
     except Exception as err:
         raise UserError(f"the model cannot take the data's inputs of shape "
-                        f"{tuple(bundle.input_shape)}: {type(err).__name__}: {err}") from None
+                        f"{tuple(bundle.input_shape)}: {error_line(err)}") from None
     finally:
         model.train(was_training)
     if not isinstance(output, torch.Tensor):
