@@ -81,6 +81,27 @@ def test_foreign_checkpoint_is_refused(tmp_path):
         checkpoints.load(tmp_path)
 
 
+@pytest.mark.parametrize("content", [
+    b"root:x:0:0:root:/root:/bin/bash\n",   # a text file (/etc/passwd): IndexError inside torch
+    b"hello\n",                             # KeyError inside torch's unpickler
+    b"\x80\x04K",                            # a pickle cut short: IndexError
+    bytes(range(256)) * 8,                  # binary noise
+    b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00]q\x00.",  # a plain pickle, not torch's
+], ids=["text", "word", "cut-pickle", "noise", "pickle"])
+def test_any_file_that_is_not_a_checkpoint_is_one_line_refusal(tmp_path, capsys, content):
+    # Whatever torch's unpickler raises on a foreign file (IndexError, KeyError, ...), a
+    # resume of it is a refusal, never a traceback; and never torch's advice to load it
+    # with weights_only=False, which would run whatever the file holds.
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match="not a readable mptrain checkpoint") as caught:
+        checkpoints.load(path)
+    message = str(caught.value)
+    assert "\n" not in message and "weights_only" not in message
+    assert run_cli(["run", "--resume", str(path)]) == 2
+    assert "mptrain: error:" in capsys.readouterr().err
+
+
 def test_checkpoint_never_unpickles_arbitrary_objects(tmp_path):
     marker = tmp_path / "executed"
     payload = (

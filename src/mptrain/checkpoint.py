@@ -13,14 +13,13 @@ from __future__ import annotations
 import io
 import pickle
 import shlex
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .errors import UserError, python_caller
+from .errors import UserError, error_line, python_caller
 from .errors import setting_name as named   # as the caller spelled the setting
 from .files import atomic_write
 
@@ -105,11 +104,9 @@ def load(location: str | Path) -> Checkpoint:
                         f"folder of a run that used {named('checkpoint_every')}")
     try:
         data = torch.load(path, weights_only=True, map_location="cpu")
-    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError,
-            ValueError, OSError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    except Exception as err:   # a foreign file fails anywhere: IndexError, KeyError, ...
         raise UserError(f"{path} is not a readable mptrain checkpoint (truncated, corrupt or "
-                        f"foreign: {reason}); use another checkpoint") from None
+                        f"foreign: {_load_failure(err)}); use another checkpoint") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f"{path} is not an mptrain checkpoint (no '{FORMAT}' marker); "
                         f"point {named('resume')} at a folder written by a run with "
@@ -121,6 +118,15 @@ def load(location: str | Path) -> Checkpoint:
     return Checkpoint(epoch=data["epoch"],
                       strategy=data["strategy"], config=data["config"], run=data["run"],
                       model=data["model"], ranks=data["ranks"], metrics=data["metrics"])
+
+
+def _load_failure(err: Exception) -> str:
+    """Why ``torch.load`` refused a file, in a few words. Not torch's own message for a
+    pickle of other objects: it advises ``weights_only=False``, which would run whatever
+    the file holds."""
+    if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
+        return "torch's weights-only load refused its contents"
+    return error_line(err)
 
 
 #: What each part of a checkpoint must be: a file that passes ``weights_only`` loading can
