@@ -10,7 +10,7 @@ import torch.nn as nn
 from .checkpoint import Checkpoint, resolve_resume, user_code_in
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
-from .data.sources import DataBundle, infer_task
+from .data.sources import DataBundle, user_bundle
 from .errors import UserError, as_keyword, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
@@ -116,10 +116,8 @@ def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name:
 def bundle_from_datasets(train_data, test_data) -> DataBundle:
     train = materialize(train_data, "training data")
     test = materialize(test_data, "test data") if test_data is not None else None
-    task, output_size = infer_task(train.targets)
-    return DataBundle(name=type(train_data).__name__, train=train, test=test, task=task,
-                      output_size=output_size, default_model="(given)",
-                      defaults=TrainingDefaults())
+    return user_bundle(type(train_data).__name__, train, test, default_model="(given)",
+                       defaults=TrainingDefaults())
 
 
 def refuse_inside_spawned_import() -> None:

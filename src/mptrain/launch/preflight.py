@@ -67,6 +67,13 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
                                           or output.shape[1] < bundle.output_size):
         raise UserError(f"the model's output has shape {tuple(output.shape)} but the data has "
                         f"{bundle.output_size} classes; it must return [batch, classes]")
+    samples = min(2, len(bundle.train))
+    if bundle.task != CLASSIFICATION and (output.dim() == 0 or output.shape[0] != samples
+                                          or output.numel() != samples * bundle.output_size):
+        # The loss views each batch's targets as the output: the counts must agree.
+        raise UserError(f"the model's output for {samples} samples has shape "
+                        f"{tuple(output.shape)} but each target has {bundle.output_size} "
+                        f"value(s); it must return [batch, {bundle.output_size}]")
 
 
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
