@@ -29,7 +29,8 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     try:
-        cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
+        # Not standalone, click returns a command's Exit(code) instead of raising it.
+        code = cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
     except _NO_ARGS_IS_HELP as err:
         click.echo(err.ctx.get_help() if err.ctx else "usage: mptrain COMMAND --help")
         return 0
@@ -52,7 +53,7 @@ def _main(argv) -> int:
         _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
     except click.exceptions.Exit as done:
         return done.exit_code
-    return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def console() -> None:
