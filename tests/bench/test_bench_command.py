@@ -154,3 +154,24 @@ def test_without_a_terminal_every_finished_run_prints_a_line(monkeypatch):
     assert "repeat 1/2: 2.5 s, 1,234 samples/s" in lines[0]
     assert any("sync" in line and "failed: worker rank 1 died" in line for line in lines)
     assert any("memory: peak memory 300 MiB" in line for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--timeout", "-1"], "Invalid value for '--timeout'"),
+    (["--timeout", "0"], "Invalid value for '--timeout'"),
+    (["--strategies", ""], "--strategies names no strategy"),
+    (["--strategies", " , "], "--strategies names no strategy"),
+    (["--workers", ","], "--workers names no worker count"),
+    (["--threads-per-worker", "0"], "Invalid value for '--threads-per-worker'"),
+    (["--batch-size", "0"], "Invalid value for '--batch-size'"),
+    (["--lr", "-1"], "Invalid value for '--lr'"),
+])
+def test_bench_numbers_and_lists_that_cannot_run_are_refused_up_front(args, message, capsys,
+                                                                       monkeypatch):
+    # Each ran the whole matrix: --timeout -1 and an empty --strategies printed a table
+    # and exit 0; the others failed every cell one by one.
+    monkeypatch.setattr(session, "run_bench", lambda *a: pytest.fail("the bench ran"))
+    assert bench(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error:") and message in err and "\n" not in err
+
