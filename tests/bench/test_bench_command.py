@@ -175,3 +175,23 @@ def test_bench_numbers_and_lists_that_cannot_run_are_refused_up_front(args, mess
     err = capsys.readouterr().err.strip()
     assert err.startswith("mptrain: error:") and message in err and "\n" not in err
 
+
+def test_a_warm_up_run_refused_stops_the_bench_in_one_line(monkeypatch, capsys):
+    # The warm-up runs with every cell's run options: had it been refused (a misspelled
+    # --model), each cell would have been refused the same way, one after the other.
+    from mptrain.bench.execute import RunRecord
+
+    ran = []
+
+    def refused(cell, repeat, workload, sample_memory=False):
+        ran.append(cell)
+        return RunRecord(cell=cell, repeat=repeat, ok=False, wall_s=1.0,
+                         error="mptrain: error: unknown model 'nonexist'; choose one of: mlp")
+
+    monkeypatch.setattr(session, "run_cell", refused)
+    assert bench(["--data", "linreg", "--model", "nonexist", "--strategies", "single,sync",
+                  "--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("mptrain: error: the warm-up run (single, 1 thread) failed, and every "
+                   "cell would: unknown model 'nonexist'; choose one of: mlp")
+    assert len(ran) == 1
