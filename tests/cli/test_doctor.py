@@ -238,3 +238,12 @@ def test_a_failed_check_is_exit_code_1(monkeypatch, capsys):
     assert "FAIL shared memory" in capsys.readouterr().out
     monkeypatch.setattr(doctor, "run_checks", lambda **_: [])
     assert main(["doctor"]) == 0
+
+
+def test_an_out_folder_that_does_not_exist_is_refused(tmp_path, capsys):
+    # A misspelled --out was "ok: none of yours from dead runs": no folder, nothing found.
+    with pytest.raises(SystemExit) as exit_:
+        main(["doctor", "--out", str(tmp_path / "no-such-run")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error:") and "does not exist" in err and "\n" not in err
