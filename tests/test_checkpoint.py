@@ -220,3 +220,37 @@ def test_a_stop_deferred_around_a_failing_write_still_stops_the_run(sigterm_rais
             _sigterm_self()
             raise OSError("disk full")
     assert isinstance(stopped.value.__context__, OSError)
+
+
+def test_resuming_with_another_model_is_one_line(tmp_path, capsys):
+    # It was torch's multi-line RuntimeError traceback from load_state_dict.
+    out = tmp_path / "run"
+    assert run_cli(["run", "--quiet", "--epochs", "1", "--steps-per-epoch", "2",
+                    "--checkpoint-every", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert run_cli(["run", "--resume", str(out), "--model", "mlp", "--epochs", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error: the checkpoint's model does not fit") \
+        and "--model digits-cnn" in err and "\n" not in err
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("other, words", [
+    (lambda: torch.nn.Linear(4, 3), "weight has shape (2, 4) in the checkpoint, (3, 4) here"),
+    (lambda: torch.nn.Sequential(torch.nn.Linear(4, 2)),
+     "2 of its tensors are not in this model (weight, bias)"),
+])
+def test_fit_resuming_with_another_model_is_refused(tmp_path, other, words):
+    import mptrain
+    from torch.utils.data import TensorDataset
+
+    inputs = torch.randn(32, 4)
+    data = TensorDataset(inputs, (inputs[:, 0] > 0).long())
+    out = tmp_path / "run"
+    mptrain.fit(torch.nn.Linear(4, 2), data, epochs=1, checkpoint_every=1, out=out)
+    with pytest.raises(UserError) as caught:
+        mptrain.fit(other(), data, epochs=2, resume=out)
+    message = str(caught.value)
+    assert words in message and "\n" not in message
+    assert "pass fit() the model the checkpoint was trained with" in message

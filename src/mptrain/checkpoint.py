@@ -249,6 +249,48 @@ class CheckpointKeeper:
         self.saved_path, self.saved_epoch = path, epoch
 
 
+def load_model_state(checkpoint: Checkpoint, model: torch.nn.Module) -> None:
+    """Load ``checkpoint``'s model into ``model``, refusing in one line a model it does not
+    fit (another ``--model``, another class or size given to ``fit()``): torch says so in a
+    traceback of every missing and unexpected key."""
+    mismatch = _model_mismatch(checkpoint.model, model.state_dict())
+    if mismatch is None:
+        try:
+            model.load_state_dict(checkpoint.model)
+            return
+        except Exception as err:   # what the file holds: it must not crash us
+            mismatch = error_line(err)
+    if python_caller():
+        advice = "pass fit() the model the checkpoint was trained with"
+    elif isinstance(checkpoint.run.get("model"), str):
+        advice = f"resume with {named('model')} {checkpoint.run['model']}"
+    else:
+        advice = "resume with the network settings the run was trained with"
+    raise UserError(f"the checkpoint's model does not fit this run's: {mismatch}; {advice}")
+
+
+def _model_mismatch(saved: dict, own: dict) -> str | None:
+    def some(keys):
+        return ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+
+    unexpected = [k for k in saved if k not in own]
+    missing = [k for k in own if k not in saved]
+    parts = []
+    if unexpected:
+        parts.append(f"{len(unexpected)} of its tensors are not in this model "
+                     f"({some(unexpected)})")
+    if missing:
+        parts.append(f"{len(missing)} of this model's are not in it ({some(missing)})")
+    if parts:
+        return " and ".join(parts)
+    for key, tensor in own.items():
+        theirs = saved[key]
+        if isinstance(theirs, torch.Tensor) and theirs.shape != tensor.shape:
+            return (f"{key} has shape {tuple(theirs.shape)} in the checkpoint, "
+                    f"{tuple(tensor.shape)} here")
+    return None
+
+
 def check_resumable(resume: Checkpoint | None, config, workers: int, strategy) -> None:
     """Refuse to resume a checkpoint with another strategy or (strategies with per-rank
     state: optimizer states) another number of workers."""

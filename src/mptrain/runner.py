@@ -16,7 +16,7 @@ from typing import Protocol
 import torch.nn as nn
 
 from .callbacks import CallbackList
-from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
+from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable, load_model_state
 from .engine.compiling import check_compilable
 from .launch import warmup
 from .launch.openmp import wait_policy_line
@@ -112,6 +112,8 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     joined = launcher.join(config, plan, request.out, request.resume)
     resume = joined.resume
     check_resumable(resume, config, plan.workers, strategy)
+    if resume is not None:
+        load_model_state(resume, model)
     machine_warnings = family.preflight(config, model, strategy, plan)
     out = request.out if launcher.writes_outputs else None
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
@@ -119,8 +121,6 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable)
-    if resume is not None:
-        model.load_state_dict(resume.model)
     # How OpenMP threads wait: only where a worker has more than one to wait for.
     waiting = [wait_policy_line()] if plan.threads > 1 else []
     presenter.banner(family.banner(config, model, plan) + waiting
