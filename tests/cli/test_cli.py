@@ -394,3 +394,21 @@ def test_mnist_run_reads_its_files_ahead_and_leaves_no_thread(tmp_path, monkeypa
     assert not [t for t in threading.enumerate() if t.name.startswith("mptrain-read")]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["train_samples"] == 64 and summary["test_samples"] == 32
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["sigint", "sigterm"])
+def test_a_stopped_run_says_where_it_stopped_and_exits_128_plus_the_signal(
+        monkeypatch, capsys, signum):
+    # RunInterrupted is a KeyboardInterrupt, which click turns into Abort: the message and
+    # the exit code of the stop must come through it (not "interrupted", 130).
+    from mptrain.errors import RunInterrupted
+
+    def stopped(*args, **kwargs):
+        raise RunInterrupted("stopped by SIG after 2 of 10 epochs; resume with: X", 128 + signum)
+
+    monkeypatch.setattr(mptrain.api, "train", stopped)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--quiet"])
+    assert exit_.value.code == 128 + signum
+    assert "mptrain: stopped by SIG after 2 of 10 epochs; resume with: X" in \
+        capsys.readouterr().err

@@ -38,7 +38,12 @@ def _main(argv) -> int:
         hint = f" (see: mptrain {err.ctx.info_name if err.ctx else ''} --help)".replace(
             "mptrain mptrain", "mptrain")
         _fail(err.format_message() + hint, 2)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as abort:
+        # click turns every KeyboardInterrupt into Abort, a stopped run's too.
+        stop = abort.__cause__ or abort.__context__
+        if isinstance(stop, RunInterrupted):
+            click.echo(f"mptrain: {stop}", err=True)
+            sys.exit(stop.exit_code)
         _fail("interrupted", 130)
     except UserError as err:
         _fail(str(err), err.exit_code)
