@@ -159,7 +159,7 @@ def test_without_a_terminal_every_finished_run_prints_a_line(monkeypatch):
 @pytest.mark.parametrize("args, message", [
     (["--timeout", "-1"], "Invalid value for '--timeout'"),
     (["--timeout", "0"], "Invalid value for '--timeout'"),
-    (["--strategies", ""], "--strategies names no strategy"),
+    (["--strategies", ""], "Invalid value for '--strategies': it is empty"),
     (["--strategies", " , "], "--strategies names no strategy"),
     (["--workers", ","], "--workers names no worker count"),
     (["--threads-per-worker", "0"], "Invalid value for '--threads-per-worker'"),

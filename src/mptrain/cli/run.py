@@ -17,7 +17,7 @@ from ..settings import flags as flags_layer
 from ..data.recipes import RECIPES
 from .defaults_help import default_text
 from ..strategies.registry import STRATEGIES
-from .app import cli, joined_loggers, supervised_run_options
+from .app import NonEmptyValues, cli, joined_loggers, supervised_run_options
 
 #: Options that say where things are and who is told, not how to train: a resumed run may
 #: change them, and a checkpoint does not keep them as settings.
@@ -48,7 +48,7 @@ class Betas(click.ParamType):
         return value
 
 
-class GroupedHelp(click.Command):
+class GroupedHelp(NonEmptyValues):
     """``--help`` with fedavg's many options in a section of their own."""
 
     def format_options(self, ctx, formatter):
