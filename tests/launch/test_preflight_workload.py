@@ -57,6 +57,16 @@ def test_the_suggested_worker_count_is_the_largest_accepted(digits, available):
         check_workload(settings(32), digits, most + 1, 2)
 
 
+def test_a_batch_larger_than_the_whole_set_is_told_the_batch_size_only(digits):
+    # It said "use --workers 0 or fewer, or --batch-size 719 or less".
+    samples = len(digits.train)
+    with pytest.raises(UserError) as info:
+        check_workload(settings(5000), digits, 2, 2)
+    message = str(info.value)
+    assert message.endswith(f"use --batch-size {-(-samples // 2)} or less"), message
+    assert "--workers" not in message
+
+
 def test_one_process_may_take_the_whole_set_as_one_batch(digits):
     assert check_workload(settings(10_000), digits, 1, 2) == []
 

@@ -101,9 +101,11 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
         _check_batches_for_every_worker(samples, config.batch_size, workers)
     elif workers > 1 and config.batch_size > shard:
         most = (samples - 1) // (config.batch_size - 1)  # the most with ceil(s / w) >= batch
+        # A batch larger than the whole set leaves no worker count to suggest.
+        fewer = f"{named('workers')} {most} or fewer, or " if most >= 1 else ""
         raise UserError(f"{workers} workers leave each a shard of {shard} samples, less than "
-                        f"one batch of {config.batch_size}; use {named('workers')} {most} or "
-                        f"fewer, or {named('batch_size')} {shard} or less")
+                        f"one batch of {config.batch_size}; use {fewer}"
+                        f"{named('batch_size')} {shard} or less")
     here = workers if local_workers is None else local_workers
     if here > cores:
         _check_memory(config, bundle, here, model, processes, parameter_copies)
