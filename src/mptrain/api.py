@@ -7,7 +7,8 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from .checkpoint import Checkpoint, resolve_resume, user_code_in
+from .checkpoint import Checkpoint, check_folder_argument, resolve_resume, user_code_in
+from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
 from .data.sources import DataBundle, user_bundle
@@ -81,10 +82,25 @@ def telling_whom(loggers, tb_dir, callbacks) -> dict:
     names checked (before any data is built)."""
     from .trackers import parse_loggers
 
+    check_folder_argument("tb_dir", tb_dir)
     if callbacks is not None and not isinstance(callbacks, (list, tuple)):
         callbacks = [callbacks]
-    return {"loggers": parse_loggers(loggers), "tb_dir": tb_dir,
-            "callbacks": list(callbacks or [])}
+    callbacks = list(callbacks or [])
+    for index, callback in enumerate(callbacks):
+        check_callback(index, callback)
+    return {"loggers": parse_loggers(loggers), "tb_dir": tb_dir, "callbacks": callbacks}
+
+
+def check_callback(index: int, callback) -> None:
+    """Refuse what cannot be a callback: it was called on no event (a function, a string:
+    silence), or as a class without its instance (a TypeError at the first event)."""
+    if isinstance(callback, type):
+        raise UserError(f"callbacks[{index}] is the class {callback.__name__}; pass an "
+                        f"instance: {callback.__name__}()")
+    if not any(callable(getattr(callback, event, None)) for event in CALLBACK_EVENTS):
+        raise UserError(f"callbacks[{index}] is a {type(callback).__name__} with none of a "
+                        f"Callback's methods ({', '.join(CALLBACK_EVENTS)}); subclass "
+                        "mptrain.callbacks.Callback and override those you need")
 
 
 def launcher_for(config: TrainConfig, given: dict) -> Launcher:

@@ -11,6 +11,7 @@ part (its program's ``state()``) and the parent writes one file.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import shlex
 from dataclasses import dataclass
@@ -78,10 +79,22 @@ def resolve_resume(resume: str | Path | Checkpoint | None,
     """The checkpoint to resume from (``resume``: one already loaded, a checkpoint file or
     the --out folder holding one) and the folder the run writes to: ``out`` if given, else,
     as with ``mptrain run --resume DIR``, the folder the checkpoint is in."""
+    if resume is not None and not isinstance(resume, (str, os.PathLike, Checkpoint)):
+        raise UserError(f"{named('resume')} takes a folder or checkpoint file (a str or "
+                        f"pathlib.Path), or a loaded Checkpoint, got {type(resume).__name__}")
+    check_folder_argument("out", out)
     checkpoint = resume if isinstance(resume, Checkpoint) or resume is None else load(resume)
     if out is None and isinstance(resume, (str, Path)):
         out = resume if Path(resume).is_dir() else Path(resume).parent
     return checkpoint, out
+
+
+def check_folder_argument(name: str, value) -> None:
+    """Refuse a folder argument of Python's (``out``, ``tb_dir``) that is not a path: it
+    was a TypeError from deep in pathlib."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise UserError(f"{named(name)} takes a folder (a str or pathlib.Path), got "
+                        f"{type(value).__name__}")
 
 
 def save(directory: Path, checkpoint: Checkpoint,
