@@ -254,3 +254,31 @@ def test_fit_resuming_with_another_model_is_refused(tmp_path, other, words):
     message = str(caught.value)
     assert words in message and "\n" not in message
     assert "pass fit() the model the checkpoint was trained with" in message
+
+
+def rl_checkpoint() -> "checkpoints.Checkpoint":
+    """What `mptrain rl --out DIR --checkpoint-every 1` leaves (its parts that matter here)."""
+    return checkpoints.Checkpoint(epoch=1, strategy="a3c",
+                                  config={"strategy": "a3c", "workers": 2, "steps": 2000},
+                                  run={"env": "CartPole-v1", "net": None},
+                                  model={"w": torch.zeros(2)}, ranks=[{}, {}], metrics=[{}])
+
+
+def test_run_resuming_an_rl_checkpoint_is_told_to_use_mptrain_rl(tmp_path, capsys):
+    # It said "strategy 'single' runs one process but --workers is 2".
+    checkpoints.save(tmp_path, rl_checkpoint())
+    assert run_cli(["run", "--resume", str(tmp_path), "--epochs", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("mptrain: error: the checkpoint was written by an RL run (algo a3c), not "
+                   "a supervised one; resume it with mptrain rl --resume")
+
+
+def test_fit_resuming_an_rl_checkpoint_is_told_to_use_rl_fit():
+    import mptrain
+    from torch.utils.data import TensorDataset
+
+    inputs = torch.randn(16, 4)
+    with pytest.raises(UserError, match=r"not a supervised one; resume it with "
+                                        r"mptrain.rl.fit\(resume=...\)"):
+        mptrain.fit(torch.nn.Linear(4, 2), TensorDataset(inputs, (inputs[:, 0] > 0).long()),
+                    resume=rl_checkpoint())

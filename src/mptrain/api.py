@@ -12,7 +12,7 @@ from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
 from .data.sources import DataBundle, user_bundle
-from .errors import UserError, as_keyword, setting_name, spelled
+from .errors import UserError, as_keyword, python_caller, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
 from .result import FitResult
@@ -71,7 +71,12 @@ def resolved_config(layers, checkpoint: Checkpoint | None, defaults: TrainingDef
     """The run's config: ``layers`` (``mptrain.settings``) over the checkpoint's settings
     over the data set's recipe ``defaults``, refused before any data is built."""
     from .settings import supervised_config
+    from .strategies.registry import STRATEGIES
 
+    if checkpoint is not None and checkpoint.strategy not in STRATEGIES:
+        how = "mptrain.rl.fit(resume=...)" if python_caller() else "mptrain rl --resume"
+        raise UserError(f"the checkpoint was written by an RL run (algo "
+                        f"{checkpoint.strategy}), not a supervised one; resume it with {how}")
     return supervised_config(layers, checkpoint=checkpoint, defaults=defaults,
                              resume_from=str(resume) if isinstance(resume, (str, Path))
                              else None)
