@@ -65,11 +65,13 @@ class GroupedHelp(NonEmptyValues):
 
 
 @cli.command(cls=GroupedHelp)
-@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory.")
+@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory "
+                             "(or file.py:factory), a function of no arguments returning "
+                             "(train_set, test_set or None).")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
 @click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
-                              "or module:factory "
-                              "(default: the data set's own).")
+                              "or module:factory, a function of no arguments returning an "
+                              "nn.Module (default: the data set's own).")
 @click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
