@@ -206,3 +206,20 @@ def test_fit_is_told_its_keywords_not_the_flags(strategy, words):
         mptrain.fit(nn.Linear(4, 2), data, strategy=strategy, workers=2, batch_size=64,
                     epochs=1, quiet=True)
     assert words in str(info.value) and "--" not in str(info.value)
+
+
+@pytest.mark.parametrize("requested, processes, cores, warned", [
+    (None, 2, 2, False),      # mptrain's own budget never oversubscribes
+    (1, 2, 2, False), (2, 1, 2, False), (64, 1, 2, True), (2, 2, 2, True), (1, 4, 2, False),
+])
+def test_asking_for_more_threads_than_cores_is_a_warning(requested, processes, cores, warned):
+    # `--threads-per-worker 64` on 2 cores ran silently, time-sharing the cores: the trap
+    # mptrain's thread budget exists to avoid. (Too many workers have their own warning.)
+    from mptrain.launch.preflight import thread_warnings
+
+    warnings = thread_warnings(requested, processes, cores)
+    assert bool(warnings) == warned
+    if warned:
+        assert warnings == [f"--threads-per-worker {requested} in each of {processes} "
+                            f"process(es) on {cores} usable cores: the threads time-share "
+                            f"the cores; leave it out for {max(1, cores // processes)}"]

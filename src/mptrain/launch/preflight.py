@@ -115,6 +115,17 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
     return warnings
 
 
+def thread_warnings(requested: int | None, processes: int, cores: int) -> list[str]:
+    """A warning where ``--threads-per-worker`` (``requested``; None: mptrain's budget of
+    cores // workers, which never oversubscribes) puts more threads in ``processes`` than
+    the machine has cores: they time-share them, and a step waits for its slowest thread."""
+    if requested is None or requested == 1 or requested * processes <= cores:
+        return []
+    return [f"{named('threads_per_worker')} {requested} in each of {processes} process(es) "
+            f"on {cores} usable cores: the threads time-share the cores; leave it out for "
+            f"{max(1, cores // processes)}"]
+
+
 def _check_batches_for_every_worker(samples: int, batch_size: int, workers: int) -> None:
     count = -(-samples // batch_size)
     if workers > count:
