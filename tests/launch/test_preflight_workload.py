@@ -223,3 +223,22 @@ def test_asking_for_more_threads_than_cores_is_a_warning(requested, processes, c
         assert warnings == [f"--threads-per-worker {requested} in each of {processes} "
                             f"process(es) on {cores} usable cores: the threads time-share "
                             f"the cores; leave it out for {max(1, cores // processes)}"]
+
+
+@pytest.mark.parametrize("where", ["inputs", "targets"])
+def test_nan_or_infinite_user_data_is_named_in_a_warning(where, capsys):
+    # Missing values as NaN: the run "diverged" at its first step and advised a lower lr,
+    # which cannot help. A warning, not a refusal: fedavg drops a client whose update is
+    # non-finite, and a client with corrupt data is a case to simulate.
+    inputs, targets = torch.randn(24, 4), torch.randn(24)
+    (inputs if where == "inputs" else targets)[3] = float("nan")
+    with pytest.raises(mptrain.errors.TrainingDiverged):
+        mptrain.fit(nn.Linear(4, 1), TensorDataset(inputs, targets), epochs=1, batch_size=4,
+                    quiet=False)
+    assert (f"the training data's {where} hold NaN or infinite values (first in sample 3): "
+            "a step on them has a non-finite loss; drop or fill those samples") \
+        in " ".join(capsys.readouterr().out.split())   # as the console wrapped it
+
+
+def test_the_built_in_data_sets_are_not_scanned(digits):
+    assert preflight.data_warnings(digits) == []

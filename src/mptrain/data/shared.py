@@ -79,6 +79,11 @@ class SharedTensorDataset(Dataset):
         return self._inputs
 
     @property
+    def built(self) -> bool:
+        """Whether the inputs are tensors already (a ``RowSource`` is built on first use)."""
+        return not isinstance(self._inputs, RowSource)
+
+    @property
     def input_shape(self) -> tuple:
         return tuple(self._inputs.shape[1:])
 
@@ -183,19 +188,14 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
 
 def _checked(inputs: torch.Tensor, targets: torch.Tensor, what: str) -> SharedTensorDataset:
     """The user's tensors as a data set: boolean targets (a mask as labels) as the classes
-    0 and 1, which the loss takes; a NaN or infinity (a missing value) refused here, where
-    the sample can be named -- in training it is a "divergence" at the first step."""
+    0 and 1, which the loss takes."""
     if targets.dtype == torch.bool:
         targets = targets.long()
-    for part, tensor in (("inputs", inputs), ("targets", targets)):
-        first = _first_non_finite(tensor)
-        if first is not None:
-            raise UserError(f"{what} {part} hold NaN or infinite values (first in sample "
-                            f"{first}); drop or fill those samples")
     return SharedTensorDataset(inputs, targets)
 
 
-def _first_non_finite(tensor: torch.Tensor, rows: int = 10_000) -> int | None:
+def first_non_finite(tensor: torch.Tensor, rows: int = 10_000) -> int | None:
+    """The index of the first sample of ``tensor`` holding a NaN or an infinity, or None."""
     if not tensor.is_floating_point() or tensor.numel() == 0:
         return None
     for start in range(0, len(tensor), rows):   # in chunks: no bool copy of a large set

@@ -115,6 +115,27 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
     return warnings
 
 
+def data_warnings(bundle: DataBundle) -> list[str]:
+    """A warning naming the first sample that holds a NaN or an infinity (a missing value),
+    in the user's data: a step on it has a non-finite loss, which stops the run as a
+    divergence whose advice (a lower learning rate) cannot help. Not a refusal: fedavg
+    drops a client whose update is non-finite, so a client with corrupt data is a case to
+    simulate. The built-in sets (built from rows, not held yet) are finite."""
+    from ..data.shared import first_non_finite
+
+    warnings = []
+    for what, data in (("training", bundle.train), ("test", bundle.test)):
+        if data is None or not data.built:
+            continue
+        for part, tensor in (("inputs", data.inputs), ("targets", data.targets)):
+            first = first_non_finite(tensor)
+            if first is not None:
+                warnings.append(f"the {what} data's {part} hold NaN or infinite values "
+                                f"(first in sample {first}): a step on them has a "
+                                "non-finite loss; drop or fill those samples")
+    return warnings
+
+
 def thread_warnings(requested: int | None, processes: int, cores: int) -> list[str]:
     """A warning where ``--threads-per-worker`` (``requested``; None: mptrain's budget of
     cores // workers, which never oversubscribes) puts more threads in ``processes`` than
