@@ -235,9 +235,10 @@ def test_nan_or_infinite_user_data_is_named_in_a_warning(where, capsys):
     with pytest.raises(mptrain.errors.TrainingDiverged):
         mptrain.fit(nn.Linear(4, 1), TensorDataset(inputs, targets), epochs=1, batch_size=4,
                     quiet=False)
+    shown = capsys.readouterr()
     assert (f"the training data's {where} hold NaN or infinite values (first in sample 3): "
             "a step on them has a non-finite loss; drop or fill those samples") \
-        in " ".join(capsys.readouterr().out.split())   # as the console wrapped it
+        in " ".join((shown.out + shown.err).split())   # as the console wrapped it
 
 
 def test_the_built_in_data_sets_are_not_scanned(digits):
