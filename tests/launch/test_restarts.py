@@ -182,28 +182,3 @@ def test_without_restarts_the_same_death_fails_the_run(tmp_path):
     [failure_] = caught.value.failures
     assert (failure_.rank, failure_.signal_name) == (1, "SIGKILL")
     assert live_children() == []
-
-
-class InterruptedAtOnce(nn.Linear):
-    """Raises KeyboardInterrupt (what Ctrl-C raises) at its first training step."""
-
-    def forward(self, x):
-        if self.training:
-            raise KeyboardInterrupt
-        return super().forward(x)
-
-
-def test_a_stop_before_the_first_checkpoint_does_not_ask_for_checkpoints(tmp_path):
-    # It said "no checkpoint was written (use --out DIR --checkpoint-every 1 to be able to
-    # resume)" to a run given exactly those.
-    from torch.utils.data import TensorDataset
-
-    import mptrain
-
-    inputs = torch.randn(32, 4)
-    with pytest.raises(RunInterrupted) as caught:
-        mptrain.fit(InterruptedAtOnce(4, 2), TensorDataset(inputs, (inputs[:, 0] > 0).long()),
-                    epochs=3, out=tmp_path, checkpoint_every=2)
-    message = str(caught.value)
-    assert message.endswith("every worker was stopped; stopped before its first "
-                            "checkpoint (checkpoint_every 2)"), message

@@ -50,9 +50,6 @@ def train_with_restarts(job: Job, keeper, recorder, launcher, *, who: str = "wor
         if keeper.saved_path is not None:
             return (f"{where}; last checkpoint: {config.unit} {keeper.saved_epoch} in "
                     f"{keeper.saved_path}; resume with: {keeper.resume_command(command)}")
-        if config.checkpoint_every and keeper.out_dir is not None:
-            return (f"{where}; stopped before its first checkpoint "
-                    f"({named('checkpoint_every')} {config.checkpoint_every})")
         return f"{where}; no checkpoint was written (use {named('out')} DIR " \
                f"{named('checkpoint_every')} 1 to be able to resume)"
 
