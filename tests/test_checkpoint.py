@@ -81,6 +81,27 @@ def test_foreign_checkpoint_is_refused(tmp_path):
         checkpoints.load(tmp_path)
 
 
+@pytest.mark.parametrize("content", [
+    b"root:x:0:0:root:/root:/bin/bash\n",   # a text file (/etc/passwd): IndexError inside torch
+    b"hello\n",                             # KeyError inside torch's unpickler
+    b"\x80\x04K",                            # a pickle cut short: IndexError
+    bytes(range(256)) * 8,                  # binary noise
+    b"\x80\x04\x95\x00\x00\x00\x00\x00\x00\x00\x00]q\x00.",  # a plain pickle, not torch's
+], ids=["text", "word", "cut-pickle", "noise", "pickle"])
+def test_any_file_that_is_not_a_checkpoint_is_one_line_refusal(tmp_path, capsys, content):
+    # Whatever torch's unpickler raises on a foreign file (IndexError, KeyError, ...), a
+    # resume of it is a refusal, never a traceback; and never torch's advice to load it
+    # with weights_only=False, which would run whatever the file holds.
+    path = tmp_path / "notes.txt"
+    path.write_bytes(content)
+    with pytest.raises(UserError, match="not a readable mptrain checkpoint") as caught:
+        checkpoints.load(path)
+    message = str(caught.value)
+    assert "\n" not in message and "weights_only" not in message
+    assert run_cli(["run", "--resume", str(path)]) == 2
+    assert "mptrain: error:" in capsys.readouterr().err
+
+
 def test_checkpoint_never_unpickles_arbitrary_objects(tmp_path):
     marker = tmp_path / "executed"
     payload = (
@@ -199,3 +220,65 @@ def test_a_stop_deferred_around_a_failing_write_still_stops_the_run(sigterm_rais
             _sigterm_self()
             raise OSError("disk full")
     assert isinstance(stopped.value.__context__, OSError)
+
+
+def test_resuming_with_another_model_is_one_line(tmp_path, capsys):
+    # It was torch's multi-line RuntimeError traceback from load_state_dict.
+    out = tmp_path / "run"
+    assert run_cli(["run", "--quiet", "--epochs", "1", "--steps-per-epoch", "2",
+                    "--checkpoint-every", "1", "--out", str(out)]) == 0
+    capsys.readouterr()
+    before = {path.name: path.read_bytes() for path in out.iterdir()}
+    assert run_cli(["run", "--resume", str(out), "--model", "mlp", "--epochs", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error: the checkpoint's model does not fit") \
+        and "--model digits-cnn" in err and "\n" not in err
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == before
+
+
+@pytest.mark.parametrize("other, words", [
+    (lambda: torch.nn.Linear(4, 3), "weight has shape (2, 4) in the checkpoint, (3, 4) here"),
+    (lambda: torch.nn.Sequential(torch.nn.Linear(4, 2)),
+     "2 of its tensors are not in this model (weight, bias)"),
+])
+def test_fit_resuming_with_another_model_is_refused(tmp_path, other, words):
+    import mptrain
+    from torch.utils.data import TensorDataset
+
+    inputs = torch.randn(32, 4)
+    data = TensorDataset(inputs, (inputs[:, 0] > 0).long())
+    out = tmp_path / "run"
+    mptrain.fit(torch.nn.Linear(4, 2), data, epochs=1, checkpoint_every=1, out=out)
+    with pytest.raises(UserError) as caught:
+        mptrain.fit(other(), data, epochs=2, resume=out)
+    message = str(caught.value)
+    assert words in message and "\n" not in message
+    assert "pass fit() the model the checkpoint was trained with" in message
+
+
+def rl_checkpoint() -> "checkpoints.Checkpoint":
+    """What `mptrain rl --out DIR --checkpoint-every 1` leaves (its parts that matter here)."""
+    return checkpoints.Checkpoint(epoch=1, strategy="a3c",
+                                  config={"strategy": "a3c", "workers": 2, "steps": 2000},
+                                  run={"env": "CartPole-v1", "net": None},
+                                  model={"w": torch.zeros(2)}, ranks=[{}, {}], metrics=[{}])
+
+
+def test_run_resuming_an_rl_checkpoint_is_told_to_use_mptrain_rl(tmp_path, capsys):
+    # It said "strategy 'single' runs one process but --workers is 2".
+    checkpoints.save(tmp_path, rl_checkpoint())
+    assert run_cli(["run", "--resume", str(tmp_path), "--epochs", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("mptrain: error: the checkpoint was written by an RL run (algo a3c), not "
+                   "a supervised one; resume it with mptrain rl --resume")
+
+
+def test_fit_resuming_an_rl_checkpoint_is_told_to_use_rl_fit():
+    import mptrain
+    from torch.utils.data import TensorDataset
+
+    inputs = torch.randn(16, 4)
+    with pytest.raises(UserError, match=r"not a supervised one; resume it with "
+                                        r"mptrain.rl.fit\(resume=...\)"):
+        mptrain.fit(torch.nn.Linear(4, 2), TensorDataset(inputs, (inputs[:, 0] > 0).long()),
+                    resume=rl_checkpoint())

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import torch.nn as nn
 
-from .checkpoint import Checkpoint, resolve_resume, user_code_in
+from .checkpoint import Checkpoint, check_folder_argument, resolve_resume, user_code_in
+from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
-from .data.sources import DataBundle, infer_task
-from .errors import UserError, as_keyword, setting_name, spelled
+from .data.sources import DataBundle, user_bundle
+from .errors import UserError, as_keyword, python_caller, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
 from .result import FitResult
@@ -70,7 +71,12 @@ def resolved_config(layers, checkpoint: Checkpoint | None, defaults: TrainingDef
     """The run's config: ``layers`` (``mptrain.settings``) over the checkpoint's settings
     over the data set's recipe ``defaults``, refused before any data is built."""
     from .settings import supervised_config
+    from .strategies.registry import STRATEGIES
 
+    if checkpoint is not None and checkpoint.strategy not in STRATEGIES:
+        how = "mptrain.rl.fit(resume=...)" if python_caller() else "mptrain rl --resume"
+        raise UserError(f"the checkpoint was written by an RL run (algo "
+                        f"{checkpoint.strategy}), not a supervised one; resume it with {how}")
     return supervised_config(layers, checkpoint=checkpoint, defaults=defaults,
                              resume_from=str(resume) if isinstance(resume, (str, Path))
                              else None)
@@ -81,10 +87,25 @@ def telling_whom(loggers, tb_dir, callbacks) -> dict:
     names checked (before any data is built)."""
     from .trackers import parse_loggers
 
+    check_folder_argument("tb_dir", tb_dir)
     if callbacks is not None and not isinstance(callbacks, (list, tuple)):
         callbacks = [callbacks]
-    return {"loggers": parse_loggers(loggers), "tb_dir": tb_dir,
-            "callbacks": list(callbacks or [])}
+    callbacks = list(callbacks or [])
+    for index, callback in enumerate(callbacks):
+        check_callback(index, callback)
+    return {"loggers": parse_loggers(loggers), "tb_dir": tb_dir, "callbacks": callbacks}
+
+
+def check_callback(index: int, callback) -> None:
+    """Refuse what cannot be a callback: it was called on no event (a function, a string:
+    silence), or as a class without its instance (a TypeError at the first event)."""
+    if isinstance(callback, type):
+        raise UserError(f"callbacks[{index}] is the class {callback.__name__}; pass an "
+                        f"instance: {callback.__name__}()")
+    if not any(callable(getattr(callback, event, None)) for event in CALLBACK_EVENTS):
+        raise UserError(f"callbacks[{index}] is a {type(callback).__name__} with none of a "
+                        f"Callback's methods ({', '.join(CALLBACK_EVENTS)}); subclass "
+                        "mptrain.callbacks.Callback and override those you need")
 
 
 def launcher_for(config: TrainConfig, given: dict) -> Launcher:
@@ -116,10 +137,8 @@ def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name:
 def bundle_from_datasets(train_data, test_data) -> DataBundle:
     train = materialize(train_data, "training data")
     test = materialize(test_data, "test data") if test_data is not None else None
-    task, output_size = infer_task(train.targets)
-    return DataBundle(name=type(train_data).__name__, train=train, test=test, task=task,
-                      output_size=output_size, default_model="(given)",
-                      defaults=TrainingDefaults())
+    return user_bundle(type(train_data).__name__, train, test, default_model="(given)",
+                       defaults=TrainingDefaults())
 
 
 def refuse_inside_spawned_import() -> None:

@@ -11,16 +11,16 @@ part (its program's ``state()``) and the parent writes one file.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import shlex
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from .errors import UserError, python_caller
+from .errors import UserError, error_line, python_caller
 from .errors import setting_name as named   # as the caller spelled the setting
 from .files import atomic_write
 
@@ -79,10 +79,22 @@ def resolve_resume(resume: str | Path | Checkpoint | None,
     """The checkpoint to resume from (``resume``: one already loaded, a checkpoint file or
     the --out folder holding one) and the folder the run writes to: ``out`` if given, else,
     as with ``mptrain run --resume DIR``, the folder the checkpoint is in."""
+    if resume is not None and not isinstance(resume, (str, os.PathLike, Checkpoint)):
+        raise UserError(f"{named('resume')} takes a folder or checkpoint file (a str or "
+                        f"pathlib.Path), or a loaded Checkpoint, got {type(resume).__name__}")
+    check_folder_argument("out", out)
     checkpoint = resume if isinstance(resume, Checkpoint) or resume is None else load(resume)
     if out is None and isinstance(resume, (str, Path)):
         out = resume if Path(resume).is_dir() else Path(resume).parent
     return checkpoint, out
+
+
+def check_folder_argument(name: str, value) -> None:
+    """Refuse a folder argument of Python's (``out``, ``tb_dir``) that is not a path: it
+    was a TypeError from deep in pathlib."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):
+        raise UserError(f"{named(name)} takes a folder (a str or pathlib.Path), got "
+                        f"{type(value).__name__}")
 
 
 def save(directory: Path, checkpoint: Checkpoint,
@@ -105,11 +117,9 @@ def load(location: str | Path) -> Checkpoint:
                         f"folder of a run that used {named('checkpoint_every')}")
     try:
         data = torch.load(path, weights_only=True, map_location="cpu")
-    except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError,
-            ValueError, OSError) as err:
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+    except Exception as err:   # a foreign file fails anywhere: IndexError, KeyError, ...
         raise UserError(f"{path} is not a readable mptrain checkpoint (truncated, corrupt or "
-                        f"foreign: {reason}); use another checkpoint") from None
+                        f"foreign: {_load_failure(err)}); use another checkpoint") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UserError(f"{path} is not an mptrain checkpoint (no '{FORMAT}' marker); "
                         f"point {named('resume')} at a folder written by a run with "
@@ -121,6 +131,15 @@ def load(location: str | Path) -> Checkpoint:
     return Checkpoint(epoch=data["epoch"],
                       strategy=data["strategy"], config=data["config"], run=data["run"],
                       model=data["model"], ranks=data["ranks"], metrics=data["metrics"])
+
+
+def _load_failure(err: Exception) -> str:
+    """Why ``torch.load`` refused a file, in a few words. Not torch's own message for a
+    pickle of other objects: it advises ``weights_only=False``, which would run whatever
+    the file holds."""
+    if isinstance(err, pickle.UnpicklingError) and "weights_only" in str(err):
+        return "torch's weights-only load refused its contents"
+    return error_line(err)
 
 
 #: What each part of a checkpoint must be: a file that passes ``weights_only`` loading can
@@ -241,6 +260,48 @@ class CheckpointKeeper:
 
     def _record_saved(self, path: Path, epoch: int) -> None:
         self.saved_path, self.saved_epoch = path, epoch
+
+
+def load_model_state(checkpoint: Checkpoint, model: torch.nn.Module) -> None:
+    """Load ``checkpoint``'s model into ``model``, refusing in one line a model it does not
+    fit (another ``--model``, another class or size given to ``fit()``): torch says so in a
+    traceback of every missing and unexpected key."""
+    mismatch = _model_mismatch(checkpoint.model, model.state_dict())
+    if mismatch is None:
+        try:
+            model.load_state_dict(checkpoint.model)
+            return
+        except Exception as err:   # what the file holds: it must not crash us
+            mismatch = error_line(err)
+    if python_caller():
+        advice = "pass fit() the model the checkpoint was trained with"
+    elif isinstance(checkpoint.run.get("model"), str):
+        advice = f"resume with {named('model')} {checkpoint.run['model']}"
+    else:
+        advice = "resume with the network settings the run was trained with"
+    raise UserError(f"the checkpoint's model does not fit this run's: {mismatch}; {advice}")
+
+
+def _model_mismatch(saved: dict, own: dict) -> str | None:
+    def some(keys):
+        return ", ".join(keys[:3]) + (", ..." if len(keys) > 3 else "")
+
+    unexpected = [k for k in saved if k not in own]
+    missing = [k for k in own if k not in saved]
+    parts = []
+    if unexpected:
+        parts.append(f"{len(unexpected)} of its tensors are not in this model "
+                     f"({some(unexpected)})")
+    if missing:
+        parts.append(f"{len(missing)} of this model's are not in it ({some(missing)})")
+    if parts:
+        return " and ".join(parts)
+    for key, tensor in own.items():
+        theirs = saved[key]
+        if isinstance(theirs, torch.Tensor) and theirs.shape != tensor.shape:
+            return (f"{key} has shape {tuple(theirs.shape)} in the checkpoint, "
+                    f"{tuple(tensor.shape)} here")
+    return None
 
 
 def check_resumable(resume: Checkpoint | None, config, workers: int, strategy) -> None:

@@ -327,6 +327,11 @@ def load_config_file(path: str | Path, keys=None) -> FileValues:
         if name in _LOCATION_KEYS | {"tb_dir", "env", "net"} and not isinstance(value, str):
             raise UserError(f"config file {path}: {key} must be a string (a name or a "
                             f"path), got {value!r}")
+        if name in _LOCATION_KEYS | {"tb_dir", "env", "net"} and not value.strip():
+            # Read as left out, an empty one would mean the built-in data, or the outputs
+            # in the working folder.
+            raise UserError(f"config file {path}: {key} is empty; give a value or leave "
+                            f"{key} out")
         if name == "logger":
             from .trackers import parse_loggers
 

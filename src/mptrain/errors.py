@@ -47,8 +47,10 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
-class RunInterrupted(Exception):
-    """The run was stopped by a signal; the message says where and how to resume."""
+class RunInterrupted(KeyboardInterrupt):
+    """The run was stopped by a signal; the message says where and how to resume. A
+    KeyboardInterrupt, as the Ctrl-C it usually comes from: a caller's ``except Exception``
+    (a sweep that logs a failed fit() and goes on) must not swallow the stop."""
 
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)

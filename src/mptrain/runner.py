@@ -8,6 +8,7 @@ RL runs (``mptrain.rl``) both end up here; what differs between them is a
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -15,10 +16,11 @@ from typing import Protocol
 import torch.nn as nn
 
 from .callbacks import CallbackList
-from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable
+from .checkpoint import Checkpoint, CheckpointKeeper, check_resumable, load_model_state
 from .engine.compiling import check_compilable
 from .launch import warmup
 from .launch.openmp import wait_policy_line
+from .launch.out_lock import out_dir_held
 from .launch.attempt import Job
 from .launch.launchers import Launcher
 from .launch.plan import RunPlan
@@ -90,6 +92,11 @@ class RunRequest:
 
 
 def run(request: RunRequest) -> FitResult:
+    with ExitStack() as held:   # the --out folder, from its preparation to the last write
+        return _run(request, held)
+
+
+def _run(request: RunRequest, held: ExitStack) -> FitResult:
     started = time.monotonic()
     config, strategy, launcher, model, family = request.config, request.strategy, \
         request.launcher, request.model, request.family
@@ -105,14 +112,15 @@ def run(request: RunRequest) -> FitResult:
     joined = launcher.join(config, plan, request.out, request.resume)
     resume = joined.resume
     check_resumable(resume, config, plan.workers, strategy)
+    if resume is not None:
+        load_model_state(resume, model)
     machine_warnings = family.preflight(config, model, strategy, plan)
     out = request.out if launcher.writes_outputs else None
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
+    held.enter_context(out_dir_held(out_dir))
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable)
-    if resume is not None:
-        model.load_state_dict(resume.model)
     # How OpenMP threads wait: only where a worker has more than one to wait for.
     waiting = [wait_policy_line()] if plan.threads > 1 else []
     presenter.banner(family.banner(config, model, plan) + waiting

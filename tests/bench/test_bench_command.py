@@ -154,3 +154,44 @@ def test_without_a_terminal_every_finished_run_prints_a_line(monkeypatch):
     assert "repeat 1/2: 2.5 s, 1,234 samples/s" in lines[0]
     assert any("sync" in line and "failed: worker rank 1 died" in line for line in lines)
     assert any("memory: peak memory 300 MiB" in line for line in lines)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--timeout", "-1"], "Invalid value for '--timeout'"),
+    (["--timeout", "0"], "Invalid value for '--timeout'"),
+    (["--strategies", ""], "Invalid value for '--strategies': it is empty"),
+    (["--strategies", " , "], "--strategies names no strategy"),
+    (["--workers", ","], "--workers names no worker count"),
+    (["--threads-per-worker", "0"], "Invalid value for '--threads-per-worker'"),
+    (["--batch-size", "0"], "Invalid value for '--batch-size'"),
+    (["--lr", "-1"], "Invalid value for '--lr'"),
+])
+def test_bench_numbers_and_lists_that_cannot_run_are_refused_up_front(args, message, capsys,
+                                                                       monkeypatch):
+    # Each ran the whole matrix: --timeout -1 and an empty --strategies printed a table
+    # and exit 0; the others failed every cell one by one.
+    monkeypatch.setattr(session, "run_bench", lambda *a: pytest.fail("the bench ran"))
+    assert bench(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error:") and message in err and "\n" not in err
+
+
+def test_a_warm_up_run_refused_stops_the_bench_in_one_line(monkeypatch, capsys):
+    # The warm-up runs with every cell's run options: had it been refused (a misspelled
+    # --model), each cell would have been refused the same way, one after the other.
+    from mptrain.bench.execute import RunRecord
+
+    ran = []
+
+    def refused(cell, repeat, workload, sample_memory=False):
+        ran.append(cell)
+        return RunRecord(cell=cell, repeat=repeat, ok=False, wall_s=1.0,
+                         error="mptrain: error: unknown model 'nonexist'; choose one of: mlp")
+
+    monkeypatch.setattr(session, "run_cell", refused)
+    assert bench(["--data", "linreg", "--model", "nonexist", "--strategies", "single,sync",
+                  "--workers", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("mptrain: error: the warm-up run (single, 1 thread) failed, and every "
+                   "cell would: unknown model 'nonexist'; choose one of: mlp")
+    assert len(ran) == 1

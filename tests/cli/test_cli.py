@@ -394,3 +394,61 @@ def test_mnist_run_reads_its_files_ahead_and_leaves_no_thread(tmp_path, monkeypa
     assert not [t for t in threading.enumerate() if t.name.startswith("mptrain-read")]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["train_samples"] == 64 and summary["test_samples"] == 32
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["sigint", "sigterm"])
+def test_a_stopped_run_says_where_it_stopped_and_exits_128_plus_the_signal(
+        monkeypatch, capsys, signum):
+    # RunInterrupted is a KeyboardInterrupt, which click turns into Abort: the message and
+    # the exit code of the stop must come through it (not "interrupted", 130).
+    from mptrain.errors import RunInterrupted
+
+    def stopped(*args, **kwargs):
+        raise RunInterrupted("stopped by SIG after 2 of 10 epochs; resume with: X", 128 + signum)
+
+    monkeypatch.setattr(mptrain.api, "train", stopped)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--quiet"])
+    assert exit_.value.code == 128 + signum
+    assert "mptrain: stopped by SIG after 2 of 10 epochs; resume with: X" in \
+        capsys.readouterr().err
+
+
+def test_a_second_ctrl_c_while_the_stop_unwinds_keeps_the_stop_message(monkeypatch, capsys):
+    # A double Ctrl-C (the usual impatience) replaced "stopped by SIGINT ...; last
+    # checkpoint ...; resume with ..." by "mptrain: error: interrupted".
+    from mptrain.errors import RunInterrupted
+
+    def stopped_then_interrupted(*args, **kwargs):
+        try:
+            raise RunInterrupted("stopped by SIGINT after 2 of 10 epochs; resume with: X", 130)
+        except RunInterrupted:
+            raise KeyboardInterrupt from None   # the second Ctrl-C, while it unwinds
+
+    monkeypatch.setattr(mptrain.api, "train", stopped_then_interrupted)
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--quiet"])
+    assert exit_.value.code == 130
+    assert "mptrain: stopped by SIGINT after 2 of 10 epochs; resume with: X" in \
+        capsys.readouterr().err
+
+
+def test_the_command_exits_with_ctrl_c_ignored(monkeypatch):
+    # A Ctrl-C during the exit handlers printed "Exception ignored in atexit callback ...
+    # KeyboardInterrupt" under the stop message, and skipped the rest of the cleanup.
+    import signal
+
+    import mptrain.cli as cli_module
+
+    seen = {}
+    monkeypatch.setattr(cli_module, "main", lambda: 0)
+    monkeypatch.setattr(cli_module.openmp, "this_process_is_the_command", lambda: None)
+    monkeypatch.setattr(cli_module, "exit_after_cleanup",
+                        lambda code: seen.update(code=code,
+                                                 sigint=signal.getsignal(signal.SIGINT)))
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        cli_module.console()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert seen == {"code": 0, "sigint": signal.SIG_IGN}

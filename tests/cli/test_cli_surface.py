@@ -47,6 +47,18 @@ def test_data_help_names_every_built_in_data_set():
     assert all(name in text for name in BUILTIN_SOURCES)
 
 
+def test_help_and_usage_say_what_a_data_or_model_factory_is_called_with_and_returns():
+    # "module:factory" alone left a user to guess: the model factory got no arguments,
+    # and an input_shape parameter ended in "missing 1 required positional argument".
+    assert "function of no arguments returning (train_set, test_set or None)" in \
+        help_of(run_command, "data")
+    assert "function of no arguments returning an nn.Module" in help_of(run_command, "model")
+    from pathlib import Path
+
+    usage = (Path(__file__).resolve().parents[2] / "docs" / "usage.md").read_text()
+    assert "## Your own data and model" in usage
+
+
 @pytest.mark.parametrize("name", ["rounds", "clients", "clients_per_round", "local_epochs"])
 def test_fedavg_help_defaults_are_what_runs_on_each_data_set(name):
     # --help said --clients 100, --clients-per-round 10, --local-epochs 1; on digits the run

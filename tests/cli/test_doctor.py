@@ -226,3 +226,24 @@ def test_doctor_command_runs(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert "shared memory" in out and "leftovers" in out
+
+
+def test_a_failed_check_is_exit_code_1(monkeypatch, capsys):
+    # click hands a command's Exit(1) back as a return value when it is not standalone;
+    # it was dropped, and a machine that failed a check (or a bench whose every run
+    # failed) exited 0.
+    failing = [doctor.Check("shared memory", "fail", "/dev/shm: 1 MiB free", "grow it")]
+    monkeypatch.setattr(doctor, "run_checks", lambda **_: failing)
+    assert main(["doctor"]) == 1
+    assert "FAIL shared memory" in capsys.readouterr().out
+    monkeypatch.setattr(doctor, "run_checks", lambda **_: [])
+    assert main(["doctor"]) == 0
+
+
+def test_an_out_folder_that_does_not_exist_is_refused(tmp_path, capsys):
+    # A misspelled --out was "ok: none of yours from dead runs": no folder, nothing found.
+    with pytest.raises(SystemExit) as exit_:
+        main(["doctor", "--out", str(tmp_path / "no-such-run")])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error:") and "does not exist" in err and "\n" not in err

@@ -34,3 +34,28 @@ def test_the_spawn_guard_message_reads_cleanly(text):
     assert ",." not in text and "  " not in text and " ." not in text
     assert '`if __name__ == "__main__":`' in text
     assert not re.search(r"[,;:]\s*[,;.]", text)
+
+
+@pytest.mark.parametrize("argv, option", [
+    (["run", "--out", ""], "--out"),            # wrote the outputs into the working folder
+    (["run", "--resume", ""], "--resume"),      # trained from scratch instead of resuming
+    (["run", "--data", " "], "--data"),         # trained on digits
+    (["run", "--model", ""], "--model"),
+    (["run", "--config", ""], "--config"),      # ran without the file
+    (["run", "--logger", ""], "--logger"),
+    (["rl", "--out", ""], "--out"),
+    (["partitions", "--out", ""], "--out"),
+    (["bench", "--out", ""], "--out"),
+])
+def test_an_empty_value_is_refused_not_taken_as_left_out(argv, option, capsys):
+    # `--out "$RUN"` with RUN unset: each of these ran as if the option were not given.
+    err = fail(argv, capsys)
+    assert f"Invalid value for '{option}': it is empty" in err, err
+
+
+@pytest.mark.parametrize("key", ["out", "data", "model", "data-dir"])
+def test_an_empty_location_in_a_config_file_is_refused(tmp_path, key, capsys):
+    config = tmp_path / "run.toml"
+    config.write_text(f'{key} = ""\n')
+    err = fail(["run", "--config", str(config)], capsys)
+    assert f"config file {config}: {key} is empty" in err, err

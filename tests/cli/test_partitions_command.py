@@ -53,6 +53,9 @@ def test_help_explains_the_partition_syntax(capsys):
     (["--clients", "5000"], "more than the 1438 training samples"),
     (["--data", "linreg", "--clients", "4", "--partition", "shards:2"], "needs class labels"),
     (["--clients", "abc"], "'abc' is not a valid integer"),
+    # It printed a partition and "train on it: mptrain run ... --seed -1", which run refuses.
+    (["--seed", "-1"], "Invalid value for '--seed'"),
+    (["--seed", str(2**63)], "Invalid value for '--seed'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, message, capsys):
     assert message in fail(["partitions", *argv], capsys)

@@ -249,3 +249,15 @@ def test_a_data_set_that_raises_is_one_line_naming_the_sample(where, expected):
     with pytest.raises(UserError) as info:
         materialize(_Raises(where), "training data")
     assert str(info.value).startswith(expected + "; ")
+
+
+@pytest.mark.parametrize("wrap", [lambda x, y: TensorDataset(x, y),
+                                  lambda x, y: Pairs(list(zip(x, y)))],
+                         ids=["tensor-dataset", "pairs"])
+def test_boolean_targets_are_the_classes_0_and_1(wrap):
+    # A mask as labels (y > 0): cross-entropy refused bool targets in every worker.
+    inputs = torch.randn(6, 2)
+    data = materialize(wrap(inputs, inputs[:, 0] > 0), "training data")
+    assert data.targets.dtype == torch.int64
+    assert data.targets.tolist() == (inputs[:, 0] > 0).long().tolist()
+

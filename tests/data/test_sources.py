@@ -6,6 +6,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import TensorDataset
 
 from mptrain.data.shared import SharedTensorDataset
 from mptrain.data.sources import (CLASSIFICATION, MNIST_MEAN, MNIST_STD, REGRESSION, DataBundle,
@@ -354,3 +355,49 @@ def test_inputs_built_in_shared_memory_equal_private_ones(tmp_path, name):
     assert not private.train.inputs.is_shared()
     assert torch.equal(shared.train.inputs, private.train.inputs)
     assert torch.equal(shared.test.inputs, private.test.inputs)
+
+
+# ---------------------------------------------------------------- a test set to score on
+
+def pairs(inputs, targets):
+    return TensorDataset(inputs, targets)
+
+
+CLASSES = pairs(torch.randn(20, 4), torch.arange(20) % 3)
+
+
+@pytest.mark.parametrize("test, needle", [
+    (pairs(torch.randn(5, 7), torch.arange(5) % 3),
+     "the test data's inputs have shape (7,) but the training data's (4,)"),
+    (pairs(torch.randn(5, 4), torch.randn(5)),
+     "the test data's targets are float (regression) but the training data's integer"),
+    (pairs(torch.randn(5, 4), torch.tensor([0, 1, -1, 2, 0])),
+     "the test data's targets: class targets must be >= 0"),
+    (pairs(torch.randn(5, 4), torch.zeros(5, 2, dtype=torch.int64)),
+     "the test data's targets: integer targets must be class indices"),
+])
+def test_a_test_set_the_model_cannot_be_scored_on_is_refused(test, needle):
+    # Each was a traceback from the first evaluation, after a whole epoch of training.
+    from mptrain.api import bundle_from_datasets
+
+    with pytest.raises(UserError) as info:
+        bundle_from_datasets(CLASSES, test)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_regression_test_targets_need_as_many_values_as_the_training_ones():
+    from mptrain.api import bundle_from_datasets
+
+    train = pairs(torch.randn(20, 4), torch.randn(20, 2))
+    with pytest.raises(UserError, match="1 value.s. per sample but the training data's 2"):
+        bundle_from_datasets(train, pairs(torch.randn(5, 4), torch.randn(5)))
+    same = bundle_from_datasets(pairs(torch.randn(20, 4), torch.randn(20)),
+                                pairs(torch.randn(5, 4), torch.randn(5, 1)))
+    assert same.output_size == 1
+
+
+def test_a_class_only_the_test_set_has_is_a_class_of_the_model():
+    from mptrain.api import bundle_from_datasets
+
+    bundle = bundle_from_datasets(CLASSES, pairs(torch.randn(5, 4), torch.arange(5)))
+    assert bundle.output_size == 5

@@ -70,3 +70,26 @@ def test_a_forward_pass_that_raises_is_refused_in_one_line():
         check_model_fits_data(_ForwardRaises(), bundle)
     assert str(info.value) == ("the model cannot take the data's inputs of shape (4,): "
                                "RuntimeError: the forward pass exploded")
+
+
+def regression_data(values_per_target):
+    inputs = torch.randn(32, 4)
+    return TensorDataset(inputs, torch.randn(32, *values_per_target))
+
+
+@pytest.mark.parametrize("outputs, values, fits", [
+    (1, (), True), (1, (1,), True), (3, (3,), True),
+    (2, (), False), (1, (3,), False), (6, (2, 3), True), (5, (2, 3), False),
+])
+def test_a_regression_model_must_return_one_value_per_target_value(outputs, values, fits):
+    # It was a RuntimeError from view_as() in the first training step, in every worker.
+    run = lambda: mptrain.fit(nn.Linear(4, outputs), regression_data(values), epochs=1,
+                              batch_size=8, quiet=True)
+    if fits:
+        run()
+        return
+    with pytest.raises(UserError) as info:
+        run()
+    size = int(torch.Size(values).numel())
+    assert f"each target has {size} value(s); it must return [batch, {size}]" \
+        in str(info.value)

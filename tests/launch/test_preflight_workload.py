@@ -57,6 +57,16 @@ def test_the_suggested_worker_count_is_the_largest_accepted(digits, available):
         check_workload(settings(32), digits, most + 1, 2)
 
 
+def test_a_batch_larger_than_the_whole_set_is_told_the_batch_size_only(digits):
+    # It said "use --workers 0 or fewer, or --batch-size 719 or less".
+    samples = len(digits.train)
+    with pytest.raises(UserError) as info:
+        check_workload(settings(5000), digits, 2, 2)
+    message = str(info.value)
+    assert message.endswith(f"use --batch-size {-(-samples // 2)} or less"), message
+    assert "--workers" not in message
+
+
 def test_one_process_may_take_the_whole_set_as_one_batch(digits):
     assert check_workload(settings(10_000), digits, 1, 2) == []
 
@@ -196,3 +206,40 @@ def test_fit_is_told_its_keywords_not_the_flags(strategy, words):
         mptrain.fit(nn.Linear(4, 2), data, strategy=strategy, workers=2, batch_size=64,
                     epochs=1, quiet=True)
     assert words in str(info.value) and "--" not in str(info.value)
+
+
+@pytest.mark.parametrize("requested, processes, cores, warned", [
+    (None, 2, 2, False),      # mptrain's own budget never oversubscribes
+    (1, 2, 2, False), (2, 1, 2, False), (64, 1, 2, True), (2, 2, 2, True), (1, 4, 2, False),
+])
+def test_asking_for_more_threads_than_cores_is_a_warning(requested, processes, cores, warned):
+    # `--threads-per-worker 64` on 2 cores ran silently, time-sharing the cores: the trap
+    # mptrain's thread budget exists to avoid. (Too many workers have their own warning.)
+    from mptrain.launch.preflight import thread_warnings
+
+    warnings = thread_warnings(requested, processes, cores)
+    assert bool(warnings) == warned
+    if warned:
+        assert warnings == [f"--threads-per-worker {requested} in each of {processes} "
+                            f"process(es) on {cores} usable cores: the threads time-share "
+                            f"the cores; leave it out for {max(1, cores // processes)}"]
+
+
+@pytest.mark.parametrize("where", ["inputs", "targets"])
+def test_nan_or_infinite_user_data_is_named_in_a_warning(where, capsys):
+    # Missing values as NaN: the run "diverged" at its first step and advised a lower lr,
+    # which cannot help. A warning, not a refusal: fedavg drops a client whose update is
+    # non-finite, and a client with corrupt data is a case to simulate.
+    inputs, targets = torch.randn(24, 4), torch.randn(24)
+    (inputs if where == "inputs" else targets)[3] = float("nan")
+    with pytest.raises(mptrain.errors.TrainingDiverged):
+        mptrain.fit(nn.Linear(4, 1), TensorDataset(inputs, targets), epochs=1, batch_size=4,
+                    quiet=False)
+    shown = capsys.readouterr()
+    assert (f"the training data's {where} hold NaN or infinite values (first in sample 3): "
+            "a step on them has a non-finite loss; drop or fill those samples") \
+        in " ".join((shown.out + shown.err).split())   # as the console wrapped it
+
+
+def test_the_built_in_data_sets_are_not_scanned(digits):
+    assert preflight.data_warnings(digits) == []

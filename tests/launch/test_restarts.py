@@ -83,6 +83,21 @@ def test_a_signal_stops_instead_of_restarting(stop, signum, after_a_failure):
     assert script.calls == len(outcomes) - 1  # never tried again after the signal
 
 
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Interrupted(signal.SIGTERM)],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_stopped_run_is_not_swallowed_by_except_exception(stop):
+    # A sweep written `for lr in lrs: try: fit(...) except Exception: log(...)` went on to
+    # the next fit() after Ctrl-C: the stop was an Exception. It is a KeyboardInterrupt,
+    # as the Ctrl-C it comes from.
+    script = ScriptedAttempts(stop, None)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        try:
+            run_with_restarts(script.attempt, 0, script.on_restart, describe_stop)
+        except Exception:   # noqa: BLE001 -- the user's sweep
+            pytest.fail("the stop was swallowed by except Exception")
+    assert isinstance(caught.value, RunInterrupted)
+
+
 # -- real runs: a worker SIGKILLed once ---------------------------------------------------
 
 SAMPLES, BATCH, WORKERS, EPOCHS = 128, 16, 2, 3

@@ -110,8 +110,12 @@ def run_bench(settings: BenchSettings, console: Console | None = None
                   transient=True, refresh_per_second=2, disable=lines) as progress:
         task = progress.add_task("warm-up", total=len(schedule) + 1)
         # One untimed run first: file caches, bytecode, the allocator of a cold machine.
-        run_cell(Cell(REFERENCE, 1, threads=1, reference=True), -1,
-                 replace(workload, epochs=1, steps_per_epoch=5, target_accuracy=None))
+        warm = run_cell(Cell(REFERENCE, 1, threads=1, reference=True), -1,
+                        replace(workload, epochs=1, steps_per_epoch=5, target_accuracy=None))
+        if not warm.ok:   # it ran with every cell's run options: each would fail the same
+            reason = (warm.error or "no reason given").removeprefix("mptrain: error: ")
+            raise UserError(f"the warm-up run ({REFERENCE}, 1 thread) failed, and every "
+                            f"cell would: {reason}")
         progress.advance(task)
         for repeat, cell, sample_memory in schedule:
             step = "memory" if sample_memory else f"repeat {repeat + 1}/{settings.repeats}"

@@ -7,6 +7,7 @@ Each sub-command is a module of this package (``run``, ``rl``, ``bench``, ``part
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -29,7 +30,8 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     try:
-        cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
+        # Not standalone, click returns a command's Exit(code) instead of raising it.
+        code = cli.main(args=argv, prog_name="mptrain", standalone_mode=False)
     except _NO_ARGS_IS_HELP as err:
         click.echo(err.ctx.get_help() if err.ctx else "usage: mptrain COMMAND --help")
         return 0
@@ -37,7 +39,13 @@ def _main(argv) -> int:
         hint = f" (see: mptrain {err.ctx.info_name if err.ctx else ''} --help)".replace(
             "mptrain mptrain", "mptrain")
         _fail(err.format_message() + hint, 2)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as abort:
+        # click turns every KeyboardInterrupt into Abort, a stopped run's too; a second
+        # Ctrl-C while the stop unwinds has the stop in its context.
+        stop = _stop_in(abort)
+        if stop is not None:
+            click.echo(f"mptrain: {stop}", err=True)
+            sys.exit(stop.exit_code)
         _fail("interrupted", 130)
     except UserError as err:
         _fail(str(err), err.exit_code)
@@ -46,13 +54,17 @@ def _main(argv) -> int:
     except RunInterrupted as err:
         click.echo(f"mptrain: {err}", err=True)
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
+        stop = _stop_in(interrupt)
+        if stop is not None:
+            click.echo(f"mptrain: {stop}", err=True)
+            sys.exit(stop.exit_code)
         _fail("interrupted; every worker was stopped", 130)
     except Interrupted as stop:
         _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
     except click.exceptions.Exit as done:
         return done.exit_code
-    return 0
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def console() -> None:
@@ -68,7 +80,21 @@ def console() -> None:
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
+    # The work is over and every worker reaped: a Ctrl-C now (the second of an impatient
+    # user) would only cut the exit handlers short, with a traceback of its own.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_after_cleanup(code)
+
+
+def _stop_in(error: BaseException) -> RunInterrupted | None:
+    """The stopped run's own report in ``error``'s chain, if there is one."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, RunInterrupted):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _fail(message: str, code: int):

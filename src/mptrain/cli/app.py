@@ -5,12 +5,31 @@ import click
 from .. import __version__
 
 
+class NonEmptyValues(click.Command):
+    """A command that refuses an empty option value (``--out ""``: a shell variable that
+    was not set). click passes it on as given, and the commands read an empty string as
+    the option left out: outputs written into the working folder, a run started afresh
+    instead of resumed, the built-in data trained on."""
+
+    def invoke(self, ctx):
+        for param in self.get_params(ctx):
+            value = ctx.params.get(param.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(v, str) and not v.strip() for v in values):
+                raise click.BadParameter("it is empty; give a value or leave the option "
+                                         "out", ctx=ctx, param=param)
+        return super().invoke(ctx)
+
+
 # The version from the package itself, not its installed metadata: a source checkout on
 # PYTHONPATH (as on a machine where nothing may be installed) answers --version too.
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=__version__, prog_name="mptrain")
 def cli():
     """Train PyTorch models with several processes on one machine."""
+
+
+cli.command_class = NonEmptyValues
 
 
 def supervised_run_options(who: str, units: str):

@@ -27,13 +27,18 @@ from .app import cli
                                         "(not with fedavg, whose unit is a round).")
 @click.option("--repeats", type=int, default=3, show_default=True,
               help="Runs per cell, interleaved (A B C A B C).")
-@click.option("--threads-per-worker", type=int, help="Default: usable cores // workers.")
+@click.option("--threads-per-worker", type=click.IntRange(min=1),
+              help="torch threads per worker in every cell (default: usable cores // "
+                   "workers).")
 @click.option("--time-to-accuracy", type=float,
               help="Also report seconds until test accuracy first reaches this (e.g. 0.97), "
                    "from the evaluation at the end of every epoch or round.")
-@click.option("--batch-size", type=int)
-@click.option("--lr", type=float)
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS))
+@click.option("--batch-size", type=click.IntRange(min=1),
+              help="Every run's --batch-size (default: the data set's).")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True),
+              help="Every run's --lr (default: the data set's).")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS),
+              help="Every run's --optimizer (default: the data set's).")
 @click.option("--device", type=click.Choice(DEVICES),
               help="Where every run trains (cpu; with cuda the cells' workers share the "
                    "visible GPUs as `mptrain run --device cuda` deals them).")
@@ -43,7 +48,8 @@ from .app import cli
 @click.option("--clients-per-round", type=int, help="fedavg cells: clients sampled per round.")
 @click.option("--local-epochs", type=int, help="fedavg cells: epochs each client trains.")
 @click.option("--partition", help="fedavg cells: iid, dirichlet:ALPHA or shards:K.")
-@click.option("--timeout", type=float, default=3600, show_default=True,
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=3600,
+              show_default=True,
               help="Seconds one run may take.")
 @click.option("--memory/--no-memory", default=True, show_default=True,
               help="One more run per cell for peak RSS/PSS of its process tree (sampling "
@@ -76,7 +82,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
         check_device(device)
     settings = BenchSettings(
         data=data, data_dir=data_dir, model=model,
-        strategies=tuple(s.strip() for s in strategies.split(",") if s.strip()),
+        strategies=_names(strategies),
         workers=_int_list(workers_list, "--workers"), epochs=epochs, steps=steps,
         repeats=repeats, threads=threads_per_worker, target_accuracy=time_to_accuracy,
         run_options=tuple(run_options), timeout_s=timeout,
@@ -107,12 +113,24 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
         raise click.exceptions.Exit(1)
 
 
+def _names(text):
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not names:
+        raise UserError("--strategies names no strategy; give one or more, e.g. "
+                        "--strategies single,ddp")
+    return names
+
+
 def _int_list(text, flag):
     if not text:
         return None
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
     except ValueError:
         raise UserError(f"{flag} takes comma-separated integers, e.g. 1,2,4") from None
+    if not counts:
+        raise UserError(f"{flag} names no worker count; give one or more, e.g. 1,2,4, or "
+                        "leave it out for 1, 2 and the usable cores")
+    return counts
 
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..config import PARTITION_HELP
+from ..config import MAX_SEED, PARTITION_HELP
 from .app import cli
 
 
@@ -18,7 +18,7 @@ from .app import cli
 @click.option("--clients", type=int, default=100, show_default=True,
               help="Number of simulated clients.")
 @click.option("--partition", default="iid", show_default=True, help=PARTITION_HELP)
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Same seed, same partition.")
 @click.option("--out", help="Write partitions.png (label mix per client) here.")
 def partitions(data, data_dir, clients, partition, seed, out):

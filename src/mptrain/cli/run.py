@@ -17,7 +17,7 @@ from ..settings import flags as flags_layer
 from ..data.recipes import RECIPES
 from .defaults_help import default_text
 from ..strategies.registry import STRATEGIES
-from .app import cli, joined_loggers, supervised_run_options
+from .app import NonEmptyValues, cli, joined_loggers, supervised_run_options
 
 #: Options that say where things are and who is told, not how to train: a resumed run may
 #: change them, and a checkpoint does not keep them as settings.
@@ -48,7 +48,7 @@ class Betas(click.ParamType):
         return value
 
 
-class GroupedHelp(click.Command):
+class GroupedHelp(NonEmptyValues):
     """``--help`` with fedavg's many options in a section of their own."""
 
     def format_options(self, ctx, formatter):
@@ -65,11 +65,13 @@ class GroupedHelp(click.Command):
 
 
 @cli.command(cls=GroupedHelp)
-@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory.")
+@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory "
+                             "(or file.py:factory), a function of no arguments returning "
+                             "(train_set, test_set or None).")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
 @click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
-                              "or module:factory "
-                              "(default: the data set's own).")
+                              "or module:factory, a function of no arguments returning an "
+                              "nn.Module (default: the data set's own).")
 @click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "

@@ -27,7 +27,7 @@ def devices(as_json):
 @click.option("--clean", is_flag=True,
               help="Remove what dead runs of yours left behind (never live ones, never other "
                    "users' files).")
-@click.option("--out", type=click.Path(file_okay=False),
+@click.option("--out", type=click.Path(exists=True, file_okay=False),
               help="Also look for temp files of interrupted writes in this --out folder.")
 def doctor(clean, out):
     """Check /dev/shm, open-file limit, start methods, CUDA, and what dead runs left behind:

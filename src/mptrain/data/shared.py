@@ -79,6 +79,11 @@ class SharedTensorDataset(Dataset):
         return self._inputs
 
     @property
+    def built(self) -> bool:
+        """Whether the inputs are tensors already (a ``RowSource`` is built on first use)."""
+        return not isinstance(self._inputs, RowSource)
+
+    @property
     def input_shape(self) -> tuple:
         return tuple(self._inputs.shape[1:])
 
@@ -156,8 +161,8 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
         return _non_empty(dataset, what)
     if isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2:
         inputs, targets = dataset.tensors
-        return _non_empty(SharedTensorDataset(_floats32(_dense(inputs, what)),
-                                              _floats32(_dense(targets, what))), what)
+        return _non_empty(_checked(_floats32(_dense(inputs, what)),
+                                   _floats32(_dense(targets, what)), what), what)
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise UserError(f"{what} is a {type(dataset).__name__}, not a map-style Dataset "
                         "(it needs __len__ and __getitem__)")
@@ -178,7 +183,27 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     except RuntimeError as err:
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
                         "all inputs must have the same shape") from None
-    return SharedTensorDataset(_floats32(stacked_inputs), _floats32(stacked_targets))
+    return _checked(_floats32(stacked_inputs), _floats32(stacked_targets), what)
+
+
+def _checked(inputs: torch.Tensor, targets: torch.Tensor, what: str) -> SharedTensorDataset:
+    """The user's tensors as a data set: boolean targets (a mask as labels) as the classes
+    0 and 1, which the loss takes."""
+    if targets.dtype == torch.bool:
+        targets = targets.long()
+    return SharedTensorDataset(inputs, targets)
+
+
+def first_non_finite(tensor: torch.Tensor, rows: int = 10_000) -> int | None:
+    """The index of the first sample of ``tensor`` holding a NaN or an infinity, or None."""
+    if not tensor.is_floating_point() or tensor.numel() == 0:
+        return None
+    for start in range(0, len(tensor), rows):   # in chunks: no bool copy of a large set
+        finite = torch.isfinite(tensor[start:start + rows]).reshape(
+            min(rows, len(tensor) - start), -1).all(dim=1)
+        if not finite.all():
+            return start + int((~finite).nonzero()[0])
+    return None
 
 
 def _read(call, argument, what: str):

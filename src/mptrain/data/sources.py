@@ -204,11 +204,45 @@ def from_factory(spec: str) -> DataBundle:
                         "return a pair (train_dataset, test_dataset), test may be None")
     train = materialize(produced[0], "training data")
     test = materialize(produced[1], "test data") if produced[1] is not None else None
+    return user_bundle(spec, train, test, default_model="mlp", defaults=GENERIC_DEFAULTS)
+
+
+def user_bundle(name: str, train: SharedTensorDataset, test: SharedTensorDataset | None,
+                default_model: str, defaults: TrainingDefaults) -> DataBundle:
+    """The user's two data sets as a bundle: the task from the training targets, and a
+    test set that the model trained on them can be scored on -- checked here, since a
+    mismatch would otherwise surface as a traceback from the first evaluation, after a
+    whole epoch of training. The classes are those of both sets (a class only the test set
+    has is still one the model must output)."""
     task, output_size = infer_task(train.targets)
-    return DataBundle(
-        name=spec, train=train, test=test, task=task, output_size=output_size,
-        default_model="mlp", defaults=GENERIC_DEFAULTS,
-    )
+    if test is not None:
+        _check_test_matches_train(train, test, task, output_size)
+        if task == CLASSIFICATION:
+            output_size = max(output_size, int(test.targets.max()) + 1)
+    return DataBundle(name=name, train=train, test=test, task=task, output_size=output_size,
+                      default_model=default_model, defaults=defaults)
+
+
+def _check_test_matches_train(train: SharedTensorDataset, test: SharedTensorDataset,
+                              task: str, output_size: int) -> None:
+    if test.input_shape != train.input_shape:
+        raise UserError(f"the test data's inputs have shape {test.input_shape} but the "
+                        f"training data's {train.input_shape}; give both sets samples of "
+                        "the same shape")
+    kinds = {CLASSIFICATION: "integer (classes)", REGRESSION: "float (regression)"}
+    test_task = REGRESSION if test.targets.dtype.is_floating_point else CLASSIFICATION
+    if test_task != task:
+        raise UserError(f"the test data's targets are {kinds[test_task]} but the training "
+                        f"data's {kinds[task]}; give both sets targets of the same kind")
+    if task == CLASSIFICATION:
+        try:
+            infer_task(test.targets)
+        except UserError as err:
+            raise UserError(f"the test data's targets: {err}") from None
+    elif test.targets[0].numel() != output_size:
+        raise UserError(f"the test data's targets have {test.targets[0].numel()} value(s) "
+                        f"per sample but the training data's {output_size}; give both sets "
+                        "targets of the same shape")
 
 
 def infer_task(targets: torch.Tensor) -> tuple[str, int]:

@@ -17,7 +17,8 @@ from ..comm.solo import SoloSpec
 from ..config import TrainConfig
 from ..engine.precision import precision_warnings
 from ..models import model_bytes
-from .preflight import check_device, check_model_fits_data, check_model_trains, check_workload
+from .preflight import (check_device, check_model_fits_data, check_model_trains,
+                        check_workload, data_warnings, thread_warnings)
 from .sharing import check_shm_space, choose_sharing_strategy
 from .start_method import choose_start_method
 from .tuning import threads_per_worker, usable_cores
@@ -108,6 +109,10 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
                               parameter_copies=strategy.needs(model, bundle, plan)
                               .private_parameter_copies,
                               queued_batches=strategy.batches_from_a_queue(plan.workers))
+    warnings += data_warnings(bundle)
+    warnings += thread_warnings(config.threads_per_worker,
+                                plan.processes or plan.local_workers or plan.workers,
+                                plan.cores)
     warnings += precision_warnings(config.precision, config.device)
     strategy.check(bundle, model, plan)
     check_shared_memory(bundle, model, strategy, plan)

@@ -67,6 +67,13 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
                                           or output.shape[1] < bundle.output_size):
         raise UserError(f"the model's output has shape {tuple(output.shape)} but the data has "
                         f"{bundle.output_size} classes; it must return [batch, classes]")
+    samples = min(2, len(bundle.train))
+    if bundle.task != CLASSIFICATION and (output.dim() == 0 or output.shape[0] != samples
+                                          or output.numel() != samples * bundle.output_size):
+        # The loss views each batch's targets as the output: the counts must agree.
+        raise UserError(f"the model's output for {samples} samples has shape "
+                        f"{tuple(output.shape)} but each target has {bundle.output_size} "
+                        f"value(s); it must return [batch, {bundle.output_size}]")
 
 
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
@@ -94,9 +101,11 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
         _check_batches_for_every_worker(samples, config.batch_size, workers)
     elif workers > 1 and config.batch_size > shard:
         most = (samples - 1) // (config.batch_size - 1)  # the most with ceil(s / w) >= batch
+        # A batch larger than the whole set leaves no worker count to suggest.
+        fewer = f"{named('workers')} {most} or fewer, or " if most >= 1 else ""
         raise UserError(f"{workers} workers leave each a shard of {shard} samples, less than "
-                        f"one batch of {config.batch_size}; use {named('workers')} {most} or "
-                        f"fewer, or {named('batch_size')} {shard} or less")
+                        f"one batch of {config.batch_size}; use {fewer}"
+                        f"{named('batch_size')} {shard} or less")
     here = workers if local_workers is None else local_workers
     if here > cores:
         _check_memory(config, bundle, here, model, processes, parameter_copies)
@@ -104,6 +113,38 @@ def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,
         warnings.append(f"{here} workers on {cores} usable cores: they time-share the "
                         f"cores with 1 thread each; expect no speed-up beyond {cores} workers")
     return warnings
+
+
+def data_warnings(bundle: DataBundle) -> list[str]:
+    """A warning naming the first sample that holds a NaN or an infinity (a missing value),
+    in the user's data: a step on it has a non-finite loss, which stops the run as a
+    divergence whose advice (a lower learning rate) cannot help. Not a refusal: fedavg
+    drops a client whose update is non-finite, so a client with corrupt data is a case to
+    simulate. The built-in sets (built from rows, not held yet) are finite."""
+    from ..data.shared import first_non_finite
+
+    warnings = []
+    for what, data in (("training", bundle.train), ("test", bundle.test)):
+        if data is None or not data.built:
+            continue
+        for part, tensor in (("inputs", data.inputs), ("targets", data.targets)):
+            first = first_non_finite(tensor)
+            if first is not None:
+                warnings.append(f"the {what} data's {part} hold NaN or infinite values "
+                                f"(first in sample {first}): a step on them has a "
+                                "non-finite loss; drop or fill those samples")
+    return warnings
+
+
+def thread_warnings(requested: int | None, processes: int, cores: int) -> list[str]:
+    """A warning where ``--threads-per-worker`` (``requested``; None: mptrain's budget of
+    cores // workers, which never oversubscribes) puts more threads in ``processes`` than
+    the machine has cores: they time-share them, and a step waits for its slowest thread."""
+    if requested is None or requested == 1 or requested * processes <= cores:
+        return []
+    return [f"{named('threads_per_worker')} {requested} in each of {processes} process(es) "
+            f"on {cores} usable cores: the threads time-share the cores; leave it out for "
+            f"{max(1, cores // processes)}"]
 
 
 def _check_batches_for_every_worker(samples: int, batch_size: int, workers: int) -> None:
