@@ -74,3 +74,15 @@ def test_a_user_network_whose_forward_raises_is_one_line():
         build_network("dqn", EnvShape("test", 4, 2), 16, spec)
     assert _one_line(info) == (f"--net {spec!r}: its forward pass on a batch of 2 observations "
                                "raised RuntimeError: mat1 and mat2 shapes cannot be multiplied")
+
+
+def not_an_env():
+    return "/home/user"
+
+
+def test_an_env_factory_that_returns_something_else_is_refused_in_one_line():
+    pytest.importorskip("gymnasium")
+    spec = f"{__file__}:not_an_env"
+    with pytest.raises(UserError) as info:
+        make_env(spec)
+    assert _one_line(info).startswith(f"--env {spec!r} returned str, which has no reset, step, close, action_space, observation_space; ")

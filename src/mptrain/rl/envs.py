@@ -13,6 +13,8 @@ from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import call_factory, is_import_string
 
 INSTALL_HINT = "reinforcement learning needs gymnasium: pip install 'mptrain[rl]'"
+#: What the actors use of an environment (one made otherwise than by Gymnasium may do).
+ENV_API = ("reset", "step", "close", "action_space", "observation_space")
 
 
 def require_gymnasium():
@@ -28,6 +30,11 @@ def make_env(spec: str, seed: int | None = None):
     gymnasium = require_gymnasium()
     if is_import_string(spec):
         env = call_factory(spec, named('env'))
+        missing = [name for name in ENV_API if not hasattr(env, name)]
+        if missing:
+            raise UserError(f"{named('env')} {spec!r} returned {type(env).__name__}, which has "
+                            f"no {', '.join(missing)}; the factory must return a Gymnasium "
+                            "environment (gymnasium.make(...) or a gymnasium.Env)")
     else:
         try:
             env = gymnasium.make(spec)
