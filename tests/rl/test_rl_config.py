@@ -65,3 +65,21 @@ def test_one_registry_holds_both_families():
     assert ALGOS == ("a3c", "dqn", "ppo") and "a3c" not in STRATEGIES
     assert {strategy_class(name).family for name in ALGOS} == {"rl"}
     assert {strategy_class(name).family for name in STRATEGIES} == {"supervised"}
+
+
+@pytest.mark.parametrize("algo, name, value, users", [
+    ("a3c", "buffer_size", 10, "dqn"), ("a3c", "clip_coef", 0.3, "ppo"),
+    ("dqn", "n_steps", 5, "a3c or ppo"), ("dqn", "target_kl", 0.02, "ppo"),
+    ("ppo", "eps_steps", 100, "dqn"), ("a3c", "batch_size", 32, "dqn or ppo"),
+])
+def test_a_setting_the_algorithm_never_reads_is_refused(algo, name, value, users):
+    with pytest.raises(UserError, match=f"^--{name.replace('_', '-')} does nothing with "
+                                        f"--algo {algo}; it is a setting of --algo {users}$"):
+        RLConfig.from_dict({"algo": algo, name: value})
+
+
+def test_a_resolved_config_of_every_algorithm_passes_again():
+    # A checkpoint holds every field, the algorithm's own defaults filled in.
+    for algo in ("a3c", "dqn", "ppo"):
+        config = RLConfig.from_dict({"algo": algo})
+        assert RLConfig.from_dict(config.as_dict()) == config

@@ -115,8 +115,9 @@ def test_a3c_dead_actor_stops_the_run_with_its_traceback():
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("algo", ["a3c", "dqn"])
 def test_checkpoint_and_resume_continue_the_run(tmp_path: Path, algo):
-    settings = dict(workers=2, round_steps=2_000, seed=0, eval_episodes=2,
-                    learning_starts=500, buffer_size=4_000, batch_size=32, train_every=4)
+    settings = dict(workers=2, round_steps=2_000, seed=0, eval_episodes=2)
+    if algo == "dqn":
+        settings.update(learning_starts=500, buffer_size=4_000, batch_size=32, train_every=4)
     first = fit("CartPole-v1", algo, steps=4_000, out=tmp_path, checkpoint_every=1,
                 **settings)
     checkpoint = load(tmp_path)

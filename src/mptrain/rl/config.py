@@ -120,6 +120,7 @@ class RLConfig:
         line listing the known ones -- a silently ignored typo would run the defaults."""
         said = {k: v for k, v in values.items() if v is not None}
         refuse_unknown(said, rl_setting_names())
+        refuse_unused(said)
         return cls(**said)
 
 
@@ -135,6 +136,33 @@ ALGO_DEFAULTS = {
     "anneal_lr": (None, {"ppo": True}),
     "batch_size": (64, {"ppo": 256}),
 }
+
+
+#: Settings only some algorithms read: name -> those algorithms.
+ALGO_SETTINGS = {
+    **dict.fromkeys(("n_steps", "gae_lambda", "entropy_coef", "value_coef", "max_grad_norm"),
+                    ("a3c", "ppo")),
+    **dict.fromkeys(("envs_per_actor", "update_epochs", "clip_coef", "clip_value",
+                     "normalize_advantages", "anneal_lr", "target_kl"), ("ppo",)),
+    "batch_size": ("dqn", "ppo"),
+    **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
+                     "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
+}
+
+
+def refuse_unused(said: dict) -> None:
+    """Refuse a setting the chosen algorithm never reads (``--buffer-size`` with a3c), as
+    ``mptrain run`` refuses a strategy's: ignored, it would run the defaults unsaid. A value
+    equal to what the algorithm would take anyway passes -- a checkpoint's settings hold
+    every field, resolved."""
+    algo = said.get("algo", RLConfig.algo)
+    check_rl_setting("algo", algo)
+    defaults = {**{f.name: f.default for f in fields(RLConfig)}, **algo_defaults(algo)}
+    for name, users in ALGO_SETTINGS.items():
+        if name in said and algo not in users and said[name] != defaults[name]:
+            raise UserError(f"{setting_name(name)} does nothing with {setting_name('algo')} "
+                            f"{algo}; it is a setting of {setting_name('algo')} "
+                            f"{' or '.join(users)}")
 
 
 def algo_defaults(algo: str) -> dict:
