@@ -29,7 +29,8 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
     first = f"strategy [bold]{config.strategy}[/bold]"
     if plan.start_method:
         workers = count(plan.workers, "worker") + (
-            f" taking turns in {plan.processes} processes" if plan.processes else "")
+            f" taking turns in {count(plan.processes, 'process')}"
+            if plan.processes else "")
         first += f" · {workers} × {count(plan.threads, 'thread')} " \
                  f"({plan.cores} usable cores) · start method {plan.start_method} " \
                  f"({plan.start_reason})"

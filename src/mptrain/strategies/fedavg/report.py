@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...report.console import metric_parts
+from ...report.words import count
 from . import robust
 from .settings import accountant_name, privacy_delta, server_optimizer
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
@@ -160,7 +161,8 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
     sample = f"{f.sampled_clients} per round" if f.sampling == "fixed" else \
         f"Poisson q={f.sample_rate:g} ({f.sampled_clients} expected per round)"
     lines = [f"{f.clients} clients ({f.partition}), {sample}, "
-             f"{f.local_epochs} local epoch(s) of batch {c.batch_size}, {f.rounds} rounds"]
+             f"{count(f.local_epochs, 'local epoch')} of batch {c.batch_size}, "
+             f"{count(f.rounds, 'round')}"]
     extras = []
     if f.prox_mu:
         extras.append(f"FedProx mu {f.prox_mu:g}")
@@ -178,7 +180,9 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
     if f.dp_clip is not None:
         extras.append(_privacy_line(f))
     if f.client_eval_every:
-        extras.append(f"every client evaluated every {f.client_eval_every} rounds")
+        every = "every round" if f.client_eval_every == 1 else \
+            f"every {f.client_eval_every} rounds"
+        extras.append(f"every client evaluated {every}")
     if f.accept_failures:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
