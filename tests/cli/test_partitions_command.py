@@ -8,13 +8,19 @@ from user_errors import fail
 pytestmark = pytest.mark.timeout(60)
 
 
-def test_default_is_iid_over_100_clients_of_digits(capsys):
+def test_default_is_iid_over_the_clients_run_takes_for_digits(capsys):
     assert main(["partitions"]) == 0
     out = capsys.readouterr().out
     assert "samples per client" in out and "distinct labels per client" in out
-    assert "data digits" in out and "100 clients" in out and "partition iid" in out
+    assert "data digits" in out and "20 clients" in out and "partition iid" in out
     row = next(line for line in out.splitlines() if "samples per client" in line)
-    assert [cell.strip() for cell in row.split("│")[2:5]] == ["14", "14", "15"]  # 1,438 / 100
+    assert [cell.strip() for cell in row.split("│")[2:5]] == ["71", "72", "72"]  # 1,438 / 20
+
+
+def test_the_default_clients_are_those_of_mptrain_run_for_every_data_set(capsys):
+    # 100 clients of linreg's 80 points was refused: run takes 8.
+    assert main(["partitions", "--data", "linreg"]) == 0
+    assert "8 clients" in capsys.readouterr().out
 
 
 def test_shards_show_at_most_two_labels_and_out_writes_a_png(tmp_path, capsys):
