@@ -294,11 +294,12 @@ class FileValues(dict):
         self.path, self.written = path, written
 
 
-def load_config_file(path: str | Path, keys=None) -> FileValues:
+def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues:
     """Read a TOML config file whose keys are the long flag names (``-`` or ``_``) of the
     command it configures (``keys``: by default ``mptrain run``'s).
 
-    Keys may sit at the top level or under a ``[run]`` table. Unknown keys are an error,
+    Keys may sit at the top level or under a table named in ``tables`` (``[run]``; ``mptrain
+    rl`` also takes ``[rl]``). Unknown keys are an error,
     because a silently ignored typo (``epoch = 3``) is worse than a refusal. The values are
     checked where the settings are resolved (``mptrain.settings``), named as written here.
     """
@@ -313,8 +314,9 @@ def load_config_file(path: str | Path, keys=None) -> FileValues:
         raise UserError(f"cannot read config file {path}: {err}") from None
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"config file {path} is not valid TOML: {err}") from None
-    if isinstance(raw.get("run"), dict):
-        raw = {**{k: v for k, v in raw.items() if k != "run"}, **raw["run"]}
+    for table in tables:
+        if isinstance(raw.get(table), dict):
+            raw = {**{k: v for k, v in raw.items() if k != table}, **raw[table]}
     values, written = {}, {}
     for key, value in raw.items():
         name = key.replace("-", "_")

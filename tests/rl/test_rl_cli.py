@@ -62,6 +62,16 @@ def test_rl_takes_a_config_file_that_flags_override(tmp_path, captured_rl):
     assert str(request.out) == "from-file" and request.quiet
 
 
+@pytest.mark.parametrize("table", ["rl", "run"])
+def test_rl_takes_its_settings_under_an_rl_table_too(tmp_path, captured_rl, table):
+    pytest.importorskip("gymnasium")
+    path = tmp_path / "rl.toml"
+    path.write_text(f'[{table}]\nalgo = "ppo"\nsteps = 4096\nround-steps = 2048\n')
+    assert main(["rl", "--config", str(path)]) == 0
+    [request] = captured_rl
+    assert (request.config.algo, request.config.steps) == ("ppo", 4096)
+
+
 @pytest.mark.parametrize("text, words", [
     ("stepz = 3\n", "unknown key 'stepz' (did you mean 'steps'?); known keys:"),
     ('lr = "0.1"\n', "rl.toml: lr is a string ('0.1') where a number is expected"),

@@ -95,8 +95,8 @@ def rl(config_file, out, resume, quiet, logger, tb_dir, **flags):
     from ..settings import config_file as file_layer
     from ..settings import flags as flag_layer
 
-    file = load_config_file(config_file, rl_setting_names() | _NOT_SETTINGS) \
-        if config_file else {}
+    file = load_config_file(config_file, rl_setting_names() | _NOT_SETTINGS,
+                            tables=("rl", "run")) if config_file else {}
     where = {k: v for k, v in file.items() if k in _NOT_SETTINGS}
     layers = [file_layer(file, leave_out=_NOT_SETTINGS) if file else None,
               flag_layer({**flags, "quiet": quiet})]
