@@ -242,6 +242,10 @@ def test_a_rank_without_heartbeat_is_reported_hung():
     failure = result.failures[0]
     assert failure.pid == result.pids[1]
     assert "made no progress" in failure.describe()
+    # Where it was stuck, from the worker's entry down (not the test's frames that forked it)
+    assert "in block_forever" in failure.traceback and "in finish_or_hang" in failure.traceback
+    assert failure.traceback.rstrip().endswith(" in _bootstrap")
+    assert "run_timed" not in failure.traceback
     # The healthy rank finished; the hung one was stopped.
     assert result.exitcodes == {0: 0, 1: -signal.SIGTERM}
     assert elapsed < BOUND_S
@@ -426,3 +430,14 @@ def test_in_a_process_of_several_ranks_the_one_that_stopped_is_blamed(silent_s, 
 def test_describe_names_the_ranks_of_a_process_that_hosted_several(failure, text):
     assert failure.describe().startswith(text)
     assert failure.who().startswith("the worker process of rank")
+
+
+
+def test_a_hung_workers_stack_follows_the_message_under_its_own_header():
+    from mptrain.launch.attempt import describe_failures
+
+    stack = 'Current thread 0x1 (most recent call first):\n  File "m.py", line 3 in forward'
+    lines = describe_failures([WorkerFailure(1, 4242, "hung", timeout_s=5,
+                                             traceback=stack)]).splitlines()
+    assert "made no progress for 5 s" in lines[0]
+    assert lines[1:] == ["--- where worker rank 1 was stuck when stopped ---", *stack.splitlines()]

@@ -183,7 +183,9 @@ def describe_failures(failures) -> str:
     lines = ["training failed: " + "; ".join(f.describe() for f in failures)]
     for failure in failures:
         if failure.traceback:
-            lines.append(f"--- traceback of {failure.who()} ---")
+            lines.append(f"--- where {failure.who()} was stuck when stopped ---"
+                         if failure.reason == "hung" else
+                         f"--- traceback of {failure.who()} ---")
             lines.append(failure.traceback.rstrip())
     return "\n".join(lines)
 

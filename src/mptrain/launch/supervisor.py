@@ -41,6 +41,7 @@ from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_files, user_import_path
 from ..signals import STOP_SIGNALS, stop_signals_held, stop_signals_noted
 from .lifecycle import die_with_parent, ignore_interrupts, leave
+from .stacks import listen_for_stack_requests, stack_of
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,7 @@ def _bootstrap(target, rank: int, parent_pid: int, connection, gate, files, args
     user's files loaded by path, unpickled before ``args`` (see ``imports.UserFiles``)."""
     die_with_parent(parent_pid)
     ignore_interrupts()  # also unblocks the signals the parent blocked around fork
+    _send(connection, "stack", listen_for_stack_requests())
     if not _wait_at_gate(gate):
         leave(1)  # the parent went away before opening it
     try:
@@ -197,6 +199,7 @@ class Supervisor:
         result = RunProcsResult()
         connections, finished = {}, set()
         self._processes = []
+        self._stack_files: dict[int, int | None] = {}   # process -> its dump file (stacks)
         parent_pid = None if self._start_method == "forkserver" else os.getpid()
         gate, gate_opener = self._context.Pipe(duplex=False)
         files = user_files()
@@ -283,7 +286,9 @@ class Supervisor:
                 result.failures.extend(
                     WorkerFailure(rank=rank, pid=live[process].pid, reason="hung",
                                   timeout_s=self._heartbeat_timeout_s, waiting_ranks=waiting,
-                                  process_ranks=self._hosted(process))
+                                  process_ranks=self._hosted(process),
+                                  traceback=stack_of(live[process].pid,
+                                                     self._stack_files.get(process)))
                     for process, rank in hung)
                 return
             busy_since = time.monotonic()
@@ -322,6 +327,8 @@ class Supervisor:
                 finished.add(rank)
             elif kind == "error":
                 tracebacks[rank] = payload
+            elif kind == "stack":
+                self._stack_files[rank] = payload
 
     @staticmethod
     def _failure(rank, process, finished, worker_traceback) -> WorkerFailure | None:
