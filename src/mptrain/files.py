@@ -22,7 +22,7 @@ TEMP_SUFFIX = ".tmp"
 def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = None) -> None:
     """Call ``write(file_object)`` on a temp file next to ``path``, then rename it into place.
 
-    ``on_replaced`` runs right after the rename, with SIGINT/SIGTERM deferred across both: a
+    ``on_replaced`` runs right after the rename, with the stop signals deferred across both: a
     stop cannot fall between the file appearing and the caller recording that it did."""
     path = Path(path)
     try:

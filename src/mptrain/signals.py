@@ -1,6 +1,6 @@
-"""Holding the stop signals (SIGINT, SIGTERM, SIGHUP) back around steps a stop must not split (starting a worker,
-putting a file in place and recording that it is there). No process management here: the
-files layer uses these as well as the launcher."""
+"""Holding the stop signals (SIGINT, SIGTERM, SIGHUP) back around steps a stop must not
+split (starting a worker, putting a file in place and recording that it is there). No
+process management here: the files layer uses these as well as the launcher."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 @contextmanager
 def stop_signals_held():
-    """Hold SIGINT/SIGTERM back in this thread for the block (a no-op where signals cannot be
+    """Hold the stop signals back in this thread for the block (a no-op where signals cannot be
     masked): no handler runs inside ``fork()`` while a worker starts, and the child starts
     with them held (see below). Other threads may still take them: for Python code that a
     stop must not split, use ``stop_signals_deferred``.
@@ -38,7 +38,7 @@ def stop_signals_held():
 
 @contextmanager
 def stop_signals_noted():
-    """While the block runs, SIGINT/SIGTERM only append to the yielded list; the caller
+    """While the block runs, the stop signals only append to the yielded list; the caller
     decides what to do with them after it. Python runs signal handlers in the main thread,
     whichever thread the kernel delivered a signal to (torch's threads among them), so
     masking the signals in this thread alone would not keep a handler out of the block.
@@ -62,7 +62,7 @@ def stop_signals_noted():
 
 @contextmanager
 def stop_signals_deferred():
-    """Run the block whole: a SIGINT/SIGTERM that arrives meanwhile takes effect right
+    """Run the block whole: a stop signal that arrives meanwhile takes effect right
     after it, whether or not the block raised -- for steps a stop must not split, such as
     putting a checkpoint in place and recording that it is there. Main thread only (where
     Python runs handlers); elsewhere the block is not protected."""

@@ -93,3 +93,38 @@ def test_a_regression_model_must_return_one_value_per_target_value(outputs, valu
     size = int(torch.Size(values).numel())
     assert f"each target has {size} value(s); it must return [batch, {size}]" \
         in str(info.value)
+
+
+def conv_classes(size, count):
+    generator = torch.Generator().manual_seed(size)
+    return TensorDataset(torch.randn(count, 1, size, size, generator=generator),
+                         torch.arange(count) % 3)
+
+
+def pooling_net():
+    """Takes images of any size: convolution, then a global pool."""
+    return nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
+                         nn.Flatten(), nn.Linear(4, 3))
+
+
+def test_a_test_set_of_other_sizes_that_the_model_takes_is_scored():
+    # Inputs of another shape than training's are no mistake for a model that takes both
+    # (a global pool): the shapes alone refused this run, which trains and scores.
+    result = mptrain.fit(pooling_net(), conv_classes(8, 48), conv_classes(12, 12),
+                         batch_size=8, epochs=1, quiet=True)
+    assert result.epochs[-1].test_accuracy is not None
+
+
+@pytest.mark.parametrize("model, words", [
+    (lambda: nn.Sequential(nn.Flatten(), nn.Linear(64, 3)),
+     "the model cannot take the test data's inputs of shape (1, 12, 12) (the training "
+     "data's are (1, 8, 8)): RuntimeError: "),
+    (lambda: nn.Sequential(nn.Conv2d(1, 1, 1), nn.AvgPool2d(4), nn.Flatten()),
+     "the model's output for the test data has shape (2, 9) but (2, 4) for the training "
+     "data; give both sets inputs that the model takes alike"),
+])
+def test_a_test_set_the_model_cannot_take_is_refused_before_training(model, words):
+    with pytest.raises(UserError) as info:
+        mptrain.fit(model(), conv_classes(8, 48), conv_classes(12, 12), batch_size=8,
+                    epochs=1, quiet=True)
+    assert str(info.value).startswith(words) and "\n" not in str(info.value), info.value

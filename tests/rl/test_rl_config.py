@@ -83,3 +83,23 @@ def test_a_resolved_config_of_every_algorithm_passes_again():
     for algo in ("a3c", "dqn", "ppo"):
         config = RLConfig.from_dict({"algo": algo})
         assert RLConfig.from_dict(config.as_dict()) == config
+
+
+@pytest.mark.parametrize("algo, name, stored", [
+    ("a3c", "envs_per_actor", 4),     # ppo's default before ede0a53: a3c runs stored it
+    ("dqn", "update_epochs", 20),     # another algorithm's setting, at an old default
+    ("ppo", "buffer_size", 12_345),
+])
+def test_a_checkpoint_hands_on_only_what_its_algorithm_reads(algo, name, stored):
+    # A checkpoint holds every field as its run resolved it; a default of another
+    # algorithm's setting changed since must not make the checkpoint unresumable.
+    from types import SimpleNamespace
+
+    from mptrain.rl.api import rl_config
+    from mptrain.settings import keywords
+
+    saved = {**RLConfig.from_dict({"algo": algo, "steps": 20_000}).as_dict(), name: stored}
+    checkpoint = SimpleNamespace(config=saved, strategy=algo, epoch=1, run={})
+    config = rl_config([keywords({"steps": 40_000}, "rl.fit()")], checkpoint=checkpoint)
+    assert config.algo == algo and config.steps == 40_000
+    assert getattr(config, name) == getattr(RLConfig.from_dict({"algo": algo}), name)

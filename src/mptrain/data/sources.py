@@ -225,10 +225,8 @@ def user_bundle(name: str, train: SharedTensorDataset, test: SharedTensorDataset
 
 def _check_test_matches_train(train: SharedTensorDataset, test: SharedTensorDataset,
                               task: str, output_size: int) -> None:
-    if test.input_shape != train.input_shape:
-        raise UserError(f"the test data's inputs have shape {test.input_shape} but the "
-                        f"training data's {train.input_shape}; give both sets samples of "
-                        "the same shape")
+    # Inputs are the model's to judge (a global pool takes any size): see
+    # launch.preflight.check_model_fits_data.
     kinds = {CLASSIFICATION: "integer (classes)", REGRESSION: "float (regression)"}
     test_task = REGRESSION if test.targets.dtype.is_floating_point else CLASSIFICATION
     if test_task != task:

@@ -55,10 +55,13 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
     model.eval()
     try:
         with torch.no_grad():
-            output = model(bundle.train.head(2))
-    except Exception as err:
-        raise UserError(f"the model cannot take the data's inputs of shape "
-                        f"{tuple(bundle.input_shape)}: {error_line(err)}") from None
+            try:
+                output = model(bundle.train.head(2))
+            except Exception as err:
+                raise UserError(f"the model cannot take the data's inputs of shape "
+                                f"{tuple(bundle.input_shape)}: {error_line(err)}") from None
+            if bundle.test is not None and isinstance(output, torch.Tensor):
+                _check_test_inputs(model, bundle, output)
     finally:
         model.train(was_training)
     if not isinstance(output, torch.Tensor):
@@ -74,6 +77,27 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
         raise UserError(f"the model's output for {samples} samples has shape "
                         f"{tuple(output.shape)} but each target has {bundle.output_size} "
                         f"value(s); it must return [batch, {bundle.output_size}]")
+
+
+def _check_test_inputs(model: nn.Module, bundle: DataBundle, output: torch.Tensor) -> None:
+    """The test set's inputs through the model (in eval mode, without gradients): not their
+    shape against the training data's -- a model with a global pool takes images of any
+    size -- but whether the model takes them and answers them as it answers the training
+    data (a traceback from the first evaluation, after a whole epoch, or a score over
+    outputs of another meaning)."""
+    test_shape = tuple(bundle.test.input_shape)
+    try:
+        scored = model(bundle.test.head(2))
+    except Exception as err:
+        raise UserError(f"the model cannot take the test data's inputs of shape {test_shape} "
+                        f"(the training data's are {tuple(bundle.input_shape)}): "
+                        f"{error_line(err)}") from None
+    if not isinstance(scored, torch.Tensor) or scored.shape[1:] != output.shape[1:]:
+        shape = tuple(scored.shape) if isinstance(scored, torch.Tensor) \
+            else type(scored).__name__
+        raise UserError(f"the model's output for the test data has shape {shape} but "
+                        f"{tuple(output.shape)} for the training data; give both sets "
+                        "inputs that the model takes alike")
 
 
 def check_workload(config: TrainConfig, bundle: DataBundle, workers: int,

@@ -20,17 +20,13 @@ from .family import RLResult, RLFamily
 def rl_family():
     """The RL family as the settings resolver (``mptrain.settings``) sees it."""
     from ..settings import Family
-    from .config import check_rl_setting, rl_setting_names
-
-    def resumable(config: dict) -> dict:
-        names = rl_setting_names()
-        return {k: v for k, v in config.items() if k in names and k != "quiet"}
+    from .config import applicable_rl_settings, check_rl_setting, rl_setting_names
 
     def more_work(config, done):
         return "steps", done * config.round_steps + 1
 
     return Family(strategy_key="algo", known=rl_setting_names,
-                  check=check_rl_setting, resumable=resumable,
+                  check=check_rl_setting, resumable=applicable_rl_settings,
                   build=lambda said, _defaults: RLConfig.from_dict(said),
                   more_work=more_work)
 

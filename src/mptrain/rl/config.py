@@ -165,6 +165,17 @@ def refuse_unused(said: dict) -> None:
                             f"{' or '.join(users)}")
 
 
+def applicable_rl_settings(config: dict) -> dict:
+    """The settings of a complete config (a checkpoint's) that its algorithm reads: what a
+    resumed run takes over. The rest were stored at their defaults of the day, and a
+    default changed since (ppo's ``envs_per_actor``, 4 then 8) would otherwise trip
+    :func:`refuse_unused` and leave the checkpoint unresumable."""
+    algo = config.get("algo", RLConfig.algo)
+    names = rl_setting_names()
+    return {k: v for k, v in config.items() if k in names and k != "quiet"
+            and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
+
+
 def algo_defaults(algo: str) -> dict:
     """The defaults of the algorithm-dependent settings for ``algo``."""
     return {name: own.get(algo, default) for name, (default, own) in ALGO_DEFAULTS.items()}
