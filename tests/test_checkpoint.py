@@ -282,3 +282,17 @@ def test_fit_resuming_an_rl_checkpoint_is_told_to_use_rl_fit():
                                         r"mptrain.rl.fit\(resume=...\)"):
         mptrain.fit(torch.nn.Linear(4, 2), TensorDataset(inputs, (inputs[:, 0] > 0).long()),
                     resume=rl_checkpoint())
+
+
+def test_a_checkpoint_too_large_for_the_memory_left_is_not_called_corrupt(tmp_path,
+                                                                        monkeypatch):
+    path = tmp_path / checkpoints.FILENAME
+    path.write_bytes(b"x" * 2**20)
+
+    def out_of_memory(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(torch, "load", out_of_memory)
+    with pytest.raises(UserError, match=r"^not enough memory to load .*checkpoint.pt \(1 MiB\); "
+                                        "free memory or resume on a larger machine$"):
+        checkpoints.load(tmp_path)

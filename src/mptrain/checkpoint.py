@@ -117,6 +117,9 @@ def load(location: str | Path) -> Checkpoint:
                         f"folder of a run that used {named('checkpoint_every')}")
     try:
         data = torch.load(path, weights_only=True, map_location="cpu")
+    except MemoryError:   # a valid checkpoint larger than this machine's free memory
+        raise UserError(f"not enough memory to load {path} ({path.stat().st_size / 2**20:,.0f} "
+                        "MiB); free memory or resume on a larger machine") from None
     except Exception as err:   # a foreign file fails anywhere: IndexError, KeyError, ...
         raise UserError(f"{path} is not a readable mptrain checkpoint (truncated, corrupt or "
                         f"foreign: {_load_failure(err)}); use another checkpoint") from None
