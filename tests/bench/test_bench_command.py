@@ -165,6 +165,9 @@ def test_without_a_terminal_every_finished_run_prints_a_line(monkeypatch):
     (["--threads-per-worker", "0"], "Invalid value for '--threads-per-worker'"),
     (["--batch-size", "0"], "Invalid value for '--batch-size'"),
     (["--lr", "-1"], "Invalid value for '--lr'"),
+    (["--strategies", "fedavg", "--partition", "dirichlett:0.5"], "--partition"),
+    (["--strategies", "fedavg", "--clients", "10", "--clients-per-round", "20"],
+     "--clients-per-round 20 is more than --clients 10"),
 ])
 def test_bench_numbers_and_lists_that_cannot_run_are_refused_up_front(args, message, capsys,
                                                                        monkeypatch):

@@ -67,6 +67,13 @@ class BenchSettings:
             raise UserError(f"--steps cannot be used with {rounds[0]}, whose unit of work "
                             "is a round: set rounds with --epochs and size them with "
                             "--clients-per-round and --local-epochs")
+        if self.partition is not None:
+            from ..data.partitions import parse_partition
+            parse_partition(self.partition)   # a typo fails now, not in every fedavg cell
+        if None not in (self.clients, self.clients_per_round) and \
+                self.clients_per_round > self.clients:
+            raise UserError(f"--clients-per-round {self.clients_per_round} is more than "
+                            f"--clients {self.clients}; sample at most every client a round")
         if self.workers is not None and any(w < 1 for w in self.workers):
             raise UserError("--workers takes positive integers, e.g. --workers 1,2,4")
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
