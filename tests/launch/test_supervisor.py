@@ -441,3 +441,18 @@ def test_a_hung_workers_stack_follows_the_message_under_its_own_header():
                                              traceback=stack)]).splitlines()
     assert "made no progress for 5 s" in lines[0]
     assert lines[1:] == ["--- where worker rank 1 was stuck when stopped ---", *stack.splitlines()]
+
+
+def test_stopping_leaves_an_ignored_stop_signal_ignored():
+    # Under nohup SIGHUP is ignored: stopping the workers must neither take it over nor
+    # hand it back as anything but ignored.
+    from mptrain.launch.supervisor import _signals_redirected
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with _signals_redirected(lambda signum, frame: None):
+            assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) != signal.SIG_IGN
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -21,7 +21,7 @@ import time
 STACK_SIGNAL = getattr(signal, "SIGUSR2", None)
 #: How long the parent waits for a dump (it is written at once; a process that cannot even
 #: take a signal -- stopped, or in the kernel -- writes nothing and is stopped anyway).
-WAIT_S = 1.0
+WAIT_S = 2.0
 _POLL_S = 0.02
 _kept = []   # the worker's dump file, open for the life of the process
 
@@ -57,11 +57,17 @@ def stack_of(pid: int, fd: int | None) -> str | None:
                 text = dump.read()
         except OSError:
             return None
-        if text and text == seen:   # written whole: the same twice in a row
+        # Written whole: the worker's entry frame is in it (the main thread's stack ends
+        # there) and nothing more came since the last look.
+        if _ENTRY.encode() in text and text == seen:
             break
         seen = text
         time.sleep(_POLL_S)
     return _from_the_worker_down(seen.decode("utf-8", "replace")) or None
+
+
+#: The frame every worker's main thread starts from (``supervisor._bootstrap``).
+_ENTRY = "in _bootstrap"
 
 
 def _from_the_worker_down(dump: str) -> str:
@@ -75,5 +81,5 @@ def _from_the_worker_down(dump: str) -> str:
         elif below:
             continue
         lines.append(line)
-        below = below or (entry in line and line.rstrip().endswith(" in _bootstrap"))
+        below = below or (entry in line and line.rstrip().endswith(" " + _ENTRY))
     return "\n".join(lines)

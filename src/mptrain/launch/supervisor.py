@@ -416,11 +416,17 @@ class Supervisor:
 
 @contextmanager
 def _signals_redirected(handler):
-    """Route the stop signals to ``handler`` (main thread only; elsewhere leave them be)."""
+    """Route the stop signals to ``handler`` (main thread only; elsewhere leave them be), but
+    not one that is ignored or handled outside Python, as ``signals.stop_signals_noted``."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    previous = {}
+    for sig in STOP_SIGNALS:
+        current = signal.getsignal(sig)
+        if current is None or current == signal.SIG_IGN:
+            continue   # installed outside Python (cannot be put back), or ignored (nohup)
+        previous[sig] = signal.signal(sig, handler)
     try:
         yield
     finally:
