@@ -19,9 +19,10 @@ import tempfile
 import time
 
 STACK_SIGNAL = getattr(signal, "SIGUSR2", None)
-#: How long the parent waits for a dump (it is written at once; a process that cannot even
-#: take a signal -- stopped, or in the kernel -- writes nothing and is stopped anyway).
-WAIT_S = 2.0
+#: How long the parent waits for a dump: it is written at once by a running process; one in
+#: an uninterruptible kernel wait writes nothing and is stopped anyway (a stopped one is not
+#: asked).
+WAIT_S = 1.0
 _POLL_S = 0.02
 _kept = []   # the worker's dump file, open for the life of the process
 
@@ -43,7 +44,7 @@ def listen_for_stack_requests() -> int | None:
 def stack_of(pid: int, fd: int | None) -> str | None:
     """In the parent: the stack of worker ``pid``, whose dump file is its descriptor ``fd``
     (``listen_for_stack_requests``), or None if it gives none within ``WAIT_S``."""
-    if fd is None or STACK_SIGNAL is None:
+    if fd is None or STACK_SIGNAL is None or _stopped(pid):
         return None
     path = f"/proc/{pid}/fd/{fd}"
     try:
@@ -64,6 +65,18 @@ def stack_of(pid: int, fd: int | None) -> str | None:
         seen = text
         time.sleep(_POLL_S)
     return _from_the_worker_down(seen.decode("utf-8", "replace")) or None
+
+
+def _stopped(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger): it would take the signal
+    only once resumed, and waiting for it would hold up stopping the others, whose
+    collectives may time out meanwhile."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state in (b"T", b"t")
 
 
 #: The frame every worker's main thread starts from (``supervisor._bootstrap``).
