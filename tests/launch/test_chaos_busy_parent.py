@@ -33,14 +33,19 @@ def slow_write(rank, payload):
         time.sleep(BUSY_S)   # the fault under test: the parent's own work takes this long
 
 
-@pytest.mark.timeout(60)
-def test_a_worker_blocked_on_a_busy_parent_is_not_reported_hung():
+def watched_by_a_busy_parent(worker) -> object:
+    """``worker`` run alone under a parent whose handling of a message takes ``BUSY_S``."""
     board = ProgressBoard.create(1)
     supervisor = Supervisor("fork", heartbeat_timeout_s=TIMEOUT_S,
                             seconds_since_beat=board.seconds_since_beat,
                             waiting_ranks=board.waiting_ranks, on_message=slow_write)
     board.beat_all()
-    result = supervisor.run(report_while_the_parent_is_busy, [(board,)])
+    return supervisor.run(worker, [(board,)])
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_blocked_on_a_busy_parent_is_not_reported_hung():
+    result = watched_by_a_busy_parent(report_while_the_parent_is_busy)
 
     assert result.ok, [failure.describe() for failure in result.failures]
     assert result.exitcodes == {0: 0}
@@ -56,12 +61,7 @@ def silent_after_the_parent_was_busy(rank, channel, board):
 
 @pytest.mark.timeout(60)
 def test_a_worker_that_stops_after_the_parent_is_back_is_still_reported_hung():
-    board = ProgressBoard.create(1)
-    supervisor = Supervisor("fork", heartbeat_timeout_s=TIMEOUT_S,
-                            seconds_since_beat=board.seconds_since_beat,
-                            waiting_ranks=board.waiting_ranks, on_message=slow_write)
-    board.beat_all()
-    result = supervisor.run(silent_after_the_parent_was_busy, [(board,)])
+    result = watched_by_a_busy_parent(silent_after_the_parent_was_busy)
 
     assert [(failure.rank, failure.reason) for failure in result.failures] == [(0, "hung")]
 
