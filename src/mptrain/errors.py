@@ -135,6 +135,21 @@ def brief(message: str, limit: int = 200) -> str:
     return (head[:space] if space > 0 else first[:limit]).rstrip() + " …"
 
 
+@contextmanager
+def raised_by_users_code(what: str, advice: str = ""):
+    """The block calls the user's code (a factory, a Dataset, a model's forward pass): an
+    exception from it is a one-line ``UserError`` -- ``{what} raised {error_line}``, then
+    ``; {advice}`` when given -- not a traceback through mptrain. A ``UserError`` the code
+    raises itself passes on as it is."""
+    try:
+        yield
+    except UserError:
+        raise
+    except Exception as err:
+        raise UserError(f"{what} raised {error_line(err)}" + (f"; {advice}" if advice else "")
+                        ) from None
+
+
 def error_line(err: BaseException) -> str:
     """``err`` in one line for a note: its type and the :func:`brief` first line of its
     message (the type alone when there is none)."""

@@ -10,7 +10,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import UserError, error_line
+from .errors import UserError, raised_by_users_code
 
 #: Folders put on ``sys.path`` for a user's import string that imported (the working
 #: directory): spawn'd workers import the same modules again, from there
@@ -57,16 +57,11 @@ def load_object(spec: str, what: str):
 
 
 def call_factory(spec: str, what: str, *args):
-    """``load_object(spec, what)`` called with ``args``: an exception from the user's code
-    is a one-line error naming the flag and the exception (``errors.error_line``) rather
-    than a traceback through mptrain (a ``UserError`` it raises is passed on as it is)."""
+    """``load_object(spec, what)`` called with ``args``; what the factory raises is one
+    line naming the flag (``errors.raised_by_users_code``)."""
     factory = load_object(spec, what)
-    try:
+    with raised_by_users_code(f"{what} {spec!r}: the factory"):
         return factory(*args)
-    except UserError:
-        raise
-    except Exception as err:
-        raise UserError(f"{what} {spec!r}: the factory raised {error_line(err)}") from None
 
 
 def _import_from_here(module_name: str):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError, error_line
+from ..errors import UserError, raised_by_users_code
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
@@ -233,10 +233,8 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
 
     split = load_object(function, named('partition'))
     where = f"partition function {function}"
-    try:
+    with raised_by_users_code(where):
         produced = split(targets, clients, seed)
-    except Exception as err:
-        raise UserError(f"{where} raised {error_line(err)}") from None
     if isinstance(produced, (str, bytes)) or not hasattr(produced, "__len__"):
         raise UserError(f"{where} returned {type(produced).__name__}; it must return a list "
                         "of index lists, one per client")

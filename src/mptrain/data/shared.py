@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from ..errors import UserError, brief, error_line
+from ..errors import UserError, brief, raised_by_users_code
 
 
 class RowSource:
@@ -209,13 +209,9 @@ def first_non_finite(tensor: torch.Tensor, rows: int = 10_000) -> int | None:
 def _read(call, argument, what: str):
     """``call(argument)`` on the user's data set: what it raises is one line naming the
     sample (mptrain reads every sample once, in the parent, before training starts)."""
-    try:
+    with raised_by_users_code(f"reading {what}",
+                              "the data set must give every sample from 0 to len - 1"):
         return call(argument)
-    except UserError:
-        raise
-    except Exception as err:
-        raise UserError(f"reading {what} raised {error_line(err)}; the data set must give "
-                        "every sample from 0 to len - 1") from None
 
 
 def _non_empty(dataset: SharedTensorDataset, what: str) -> SharedTensorDataset:

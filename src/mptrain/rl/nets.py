@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 import torch.nn as nn
 
-from ..errors import UserError, error_line
+from ..errors import UserError, raised_by_users_code
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import call_factory
 from ..strategies.registry import strategy_class
@@ -120,14 +122,11 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
                             "nn.Module")
     else:
         model = expected(shape.obs_dim, shape.n_actions, hidden)
-    with torch.no_grad():
-        try:
-            out = model(torch.zeros(2, shape.obs_dim))
-        except Exception as err:
-            if spec is None:
-                raise
-            raise UserError(f"{named('net')} {spec!r}: its forward pass on a batch of 2 "
-                            f"observations raised {error_line(err)}") from None
+    # The built-in networks' own errors are mptrain's bugs: a traceback.
+    theirs = raised_by_users_code(f"{named('net')} {spec!r}: its forward pass on a batch of "
+                                  "2 observations") if spec is not None else nullcontext()
+    with torch.no_grad(), theirs:
+        out = model(torch.zeros(2, shape.obs_dim))
     if not expected.outputs_fit(out, batch=2, n_actions=shape.n_actions):
         raise UserError(f"{named('net')}: {spec or 'the built-in network'} must return "
                         f"{expected.outputs_wanted(shape.n_actions)} for {named('algo')} {algo}; "
