@@ -283,6 +283,9 @@ _LOCATION_KEYS = frozenset({"data", "model", "data_dir", "out"})
 #: either, so a resumed run may log elsewhere.
 _TRACKING_KEYS = frozenset({"logger", "tb_dir"})
 CONFIG_FILE_KEYS = frozenset(SETTING_NAMES) | _LOCATION_KEYS | _TRACKING_KEYS
+#: Keys whose value is a name or a path (``mptrain rl``'s env and net among them): a string,
+#: and never an empty one, which would read as left out.
+_NAME_OR_PATH_KEYS = _LOCATION_KEYS | {"tb_dir", "env", "net"}
 
 
 class FileValues(dict):
@@ -326,10 +329,10 @@ def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues
             hint = f" (did you mean {close!r}?)" if close else ""
             raise UserError(f"config file {path}: unknown key {key!r}{hint}; known keys: "
                             f"{', '.join(known)}")
-        if name in _LOCATION_KEYS | {"tb_dir", "env", "net"} and not isinstance(value, str):
+        if name in _NAME_OR_PATH_KEYS and not isinstance(value, str):
             raise UserError(f"config file {path}: {key} must be a string (a name or a "
                             f"path), got {value!r}")
-        if name in _LOCATION_KEYS | {"tb_dir", "env", "net"} and not value.strip():
+        if name in _NAME_OR_PATH_KEYS and not value.strip():
             # Read as left out, an empty one would mean the built-in data, or the outputs
             # in the working folder.
             raise UserError(f"config file {path}: {key} is empty; give a value or leave "

@@ -15,6 +15,15 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
                      if hasattr(signal, name))
 
 
+def replaceable(sig: int) -> bool:
+    """Whether this process may take ``sig`` over for a while and put the old handler
+    back: not when it is ignored (the user's choice: nohup's SIGHUP) nor when its handler
+    was installed outside Python (``signal.getsignal`` gives None, which cannot be put
+    back)."""
+    handler = signal.getsignal(sig)
+    return handler is not None and handler != signal.SIG_IGN
+
+
 @contextmanager
 def stop_signals_held():
     """Hold the stop signals back in this thread for the block (a no-op where signals cannot be
@@ -47,12 +56,8 @@ def stop_signals_noted():
     if threading.current_thread() is not threading.main_thread():
         yield noted
         return
-    previous = {}
-    for sig in STOP_SIGNALS:
-        handler = signal.getsignal(sig)
-        if handler is None or handler == signal.SIG_IGN:
-            continue  # installed outside Python, or ignored: leave it be
-        previous[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum))
+                for sig in STOP_SIGNALS if replaceable(sig)}
     try:
         yield noted
     finally:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from typing import NoReturn
 
 import click
 
@@ -40,26 +41,14 @@ def _main(argv) -> int:
             "mptrain mptrain", "mptrain")
         _fail(err.format_message() + hint, 2)
     except click.exceptions.Abort as abort:
-        # click turns every KeyboardInterrupt into Abort, a stopped run's too; a second
-        # Ctrl-C while the stop unwinds has the stop in its context.
-        stop = _stop_in(abort)
-        if stop is not None:
-            click.echo(f"mptrain: {stop}", err=True)
-            sys.exit(stop.exit_code)
-        _fail("interrupted", 130)
+        # click turns every KeyboardInterrupt into Abort, a stopped run's too.
+        _interrupted(abort, "interrupted")
     except UserError as err:
         _fail(str(err), err.exit_code)
     except (WorkerFailedError, TrainingDiverged) as err:
         _fail(str(err), err.exit_code)
-    except RunInterrupted as err:
-        click.echo(f"mptrain: {err}", err=True)
-        sys.exit(err.exit_code)
-    except KeyboardInterrupt as interrupt:
-        stop = _stop_in(interrupt)
-        if stop is not None:
-            click.echo(f"mptrain: {stop}", err=True)
-            sys.exit(stop.exit_code)
-        _fail("interrupted; every worker was stopped", 130)
+    except KeyboardInterrupt as interrupt:   # a stopped run's RunInterrupted among them
+        _interrupted(interrupt, "interrupted; every worker was stopped")
     except Interrupted as stop:
         _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
     except click.exceptions.Exit as done:
@@ -84,6 +73,17 @@ def console() -> None:
     # user) would only cut the exit handlers short, with a traceback of its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_after_cleanup(code)
+
+
+def _interrupted(error: BaseException, otherwise: str) -> NoReturn:
+    """Exit with the stopped run's own report (where it stopped, how to resume) when
+    ``error`` carries one -- a second Ctrl-C while the stop unwinds has it in its context --
+    else with ``otherwise``."""
+    stop = _stop_in(error)
+    if stop is None:
+        _fail(otherwise, 130)
+    click.echo(f"mptrain: {stop}", err=True)
+    sys.exit(stop.exit_code)
 
 
 def _stop_in(error: BaseException) -> RunInterrupted | None:

@@ -25,11 +25,24 @@ def die_with_parent(parent_pid: int | None) -> None:
     ``parent_pid`` is None under forkserver, whose workers are children of the fork server
     (which itself exits when the run's process goes away).
     """
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
+    _die_with(parent_pid, _death_signal_setter())
+
+
+def _death_signal_setter():
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` ready to call, or None where there is none (not
+    Linux). Looked up apart from the call: a child between fork and exec may only call it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _die_with(parent_pid: int | None, set_death_signal) -> None:
+    if set_death_signal is not None:
+        set_death_signal()
     if parent_pid is not None and os.getppid() != parent_pid:  # died before prctl
         os._exit(1)
 
@@ -45,20 +58,8 @@ def dies_with_this_process():
     the child only calls it. Call this from the thread that starts the child: the kernel
     sends the signal when that thread ends.
     """
-    parent_pid = os.getpid()
-    prctl = None
-    if sys.platform.startswith("linux"):
-        try:
-            prctl = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            pass
-
-    def in_the_child() -> None:
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl
-            os._exit(1)
-    return in_the_child
+    parent_pid, set_death_signal = os.getpid(), _death_signal_setter()
+    return lambda: _die_with(parent_pid, set_death_signal)
 
 
 def ignore_interrupts() -> None:
@@ -180,10 +181,12 @@ def sigterm_raises():
         finally:
             in_hook = False
 
-    # A SIGHUP ignored when the command started (nohup) stays ignored: the user asked for it.
+    # SIGINT raises KeyboardInterrupt already. A SIGHUP ignored when the command started
+    # (nohup) stays ignored: the user asked for it.
+    hangup = getattr(signal, "SIGHUP", None)
     previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS
                 if sig != signal.SIGINT
-                and not (sig != signal.SIGTERM and signal.getsignal(sig) == signal.SIG_IGN)}
+                and not (sig == hangup and signal.getsignal(sig) == signal.SIG_IGN)}
     sys.unraisablehook = _send_again
     try:
         yield

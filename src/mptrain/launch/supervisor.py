@@ -39,7 +39,7 @@ import torch.multiprocessing as torch_mp
 from ..errors import Interrupted
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_files, user_import_path
-from ..signals import STOP_SIGNALS, stop_signals_held, stop_signals_noted
+from ..signals import STOP_SIGNALS, replaceable, stop_signals_held, stop_signals_noted
 from .lifecycle import die_with_parent, ignore_interrupts, leave
 from .stacks import listen_for_stack_requests, stack_of
 
@@ -416,17 +416,12 @@ class Supervisor:
 
 @contextmanager
 def _signals_redirected(handler):
-    """Route the stop signals to ``handler`` (main thread only; elsewhere leave them be), but
-    not one that is ignored or handled outside Python, as ``signals.stop_signals_noted``."""
+    """Route the stop signals this process may take over (``signals.replaceable``) to
+    ``handler`` (main thread only; elsewhere leave them be)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {}
-    for sig in STOP_SIGNALS:
-        current = signal.getsignal(sig)
-        if current is None or current == signal.SIG_IGN:
-            continue   # installed outside Python (cannot be put back), or ignored (nohup)
-        previous[sig] = signal.signal(sig, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if replaceable(sig)}
     try:
         yield
     finally:

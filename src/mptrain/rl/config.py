@@ -153,8 +153,8 @@ ALGO_SETTINGS = {
 def refuse_unused(said: dict) -> None:
     """Refuse a setting the chosen algorithm never reads (``--buffer-size`` with a3c), as
     ``mptrain run`` refuses a strategy's: ignored, it would run the defaults unsaid. A value
-    equal to what the algorithm would take anyway passes -- a checkpoint's settings hold
-    every field, resolved."""
+    equal to what the algorithm would take anyway passes, as there (a resumed run hands on
+    only its algorithm's settings: :func:`applicable_rl_settings`)."""
     algo = said.get("algo", RLConfig.algo)
     check_rl_setting("algo", algo)
     defaults = {**{f.name: f.default for f in fields(RLConfig)}, **algo_defaults(algo)}
