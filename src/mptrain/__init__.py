@@ -13,7 +13,7 @@ does not import torch.
 from .imports import lazy_exports
 
 __version__ = "0.1.0"
-__all__ = ["fit", "FitResult", "TrainConfig", "UserError", "WorkerFailedError"]
+__all__ = ["fit", "FitResult", "TrainConfig", "UserError", "WorkerFailedError", "load_data"]
 __getattr__, __dir__ = lazy_exports(__name__, {
     "fit": ".api", "TrainConfig": ".config", "FitResult": ".result", "UserError": ".errors",
-    "WorkerFailedError": ".errors"})
+    "WorkerFailedError": ".errors", "load_data": ".data.sources"})

@@ -44,10 +44,15 @@ VECTORIZE_CLIENTS = ("auto", "on", "off")                 # strategies/fedavg/co
 ONCE_PER_EPOCH = "epoch"
 
 PARTITION_HELP = (
-    "How samples are split among clients: 'iid' (random, equal sizes); 'dirichlet:ALPHA' "
+    "How samples are split among clients: 'natural' (one client per id the data carries: "
+    "LEAF's users, a Hub set's client column, FedProx's devices; the default for such data); "
+    "'iid' (random, equal sizes); 'dirichlet:ALPHA' "
     "(label skew: each class spread over clients by Dirichlet(ALPHA) proportions, smaller "
     "ALPHA = more skew, e.g. 0.5; 'dirichlet:ALPHA:MIN' sets the smallest client size); "
-    "'shards:K' (sort by label, deal K shards per client: at most ~K labels each); or "
+    "'shards:K' (sort by label, deal K shards per client: at most ~K labels each); "
+    "'pathological:K' (K classes per client); 'inner-dirichlet:ALPHA' (equal sizes, each "
+    "client's label mix from Dirichlet(ALPHA)); 'linear', 'square', 'exponential' (client i's "
+    "size grows as i, i^2, e^i; ':MIN' gives each client at least MIN); or "
     "'package.module:function' / 'path/to/file.py:function' called as "
     "function(targets, clients, seed) and returning one index list per client.")
 
@@ -278,7 +283,8 @@ def replaced_on_resume(said: Mapping[str, Any]) -> frozenset:
 
 
 #: Config-file keys that say where the data, model and outputs are, not how to train.
-_LOCATION_KEYS = frozenset({"data", "model", "data_dir", "out"})
+_LOCATION_KEYS = frozenset({"data", "model", "data_dir", "out"}) | \
+    frozenset({"client_column", "features", "label"})   # --data hf:NAME's columns
 #: Config-file keys that say who is told about the run (``mptrain.trackers``): not settings
 #: either, so a resumed run may log elsewhere.
 _TRACKING_KEYS = frozenset({"logger", "tb_dir"})

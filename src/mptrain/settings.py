@@ -170,6 +170,10 @@ def supervised_config(layers: list[Layer], *, checkpoint=None, defaults=None,
 
 #: Not settings (a checkpoint keeps them as run entries, and a resumed run may move them).
 RUN_LOCATIONS = ("data", "data_dir", "model", "out")
+#: Which columns of ``--data hf:NAME`` hold the clients, the inputs and the labels: where
+#: the data is, as the data's location is (kept with it, and taken over on resume).
+DATA_COLUMNS = ("client_column", "features", "label")
+RUN_LOCATIONS = RUN_LOCATIONS + DATA_COLUMNS
 
 
 def run_locations(said: Mapping[str, Any], checkpoint=None, resume=None) -> dict:

@@ -19,16 +19,24 @@ from .app import cli
               help="Number of simulated clients  [default: what `mptrain run --strategy "
                    "fedavg` takes for the data set: 20 for digits, 8 for linreg, 100 "
                    "otherwise]")
-@click.option("--partition", default="iid", show_default=True, help=PARTITION_HELP)
+@click.option("--partition",
+              help=PARTITION_HELP + "  [default: natural for data with client ids, else iid]")
+@click.option("--client-column", help="--data hf:NAME: the column naming each sample's client.")
+@click.option("--features", help="--data hf:NAME: the input column.")
+@click.option("--label", help="--data hf:NAME: the label column.")
 @click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True,
               help="Same seed, same partition.")
 @click.option("--out", help="Write partitions.png (label mix per client) here.")
-def partitions(data, data_dir, clients, partition, seed, out):
+def partitions(data, data_dir, clients, partition, client_column, features, label, seed, out):
     """Show how --partition splits the training set among --clients: samples and distinct
-    labels per client (min / median / max), without training.
+    labels per client (min / median / max) and how heterogeneous the clients are (the
+    Hellinger distance of each client's label mix to the pooled one, the Gini coefficient
+    of their sizes), without training.
 
     \b
     Partitions:
+      natural                one client per id the data carries (leaf:DIR,
+                             hf:NAME, synthetic:A,B); their default
       iid                    random, sizes differ by at most one
       dirichlet:ALPHA        label skew: each class spread over the clients by
                              Dirichlet(ALPHA) proportions; smaller ALPHA, more
@@ -38,6 +46,12 @@ def partitions(data, data_dir, clients, partition, seed, out):
                              1 to 10)
       shards:K               sort by label, cut into clients x K shards, K per
                              client: about K labels each (McMahan et al. 2017)
+      pathological:K         K classes drawn per client, each class's samples
+                             shared by the clients that drew it
+      inner-dirichlet:ALPHA  equal sizes, each client's label mix drawn from
+                             Dirichlet(ALPHA)
+      linear, square,        client i of n holds a share i, i^2 or e^i of the
+      exponential[:MIN]      samples; MIN: each client at least MIN
       pkg.mod:function       your function(targets, clients, seed), returning
       path/file.py:function  one list of sample indices per client
 
@@ -56,23 +70,32 @@ def partitions(data, data_dir, clients, partition, seed, out):
       --client-eval-every N                      per-client accuracy: mean,
                                                  std, 10th pct, worst
     """
+    import torch
     from rich.console import Console
     from rich.table import Table
 
-    from ..data.partitions import parse_partition, partition_clients
-    from ..data.sources import CLASSIFICATION, load_data
+    from ..data.partitions import cut_training_set, parse_partition
+    from ..data.sources import CLASSIFICATION, is_natural, load_data
     from ..report.outputs import prepare_out_dir
-    from ..report.partitions import partition_stats, plot_label_mix, stats_rows
+    from ..report.partitions import (heterogeneity_line, heterogeneity_rows,
+                                     partition_heterogeneity, partition_stats, plot_label_mix,
+                                     stats_rows)
 
+    if partition is None:
+        partition = "natural" if is_natural(data) else "iid"
     spec = parse_partition(partition)  # a typo fails before the data set is loaded
     out_dir = prepare_out_dir(out) if out else None
-    bundle = load_data(data, data_dir)
+    bundle = load_data(data, data_dir, clients=clients if spec.kind == "natural" else None,
+                       seed=seed, client_column=client_column, features=features,
+                       label=label)
     if clients is None:   # the data set's federated recipe, as mptrain run's
         clients = bundle.defaults.federated["clients"]
     targets = bundle.train.targets
-    parts = partition_clients(spec, targets, clients, seed)
+    index, offsets = cut_training_set(spec, bundle, clients, seed)
+    parts = list(torch.split(index, (offsets[1:] - offsets[:-1]).tolist()))
     classes = bundle.output_size if bundle.task == CLASSIFICATION else None
     stats = partition_stats(parts, targets if classes else None)
+    spread = partition_heterogeneity(index, offsets, targets, classes)
 
     table = Table(title=None)
     table.add_column("")
@@ -80,14 +103,21 @@ def partitions(data, data_dir, clients, partition, seed, out):
         table.add_column(name, justify="right")
     for row in stats_rows(stats):
         table.add_row(*row)
+    for row in heterogeneity_rows(spread):
+        table.add_row(*row)
     console = Console(highlight=False, soft_wrap=True,
                       width=None if sys.stdout.isatty() else 180)
     console.print(table)
     covered = sum(len(part) for part in parts)
     console.print(f"data {bundle.name} ({len(targets):,} training samples, {covered:,} "
                   f"assigned) · {clients} clients · partition {spec} · seed {seed}")
+    console.print(heterogeneity_line(spread), markup=False)
+    columns = [(f"--{k.replace('_', '-')}", v) for k, v in
+               (("client_column", client_column), ("features", features), ("label", label))
+               if v is not None]
     command = ["mptrain", "run", "--strategy", "fedavg", "--data", data,
-               *(["--data-dir", data_dir] if data_dir else []), "--clients", str(clients),
+               *(["--data-dir", data_dir] if data_dir else []),
+               *[word for pair in columns for word in pair], "--clients", str(clients),
                "--partition", partition, "--seed", str(seed)]
     if out_dir is not None:
         path = out_dir / "partitions.png"

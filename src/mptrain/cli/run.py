@@ -11,7 +11,7 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, VECTORIZE_CLIENTS,
                       check_setting, load_config_file)
 from ..federated.robust_spec import AGGREGATOR_HELP, ATTACK_HELP
-from ..settings import RUN_LOCATIONS
+from ..settings import DATA_COLUMNS, RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer
 from ..data.recipes import RECIPES
@@ -65,11 +65,21 @@ class GroupedHelp(NonEmptyValues):
 
 
 @cli.command(cls=GroupedHelp)
-@click.option("--data", help=f"{', '.join(RECIPES)} (default digits), or module:factory "
+@click.option("--data", help=f"{', '.join(RECIPES)} (default digits); natural clients: "
+                             "leaf:DIR (LEAF's train/ and test/ JSON), hf:NAME (a Hugging "
+                             "Face data set or save_to_disk folder; pip install "
+                             "'mptrain[hf]'), synthetic:ALPHA,BETA or synthetic-iid "
+                             "(FedProx's); or module:factory "
                              "(or file.py:factory), a function of no arguments returning "
                              "(train_set, test_set or None).")
 @click.option("--data-dir", help="Folder with the MNIST IDX files (for --data mnist).")
+@click.option("--client-column",
+              help="--data hf:NAME: the column naming each sample's client (flwrlabs/femnist: "
+                   "writer_id, flwrlabs/shakespeare: character_id).")
+@click.option("--features", help="--data hf:NAME: the input column (image, x, ...).")
+@click.option("--label", help="--data hf:NAME: the label column (character, y, label, ...).")
 @click.option("--model", help="digits-cnn, mnist-cnn, mnist-2nn, mnist-cnn-fedavg, linear, mlp, "
+                              "leaf-femnist-cnn, leaf-shakespeare-lstm, mclr, resnet18-gn, "
                               "or module:factory, a function of no arguments returning an "
                               "nn.Module (default: the data set's own).")
 @click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
@@ -228,7 +238,8 @@ def run(config_file, resume, **flags):
 
     model_name = locations["model"] or bundle.default_model
     source = {"data": bundle.name if locations["data"] is None else locations["data"],
-              "data_dir": locations["data_dir"], "model": model_name}
+              "data_dir": locations["data_dir"], "model": model_name,
+              **{k: locations[k] for k in DATA_COLUMNS if locations[k] is not None}}
     train(config, bundle, model, model_name, launcher, out=locations["out"],
           checkpoint=checkpoint, run_info=source, loggers=loggers, tb_dir=where["tb_dir"])
     launcher.finish()
@@ -255,7 +266,18 @@ def _prepare(layers, where: dict, resume):
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
     launcher = launcher_for(config, said)
-    bundle = load_data(locations["data"] or "digits", locations["data_dir"])
+    bundle = load_data(locations["data"] or "digits", locations["data_dir"],
+                       clients=devices_asked(config), seed=config.seed,
+                       **{k: locations[k] for k in DATA_COLUMNS})
+    if bundle.clients is not None:   # natural data: its recipe knows its clients now
+        config = resolved_config(layers, checkpoint, bundle.defaults, resume)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
                         bundle.output_size, config.seed)
     return model, bundle, locations, config, checkpoint, launcher
+
+
+def devices_asked(config) -> int | None:
+    """The devices ``--data synthetic:A,B`` is to make: one per client of a fedavg run that
+    trains natural clients (``--clients``, or the recipe's 30); None otherwise."""
+    f = config.fedavg
+    return f.clients if config.strategy == "fedavg" and f.partition == "natural" else None

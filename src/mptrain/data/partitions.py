@@ -23,11 +23,15 @@ import numpy as np
 import torch
 
 from ..errors import UserError, raised_by_users_code
+from .partition_laws import (SIZE_LAWS, inner_dirichlet_owner, pathological_owner,
+                             size_law_owner, size_law_sizes)
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
-PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, or an import string "
-                     "'package.module:function' / 'path/to/file.py:function'")
+PARTITION_CHOICES = ("natural, iid, dirichlet:ALPHA[:MIN], shards:K, pathological:K, "
+                     "inner-dirichlet:ALPHA, linear[:MIN], square[:MIN], exponential[:MIN], "
+                     "or an import string 'package.module:function' / "
+                     "'path/to/file.py:function'")
 
 # Resampling the Dirichlet proportions is cheap (counts only), so many tries cost little;
 # past this, the minimum is unreachable in practice and the user must change a setting.
@@ -37,7 +41,8 @@ DIRICHLET_MIN_CAP = 10
 
 @dataclass(frozen=True)
 class PartitionSpec:
-    """A parsed ``--partition``: ``kind`` is iid, dirichlet, shards or function."""
+    """A parsed ``--partition``: ``kind`` is natural, iid, dirichlet, shards, pathological,
+    inner-dirichlet, a size law (linear, square, exponential) or function."""
 
     kind: str
     alpha: float | None = None
@@ -49,8 +54,12 @@ class PartitionSpec:
         if self.kind == "dirichlet":
             tail = f":{self.min_size}" if self.min_size is not None else ""
             return f"dirichlet:{self.alpha:g}{tail}"
-        if self.kind == "shards":
-            return f"shards:{self.shards}"
+        if self.kind in ("shards", "pathological"):
+            return f"{self.kind}:{self.shards}"
+        if self.kind == "inner-dirichlet":
+            return f"inner-dirichlet:{self.alpha:g}"
+        if self.kind in SIZE_LAWS:
+            return self.kind + (f":{self.min_size}" if self.min_size is not None else "")
         return self.function if self.kind == "function" else self.kind
 
 
@@ -60,10 +69,27 @@ def parse_partition(spec: str) -> PartitionSpec:
     text = spec.strip() if isinstance(spec, str) else ""
     name, _, rest = text.partition(":")
     args = rest.split(":") if rest else []
-    if name == "iid":
+    if name in ("iid", "natural"):
         if rest:
-            raise UserError(f"{named('partition')} {spec!r}: iid takes no parameter; write 'iid'")
-        return PartitionSpec("iid")
+            raise UserError(f"{named('partition')} {spec!r}: {name} takes no parameter; write "
+                            f"'{name}'")
+        return PartitionSpec(name)
+    if name == "pathological":
+        if len(args) != 1:
+            raise UserError(f"{named('partition')} {spec!r} is malformed; write "
+                            "pathological:K, e.g. pathological:2")
+        return PartitionSpec(name, shards=_whole(args[0], spec, "pathological:K needs K"))
+    if name == "inner-dirichlet":
+        if len(args) != 1:
+            raise UserError(f"{named('partition')} {spec!r} is malformed; write "
+                            "inner-dirichlet:ALPHA, e.g. inner-dirichlet:0.5")
+        return PartitionSpec(name, alpha=_alpha(args[0], spec))
+    if name in SIZE_LAWS:
+        if len(args) > 1:
+            raise UserError(f"{named('partition')} {spec!r} is malformed; write {name} or "
+                            f"{name}:MIN, e.g. {name}:10")
+        minimum = _whole(args[0], spec, f"{name}:MIN needs MIN") if args else None
+        return PartitionSpec(name, min_size=minimum)
     if name == "dirichlet":
         if len(args) not in (1, 2):
             raise UserError(f"{named('partition')} {spec!r} is malformed; write "
@@ -82,7 +108,8 @@ def parse_partition(spec: str) -> PartitionSpec:
                     f"choose {PARTITION_CHOICES}")
 
 
-BUILT_IN_PARTITIONS = ("iid", "dirichlet", "shards")
+BUILT_IN_PARTITIONS = ("natural", "iid", "dirichlet", "shards", "pathological",
+                       "inner-dirichlet", *SIZE_LAWS)
 
 
 def _names_a_function(attribute: str) -> bool:
@@ -140,7 +167,47 @@ def partition_clients(spec: str | PartitionSpec, targets: torch.Tensor, clients:
     if parsed.kind == "shards":
         return shard_partition(_class_labels(targets, parsed), clients, parsed.shards, rng,
                                str(parsed))
+    if parsed.kind == "pathological":
+        return _parts_from_owner(pathological_owner(_class_labels(targets, parsed), clients,
+                                                    parsed.shards, rng, str(parsed)), clients)
+    if parsed.kind == "inner-dirichlet":
+        return _parts_from_owner(inner_dirichlet_owner(_class_labels(targets, parsed),
+                                                       clients, parsed.alpha, rng), clients)
+    if parsed.kind in SIZE_LAWS:
+        sizes = size_law_sizes(parsed.kind, samples, clients, parsed.min_size, str(parsed))
+        return _parts_from_owner(size_law_owner(sizes, rng), clients)
+    if parsed.kind == "natural":
+        raise UserError(f"{named('partition')} natural takes the clients the data names; "
+                        "cut it with cut_training_set(spec, bundle, ...)")
     return user_partition(parsed.function, targets, clients, seed)
+
+
+def cut_training_set(spec: str | PartitionSpec, data, clients: int, seed: int
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training set of ``data`` (a ``DataBundle``) cut into ``clients``: every client's
+    indices one after another, and where each client starts (``[clients + 1]``, int64).
+
+    ``natural`` takes the clients the data carries (``data.clients``), whose rows are stored
+    client after client: the index is then the identity and the offsets the data's own, so
+    100,000 natural clients cost two arrays, never a list of 100,000 tensors. Every other
+    partition cuts the pooled training set (:func:`partition_clients`)."""
+    parsed = parse_partition(spec) if not isinstance(spec, PartitionSpec) else spec
+    if parsed.kind == "natural":
+        natural = getattr(data, "clients", None)
+        if natural is None:
+            raise UserError(f"{named('partition')} natural needs data that names each "
+                            f"sample's client (leaf:DIR, hf:NAME, synthetic:ALPHA,BETA); "
+                            f"{data.name} does not: cut it with iid, dirichlet:ALPHA, "
+                            "shards:K, ...")
+        if clients != natural.count:
+            raise UserError(f"{named('clients')} {clients}, but {data.name} has "
+                            f"{natural.count:,} natural clients and {named('partition')} "
+                            f"natural trains each; leave {named('clients')} out, or cut the "
+                            f"pooled data with another {named('partition')} (e.g. iid)")
+        return torch.arange(len(data.train), dtype=torch.int64), natural.train_offsets.clone()
+    parts = partition_clients(parsed, data.train.targets, clients, seed)
+    sizes = torch.tensor([0] + [len(p) for p in parts], dtype=torch.int64)
+    return torch.cat([p.to(torch.int64) for p in parts]), sizes.cumsum(0)
 
 
 def iid_partition(samples: int, clients: int, rng: np.random.Generator) -> list[torch.Tensor]:

@@ -38,6 +38,21 @@ RECIPES = {"digits": DIGITS_DEFAULTS, "digits-60k": MNIST_DEFAULTS,
 
 
 def recipe_for(data: str | None) -> TrainingDefaults:
-    """The recipe of data set ``data`` (a built-in name, else the generic one: a user's
-    factory or an unknown name, which loading the data refuses)."""
-    return RECIPES.get(data or "digits", GENERIC_DEFAULTS)
+    """The recipe of data set ``data`` (a built-in name; natural data's before it is read;
+    else the generic one: a user's factory or an unknown name, which loading the data
+    refuses)."""
+    natural = _natural_recipe(data or "")
+    return natural if natural is not None else RECIPES.get(data or "digits", GENERIC_DEFAULTS)
+
+
+def _natural_recipe(data: str) -> TrainingDefaults | None:
+    """``synthetic:A,B``'s recipe (its devices are --clients, 30 by default); a LEAF folder's
+    or a Hub set's with a stand-in client count, until the data is read and says (the
+    settings are then resolved again with the data's own recipe)."""
+    from .natural.recipes import SYNTHETIC_DEVICES, UNKNOWN_CLIENTS, natural_recipe
+
+    if data.startswith("synthetic:") or data == "synthetic-iid":
+        return natural_recipe("synthetic", SYNTHETIC_DEVICES)
+    if data.startswith(("leaf:", "hf:")):
+        return natural_recipe(None, UNKNOWN_CLIENTS)
+    return None

@@ -8,6 +8,7 @@ to train on them sensibly without flags (task, default model, recommended hyper-
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,6 +18,9 @@ from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
 from .shared import RowSource, SharedTensorDataset, materialize
+
+if TYPE_CHECKING:
+    from .natural.clients import NaturalClients
 
 BUILTIN_SOURCES = ("digits", "digits-60k", "linreg", "mnist")
 
@@ -39,6 +43,9 @@ class DataBundle:
     output_size: int
     default_model: str
     defaults: TrainingDefaults
+    #: Which rows each natural client owns (LEAF's users, a Hub data set's client column,
+    #: FedProx's devices); None for pooled data, which ``--partition`` cuts.
+    clients: "NaturalClients | None" = None
 
     @property
     def input_shape(self) -> tuple:
@@ -70,8 +77,26 @@ class DataBundle:
         return self.train.nbytes + (self.test.nbytes if self.test is not None else 0)
 
 
-def load_data(name: str, data_dir: str | None = None) -> DataBundle:
-    """Build the data set ``name``: a built-in, or ``module:factory``."""
+def load_data(name: str, data_dir: str | None = None, *, clients: int | None = None,
+              seed: int = 0, client_column: str | None = None, features: str | None = None,
+              label: str | None = None) -> DataBundle:
+    """Build the data set ``name``: a built-in, natural data (``leaf:DIR``, ``hf:NAME``,
+    ``synthetic:ALPHA,BETA``, ``synthetic-iid``) or ``module:factory``. The bundle of
+    natural data knows each sample's client (``DataBundle.clients``); ``fit()`` takes it
+    as its training data.
+
+    ``clients``: the devices ``synthetic`` makes (None: the paper's 30); ``seed`` draws
+    them; ``client_column``, ``features``, ``label``: ``hf``'s columns (None: known for
+    flwrlabs' sets, else guessed from the usual names)."""
+    columns = {"client_column": client_column, "features": features, "label": label}
+    natural = _natural(name, clients, seed, columns)
+    if natural is not None:
+        if data_dir is not None:
+            raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
+        return natural
+    if any(columns.values()):
+        raise UserError("--client-column, --features and --label name the columns of "
+                        f"--data hf:NAME; --data {name} has none")
     if name != "mnist" and data_dir is not None:
         raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
     if name == "digits":
@@ -88,7 +113,33 @@ def load_data(name: str, data_dir: str | None = None) -> DataBundle:
     if is_import_string(name):
         return from_factory(name)
     raise UserError(f"unknown data set {name!r}; choose one of: {', '.join(BUILTIN_SOURCES)}, "
-                    "or give an import string 'package.module:make_data'")
+                    "leaf:DIR, hf:NAME, synthetic:ALPHA,BETA, synthetic-iid, or give an "
+                    "import string 'package.module:make_data'")
+
+
+#: Prefixes of the natural data sets (``data.natural``): clients are in the data.
+NATURAL_PREFIXES = ("leaf:", "hf:", "synthetic:")
+
+
+def is_natural(name: str | None) -> bool:
+    """Whether ``name`` names natural data (each sample's client known)."""
+    return bool(name) and (name.startswith(NATURAL_PREFIXES) or name == "synthetic-iid")
+
+
+def _natural(name: str, clients, seed: int, columns: dict) -> DataBundle | None:
+    if not is_natural(name):
+        return None
+    if name.startswith("leaf:"):
+        from .natural.leaf import load_leaf
+
+        return load_leaf(name.partition(":")[2])
+    if name.startswith("hf:"):
+        from .natural.hf import load_hf
+
+        return load_hf(name.partition(":")[2], **columns)
+    from .natural.synthetic import load_synthetic
+
+    return load_synthetic(name, clients, seed)
 
 
 def digits() -> DataBundle:

@@ -11,7 +11,8 @@ from ..errors import UserError
 from ..imports import call_factory, is_import_string
 from .nets import MLP, DigitsCNN, FedAvgCNN, Mnist2NN, MnistCNN
 
-BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "mnist-2nn", "mnist-cnn-fedavg", "linear", "mlp")
+BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "mnist-2nn", "mnist-cnn-fedavg", "linear", "mlp",
+                  "leaf-femnist-cnn", "leaf-shakespeare-lstm", "mclr", "resnet18-gn")
 
 
 def model_bytes(model: nn.Module) -> int:
@@ -54,8 +55,34 @@ def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) 
             if len(input_shape) > 1 else nn.Linear(in_features, output_size)
     if name == "mlp":
         return MLP(in_features, output_size)
+    published = _published(name, tuple(input_shape), in_features, output_size)
+    if published is not None:
+        return published
     raise UserError(f"unknown model {name!r}; choose one of: {', '.join(BUILTIN_MODELS)}, "
                     "or give an import string 'package.module:make_model'")
+
+
+def _published(name: str, input_shape: tuple, in_features: int, output_size: int):
+    """The federated benchmarks' models (``models.federated_nets``), or None."""
+    from . import federated_nets as nets
+
+    if name == "leaf-femnist-cnn":
+        _require_shape(name, input_shape, (1, 28, 28))
+        return nets.LeafFemnistCNN(output_size)
+    if name == "leaf-shakespeare-lstm":
+        if len(input_shape) != 1:
+            raise UserError(f"model {name!r} reads sequences of character indices (shape "
+                            f"(length,)), but the data has {input_shape}; use --data leaf:DIR "
+                            "with LEAF's Shakespeare, or another model")
+        return nets.LeafShakespeareLSTM(max(nets.LEAF_VOCABULARY, output_size), output_size)
+    if name == "mclr":
+        return nets.MultinomialLogisticRegression(in_features, output_size)
+    if name == "resnet18-gn":
+        if len(input_shape) != 3 or input_shape[1:] != (32, 32):
+            raise UserError(f"model {name!r} expects 32x32 images (channels, 32, 32) but the "
+                            f"data has {input_shape}; use --model mlp or your own model")
+        return nets.ResNet18GN(input_shape[0], output_size)
+    return None
 
 
 def _require_shape(name, actual, expected):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from .plots import new_figure, save_png
@@ -95,3 +96,33 @@ def _texts(spread: Spread) -> tuple[str, str, str]:
     median = spread.median
     middle = f"{int(median):,}" if median.is_integer() else f"{median:,.1f}"
     return f"{spread.min:,}", middle, f"{spread.max:,}"
+
+
+def partition_heterogeneity(index: torch.Tensor, offsets: torch.Tensor, targets: torch.Tensor,
+                            num_classes: int | None):
+    """The cut's heterogeneity (``data.heterogeneity``): Hellinger distances of the label
+    mixes (classification only) and the size Gini."""
+    from ..data.heterogeneity import heterogeneity
+
+    labels = targets.cpu().numpy() if num_classes is not None else None
+    return heterogeneity(labels, index.numpy(), offsets.numpy(), num_classes)
+
+
+def heterogeneity_rows(spread) -> list[tuple[str, str, str, str]]:
+    """The Hellinger distances as a (quantity, min, median, max) table row."""
+    if not len(spread.hellinger):
+        return []
+    values = spread.hellinger
+    return [("Hellinger distance to pooled labels", f"{values.min():.3f}",
+             f"{float(np.median(values)):.3f}", f"{values.max():.3f}")]
+
+
+def heterogeneity_line(spread) -> str:
+    """One line: the Hellinger distances' mean and percentiles, and the size Gini."""
+    parts = []
+    if len(spread.hellinger):
+        summary = spread.hellinger_summary()
+        parts.append("label heterogeneity: Hellinger to pooled " + ", ".join(
+            f"{name} {value:.3f}" for name, value in summary.items()))
+    parts.append(f"size Gini {spread.size_gini:.3f}")
+    return " · ".join(parts)

@@ -86,12 +86,9 @@ class FedAvgShared:
 def cut_clients(config, data) -> tuple[torch.Tensor, torch.Tensor]:
     """The training set cut into clients: every client's indices one after another, and
     where each client starts ([clients + 1])."""
-    from ...data.partitions import partition_clients
+    from ...data.partitions import cut_training_set   # natural clients: the data's own
 
-    parts = partition_clients(config.fedavg.partition, data.train.targets,
-                              config.fedavg.clients, config.seed)
-    sizes = torch.tensor([0] + [len(p) for p in parts], dtype=torch.int64)
-    return torch.cat([p.to(torch.int64) for p in parts]), sizes.cumsum(0)
+    return cut_training_set(config.fedavg.partition, data, config.fedavg.clients, config.seed)
 
 
 def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor], plan,
