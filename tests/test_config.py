@@ -301,7 +301,8 @@ def test_unknown_key_lists_known_keys(tmp_path, text, key):
 
 def test_config_file_keys_are_the_flags():
     assert CONFIG_FILE_KEYS == set(SETTING_NAMES) | {"data", "model", "data_dir", "out",
-                                                     "logger", "tb_dir"}
+                                                     "logger", "tb_dir", "client_column",
+                                                     "features", "label"}
 
 
 def test_fedavg_settings_are_given_flat_and_kept_in_their_own_section():

@@ -194,11 +194,12 @@ def test_run_locations_take_the_checkpoints_where_nothing_is_said(tmp_path):
     resumed = Checkpoint(epoch=1, strategy="single", config={}, run={
         "data": "digits", "data_dir": "/old/mnist", "model": "mlp"}, model={}, ranks=[{}],
         metrics=[])
+    columns = {"client_column": None, "features": None, "label": None}   # hf:NAME's
     assert run_locations({"model": "digits-cnn"}, resumed, tmp_path) == {
         "data": "digits", "data_dir": None,   # a data dir only goes with mnist
-        "model": "digits-cnn", "out": str(tmp_path)}
+        "model": "digits-cnn", "out": str(tmp_path), **columns}
     assert run_locations({"data": "linreg"}) == {"data": "linreg", "data_dir": None,
-                                                 "model": None, "out": None}
+                                                 "model": None, "out": None, **columns}
 
 
 @pytest.mark.parametrize("caller, how", [

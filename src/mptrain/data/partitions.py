@@ -28,7 +28,7 @@ from .partition_laws import (SIZE_LAWS, inner_dirichlet_owner, pathological_owne
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
-PARTITION_CHOICES = ("natural, iid, dirichlet:ALPHA[:MIN], shards:K, pathological:K, "
+PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, natural, pathological:K, "
                      "inner-dirichlet:ALPHA, linear[:MIN], square[:MIN], exponential[:MIN], "
                      "or an import string 'package.module:function' / "
                      "'path/to/file.py:function'")

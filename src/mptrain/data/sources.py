@@ -132,14 +132,16 @@ def _natural(name: str, clients, seed: int, columns: dict) -> DataBundle | None:
     if name.startswith("leaf:"):
         from .natural.leaf import load_leaf
 
-        return load_leaf(name.partition(":")[2])
-    if name.startswith("hf:"):
+        loaded = load_leaf(name.partition(":")[2])
+    elif name.startswith("hf:"):
         from .natural.hf import load_hf
 
-        return load_hf(name.partition(":")[2], **columns)
-    from .natural.synthetic import load_synthetic
+        loaded = load_hf(name.partition(":")[2], **columns)
+    else:
+        from .natural.synthetic import load_synthetic
 
-    return load_synthetic(name, clients, seed)
+        loaded = load_synthetic(name, clients, seed)
+    return DataBundle(task=CLASSIFICATION, **vars(loaded))
 
 
 def digits() -> DataBundle:

@@ -84,3 +84,18 @@ def group_rows(ids: np.ndarray, clients: int) -> tuple[np.ndarray, np.ndarray]:
     keys = np.where(ids < 0, clients, ids)
     order = np.argsort(keys, kind="stable")
     return order, np.bincount(ids[ids >= 0], minlength=clients)
+
+
+@dataclass
+class NaturalData:
+    """What a natural reader (leaf, hf, synthetic) returns: its data sets, classes, model and
+    recipe, and the clients; ``data.sources`` makes it a ``DataBundle`` (a classification
+    task), so the readers need nothing from there."""
+
+    name: str
+    train: object        # SharedTensorDataset
+    test: object | None
+    output_size: int
+    default_model: str
+    defaults: object     # TrainingDefaults
+    clients: NaturalClients

@@ -22,7 +22,7 @@ import torch
 
 from ...errors import UserError
 from ..shared import SharedTensorDataset, shared_zeros
-from .clients import NaturalClients
+from .clients import NaturalClients, NaturalData
 from .json_stream import leading_lists, read_text, walk
 from .progress import loading_bar
 
@@ -54,7 +54,6 @@ class _Rows:
 
 def load_leaf(folder: str):
     """The bundle of a LEAF folder (see the module's docstring)."""
-    from ..sources import CLASSIFICATION, DataBundle
     from .recipes import natural_recipe
 
     root = Path(folder).expanduser()
@@ -89,10 +88,10 @@ def load_leaf(folder: str):
                               int(test.targets.max()) if test.total else 0)
     model = {"femnist": "leaf-femnist-cnn", "shakespeare": "leaf-shakespeare-lstm"}.get(
         kind, "mclr")
-    return DataBundle(
+    return NaturalData(
         name=f"leaf-{kind}", train=SharedTensorDataset(train.inputs, train.targets),
         test=SharedTensorDataset(test.inputs, test.targets) if test.total else None,
-        task=CLASSIFICATION, output_size=output_size, default_model=model,
+        output_size=output_size, default_model=model,
         defaults=natural_recipe(kind, clients.count), clients=clients)
 
 

@@ -24,7 +24,7 @@ import torch
 
 from ...errors import UserError
 from ..shared import SharedTensorDataset, shared_zeros
-from .clients import NaturalClients
+from .clients import NaturalClients, NaturalData
 from .recipes import SYNTHETIC_DEVICES
 
 FEATURES = 60
@@ -54,7 +54,6 @@ def parse_synthetic(name: str) -> tuple[float, float] | None:
 def load_synthetic(name: str, devices: int | None = None, seed: int = 0):
     """The bundle of ``synthetic:ALPHA,BETA`` or ``synthetic-iid`` over ``devices`` (None:
     the paper's 30), drawn from ``seed``."""
-    from ..sources import CLASSIFICATION, DataBundle
     from .recipes import natural_recipe
 
     params = parse_synthetic(name)
@@ -89,8 +88,8 @@ def load_synthetic(name: str, devices: int | None = None, seed: int = 0):
         test_x[span] = torch.from_numpy(x[~keep])
         test_y[span] = torch.from_numpy(y[~keep])
     clients = NaturalClients.from_sizes(train_sizes, test_sizes)
-    return DataBundle(name=name, train=SharedTensorDataset(train_x, train_y),
-                      test=SharedTensorDataset(test_x, test_y), task=CLASSIFICATION,
+    return NaturalData(name=name, train=SharedTensorDataset(train_x, train_y),
+                      test=SharedTensorDataset(test_x, test_y),
                       output_size=CLASSES, default_model="mclr",
                       defaults=natural_recipe("synthetic", devices), clients=clients)
 
