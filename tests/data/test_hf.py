@@ -93,3 +93,15 @@ def test_an_unknown_name_offline_is_one_line(monkeypatch):
     with pytest.raises(UserError) as info:
         load_data("hf:nobody/no-such-set-mptrain")
     assert "\n" not in str(info.value)
+
+
+def test_a_config_file_names_the_columns(femnist_folder, tmp_path, capsys):
+    from mptrain.cli import main
+
+    folder = femnist_folder[0]
+    config = tmp_path / "run.toml"
+    config.write_text(f'data = "hf:{folder}"\nclient-column = "writer_id"\n'
+                      'features = "image"\nlabel = "character"\nmodel = "mclr"\n')
+    assert main(["run", "--config", str(config), "--strategy", "fedavg", "--workers", "1",
+                 "--rounds", "1", "--local-epochs", "1", "--clients-per-round", "2"]) == 0
+    assert "4 clients (natural)" in capsys.readouterr().out

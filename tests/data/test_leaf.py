@@ -141,3 +141,17 @@ def test_broken_folders_are_one_line(tmp_path, breakage, needle):
     with pytest.raises(UserError, match=needle) as info:
         load_data(f"leaf:{root}")
     assert "\n" not in str(info.value)
+
+
+def test_indented_json_and_an_empty_user_data_read_the_same(tmp_path):
+    rng = np.random.default_rng(4)
+    users = {"a": synthetic_user(rng, 2), "b": synthetic_user(rng, 3)}
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "1.json").write_text(json.dumps(
+        {"users": list(users), "num_samples": [2, 3], "user_data": users}, indent=2))
+    (tmp_path / "train" / "2.json").write_text(
+        '{ "users" : [ ] , "num_samples" : [ ] , "user_data" : { } }\n')
+    bundle = load_data(f"leaf:{tmp_path}")
+    assert bundle.clients.names == ("a", "b") and bundle.test is None
+    assert np.allclose(bundle.train.inputs.numpy(),
+                       np.asarray(users["a"]["x"] + users["b"]["x"], dtype=np.float32))
