@@ -215,11 +215,11 @@ def _inverse(order: np.ndarray) -> np.ndarray:
 
 
 def _inputs(values, first: _First, name: str) -> np.ndarray:
-    from .leaf import _characters
+    from .leaf import letter_indices
 
     where = f"--data hf:{name}"
     if first.kind == "text":
-        return _characters(list(values), where, "the features")
+        return letter_indices(list(values), where, "the features")
     if first.kind == "image":
         arrays = [_image(v) for v in values]
     else:
@@ -231,10 +231,10 @@ def _inputs(values, first: _First, name: str) -> np.ndarray:
 
 
 def _labels(values, first: _First, name: str) -> np.ndarray:
-    from .leaf import _characters
+    from .leaf import letter_indices
 
     if first.kind == "text" and values and isinstance(values[0], str):
-        return _characters(list(values), f"--data hf:{name}", "y")[:, 0].astype(np.int64)
+        return letter_indices(list(values), f"--data hf:{name}", "y")[:, 0].astype(np.int64)
     array = np.asarray(values)
     if array.dtype.kind == "f" and np.all(np.mod(array, 1) == 0):
         array = array.astype(np.int64)

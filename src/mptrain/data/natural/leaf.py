@@ -207,7 +207,8 @@ def _is_number(value) -> bool:
 def _converted(kind: str, x, y, uid: str, path: Path):
     where = f"LEAF file {path}: user {uid!r}"
     if kind == "shakespeare":
-        return _characters(x, where, "x"), _characters(y, where, "y")[:, 0].astype(np.int64)
+        labels = letter_indices(y, where, "y")[:, 0].astype(np.int64)
+        return letter_indices(x, where, "x"), labels
     try:
         inputs = np.asarray(x, dtype=np.float32)
     except (TypeError, ValueError):
@@ -230,12 +231,12 @@ def _classes(y, where: str, classes: int | None) -> np.ndarray:
                         f"{values.dtype.name} values")
     if len(values) and (values.min() < 0 or (classes and values.max() >= classes)):
         top = f" to {classes - 1}" if classes else ""
-        raise UserError(f"{where}: y holds class {int(values.min() if values.min() < 0 else values.max())}; "
-                        f"classes run from 0{top}")
+        bad = int(values.min() if values.min() < 0 else values.max())
+        raise UserError(f"{where}: y holds class {bad}; classes run from 0{top}")
     return values.astype(np.int64)
 
 
-def _characters(strings, where: str, what: str) -> np.ndarray:
+def letter_indices(strings, where: str, what: str) -> np.ndarray:
     """Strings of one length as rows of vocabulary indices (uint8: 1 byte a character,
     so the full Shakespeare set is 340 MB, not 2.7 GB of int64)."""
     if not all(isinstance(s, str) for s in strings):
