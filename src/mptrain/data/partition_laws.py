@@ -28,8 +28,9 @@ def pathological_owner(labels: np.ndarray, clients: int, per_client: int,
     if per_client > len(classes):
         raise UserError(f"{named('partition')} {name}: {per_client} classes a client, but the "
                         f"data has {len(classes)}; lower K")
-    drawn = np.stack([rng.choice(len(classes), per_client, replace=False)
-                      for _ in range(clients)])                # [clients, K] class positions
+    # K distinct classes per client, uniformly: the first K of a random order of the
+    # classes, drawn for every client at once ([clients, K] class positions).
+    drawn = np.argsort(rng.random((clients, len(classes))), axis=1)[:, :per_client]
     owner = np.full(len(labels), -1, dtype=np.int64)
     for position, label in enumerate(classes):
         takers = np.flatnonzero((drawn == position).any(axis=1))
