@@ -264,9 +264,9 @@ def server_timing(rules, clients: int, repeats: int = 5) -> dict:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from mptrain.federated.robust_round import aggregate_slice, plan_round
-    from mptrain.federated.robust_rules import RobustRule
-    from mptrain.federated.robust_spec import parse_aggregator
+    from mptrain.federated.robust.table import aggregate_slice, plan_round
+    from mptrain.federated.robust.rules import RobustRule
+    from mptrain.federated.robust.spec import parse_aggregator
 
     torch.set_num_threads(1)
     numel = 199_210

@@ -438,7 +438,7 @@ def check_setting(name: str, value) -> None:
                 raise UserError(f"{said} must be a string such as "
                                 f"{'krum:4' if name == 'aggregator' else 'gaussian:1'}, "
                                 f"got {value!r}")
-            from .federated.robust_spec import parse_aggregator, parse_attack
+            from .federated.robust.spec import parse_aggregator, parse_attack
 
             (parse_aggregator if name == "aggregator" else parse_attack)(value)
     elif name == "partition":

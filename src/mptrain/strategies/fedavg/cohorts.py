@@ -2,9 +2,9 @@
 choice of path before anything starts, and a worker's cohorts -- their size, agreed by
 every rank in the first round, and the training of one cohort.
 
-The parent dry-runs the model on one batch on CPU (``federated.vectorizable``): ``on``
+The parent dry-runs the model on one batch on CPU (``federated.cohorts.check``): ``on``
 refuses there what cannot vectorize, ``auto`` notes it and trains one client at a time, or
-applies its rule (``federated.cohort_choice``). On CPU the parent also sizes the cohorts
+applies its rule (``federated.cohorts.choice``). On CPU the parent also sizes the cohorts
 (the size the banner shows); on a GPU each worker sizes them from the memory free on its
 device in its first round. Either way rank 0's size goes to every rank (``broadcast_``),
 and a checkpoint keeps it, so a resumed run trains in the cohorts of the run it continues.
@@ -20,11 +20,11 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import scaffold
-from ...federated.cohort import CohortTrainer
-from ...federated.cohort_choice import ClientPath, as_tensor, auto_path, vectorizing
-from ...federated.cohort_optim import ClientOptimizerSettings
-from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
-from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
+from ...federated.cohorts.trainer import CohortTrainer
+from ...federated.cohorts.choice import ClientPath, as_tensor, auto_path, vectorizing
+from ...federated.cohorts.optimizer import ClientOptimizerSettings
+from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
+from ...federated.cohorts.check import CohortCheck, check_cohort, chunk_size, memory_budget
 from .shared import table_rows
 
 

@@ -27,7 +27,7 @@ from typing import Sequence
 
 import torch
 
-from ...federated.robust_server import WEIGHT_COLUMNS
+from .robust_worker import WEIGHT_COLUMNS
 
 
 class GatheredTable:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ...federated.robust_server import refuse_combinations
+from .robust_worker import refuse_combinations
 from .settings import count_noise_std, robust_settings_of
 
 

@@ -16,7 +16,7 @@ import torch
 from ...federated import scaffold
 from ...federated.aggregate import aggregate_rows, column_slice, sum_rows
 from ...federated.privacy import count_noise, next_clip, noise_slice, private_mean
-from ...federated.robust_server import RobustServer
+from .robust_worker import RobustServer
 from .gathered import GatheredTable
 from .settings import clip_lr, count_noise_std, privacy_delta, updates_noise_multiplier
 from .shared import FedAvgShared

@@ -21,7 +21,7 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...data.shared import shared_zeros
-from ...federated.robust_round import PlanCell
+from ...federated.robust.table import PlanCell
 from ...federated.sampling import poisson_capacity
 from ..model_state import floating_state
 from .settings import robust_settings_of, server_optimizer

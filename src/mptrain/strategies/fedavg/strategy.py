@@ -9,7 +9,7 @@ from ...errors import setting_name as named   # as the caller spelled the settin
 from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
                     model_tensor_count)
 from ..model_state import floating_state
-from . import cohorts, report, robust
+from . import cohorts, report, robust_report as robust
 from .refusals import check_fedavg_config
 from .settings import FEDAVG_SETTINGS, accountant_name, privacy_delta
 from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,

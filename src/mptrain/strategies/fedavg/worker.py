@@ -35,9 +35,9 @@ from ...errors import ClientFailedError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import availability, scaffold
 from ...federated.client import update_is_finite
-from ...federated.cohort_round import chunks
+from ...federated.cohorts.clients import chunks
 from ...federated.privacy import clip_
-from ...federated.robust_server import RobustServer
+from .robust_worker import RobustServer
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state

@@ -14,11 +14,11 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 
-from . import availability
-from .client import full_steps, update_is_finite
-from .cohort import CohortTrainer
-from .cohort_plan import client_batches, plan_cohort
-from .sampling import client_seed, mix_seed
+from .. import availability
+from ..client import full_steps, update_is_finite
+from .trainer import CohortTrainer
+from .batches import client_batches, plan_cohort
+from ..sampling import client_seed, mix_seed
 
 _COHORT = 0x5EED_0008
 

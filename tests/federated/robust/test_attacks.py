@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from mptrain.errors import UserError
-from mptrain.federated.attacks import (alie_rows_, alie_z, attack_row_, flip_labels,
+from mptrain.federated.robust.attacks import (alie_rows_, alie_z, attack_row_, flip_labels,
                                        malicious_clients)
-from mptrain.federated.robust_spec import AttackSpec, parse_attack
+from mptrain.federated.robust.spec import AttackSpec, parse_attack
 
 
 def test_malicious_clients_are_seeded_fixed_and_sized_by_the_fraction():

@@ -17,10 +17,10 @@ from typing import Sequence
 
 import torch
 
-from ..errors import UserError
-from ..errors import setting_name as named   # as the caller spelled the setting
-from . import robust
-from .robust_spec import DEFAULT_BETA, ROW_WISE, SELECTING, AggregatorSpec
+from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
+from . import row_wise as robust
+from .spec import DEFAULT_BETA, ROW_WISE, SELECTING, AggregatorSpec
 
 def most_attackers(name: str, n: int) -> int:
     """The largest F the rule's assumption allows with ``n`` clients (Krum: n > 2F+2,

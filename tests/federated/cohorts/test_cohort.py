@@ -13,9 +13,9 @@ from mptrain.engine.optim import build_optimizer
 from mptrain.engine.step import train_step
 from mptrain.federated import scaffold
 from mptrain.federated.client import add_proximal_gradient_
-from mptrain.federated.cohort import CohortTrainer, stacked_rows
-from mptrain.federated.cohort_optim import ClientOptimizerSettings, StackedOptimizer
-from mptrain.federated.cohort_plan import client_batches, plan_cohort
+from mptrain.federated.cohorts.trainer import CohortTrainer, stacked_rows
+from mptrain.federated.cohorts.optimizer import ClientOptimizerSettings, StackedOptimizer
+from mptrain.federated.cohorts.batches import client_batches, plan_cohort
 from mptrain.federated.privacy import clip_
 
 from cohort_data import seeded_clients
@@ -196,7 +196,7 @@ def test_finite_clients_says_what_the_row_check_says():
     """The cohort's cheap check (a sum per client) agrees with ``update_is_finite`` on each
     client's row, including a client whose finite values sum past float32's range."""
     from mptrain.federated.client import update_is_finite
-    from mptrain.federated.cohort import finite_clients
+    from mptrain.federated.cohorts.trainer import finite_clients
 
     weights, biases = torch.randn(5, 3, 4), torch.randn(5, 3)
     weights[1, 2, 0] = float("nan")
@@ -256,7 +256,7 @@ def test_a_client_outcome_says_whether_its_flat_copy_is_finite():
     """A float64 model's client can be finite in float64 and not once copied into the
     float32 table: a value beyond float32's range arrives as an infinity. The outcome's
     verdict is about the copy it is asked about."""
-    from mptrain.federated.cohort_round import ClientOutcome
+    from mptrain.federated.cohorts.clients import ClientOutcome
 
     big = ClientOutcome(0, [torch.tensor([1.0, 1e39], dtype=torch.float64)], 1, 1, 0.0,
                         finite=True)
@@ -276,7 +276,7 @@ def test_a_cohort_counts_its_samples_once_and_takes_them_back_when_it_raises(dat
     """Progress counts each client's samples once: a cohort counts them step by step as it
     trains, and one that raises midway (its clients are then trained one at a time, and
     counted again) takes back what it counted."""
-    from mptrain.federated.cohort_round import ClientWork, train_cohort
+    from mptrain.federated.cohorts.clients import ClientWork, train_cohort
 
     inputs, targets, every = data
     model = small_model()

@@ -10,7 +10,6 @@ import pytest
 import mptrain
 from mptrain.checkpoint import load, save
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)

@@ -24,10 +24,10 @@ from typing import Sequence
 
 import torch
 
-from ..errors import UserError
-from ..errors import setting_name as named   # as the caller spelled the setting
-from .robust_spec import AttackSpec
-from .sampling import mix_seed
+from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
+from .spec import AttackSpec
+from ..sampling import mix_seed
 
 _MALICIOUS, _GAUSSIAN = 0x5EED_A771, 0x5EED_A772
 

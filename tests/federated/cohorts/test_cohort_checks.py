@@ -9,11 +9,11 @@ from mptrain.data.device_feed import DeviceFeed
 from mptrain.data.sources import CLASSIFICATION
 from mptrain.data.shared import SharedTensorDataset
 from mptrain.engine.task import evaluate
-from mptrain.federated.cohort import CohortTrainer
-from mptrain.federated.cohort_eval import client_accuracies
-from mptrain.federated.cohort_optim import ClientOptimizerSettings
-from mptrain.federated.cohort_round import chunks
-from mptrain.federated.vectorizable import (CPU_CAP_BYTES, check_cohort, chunk_size,
+from mptrain.federated.cohorts.trainer import CohortTrainer
+from mptrain.federated.client_accuracy import client_accuracies
+from mptrain.federated.cohorts.optimizer import ClientOptimizerSettings
+from mptrain.federated.cohorts.clients import chunks
+from mptrain.federated.cohorts.check import (CPU_CAP_BYTES, check_cohort, chunk_size,
                                             memory_budget)
 
 
@@ -177,7 +177,7 @@ def gpu_cohorts(monkeypatch, rank, path, chunk=None, saved=None):
 
 def test_a_gpu_worker_sizes_cohorts_from_free_memory_and_every_rank_takes_rank_0s(
         monkeypatch):
-    from mptrain.federated.cohort_choice import ClientPath
+    from mptrain.federated.cohorts.choice import ClientPath
 
     zero = gpu_cohorts(monkeypatch, 0, ClientPath(True))
     assert zero.agree(FakeGroup(0)).chunk == 40          # 5,000 bytes / 100: capped at rows
@@ -197,7 +197,7 @@ def test_a_gpu_worker_sizes_cohorts_from_free_memory_and_every_rank_takes_rank_0
 
 
 def test_auto_rule():
-    from mptrain.federated.cohort_choice import auto_path
+    from mptrain.federated.cohorts.choice import auto_path
 
     mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     cnn = nn.Sequential(nn.Conv2d(1, 2, 3), nn.Flatten(), nn.Linear(8, 2))
@@ -230,7 +230,7 @@ def test_a_gpus_memory_is_shared_by_the_ranks_of_its_machine_only(monkeypatch, r
     """Under torchrun on several nodes the world is every node's ranks; those sharing rank
     0's GPU are its machine's (the plan's ``local_workers``: ``LOCAL_WORLD_SIZE``) over the
     machine's GPUs; mptrain's own workers are all on one machine (None)."""
-    from mptrain.federated.cohort_choice import ClientPath
+    from mptrain.federated.cohorts.choice import ClientPath
 
     seen = []
     clients = gpu_cohorts(monkeypatch, 0, ClientPath(True))

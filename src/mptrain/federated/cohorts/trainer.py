@@ -25,11 +25,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
-from ..data.sources import CLASSIFICATION
-from ..engine.precision import FULL
-from ..engine.seeding import seed_global_generator
-from .cohort_optim import ClientOptimizerSettings, StackedOptimizer
-from .cohort_plan import CohortPlan
+from ...data.sources import CLASSIFICATION
+from ...engine.precision import FULL
+from ...engine.seeding import seed_global_generator
+from .optimizer import ClientOptimizerSettings, StackedOptimizer
+from .batches import CohortPlan
 
 
 @dataclass

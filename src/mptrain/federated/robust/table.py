@@ -20,9 +20,9 @@ from typing import Sequence
 
 import torch
 
-from . import robust
+from . import row_wise as robust
 from .attacks import alie_rows_
-from .robust_rules import RobustRule, RoundPlan
+from .rules import RobustRule, RoundPlan
 
 
 def reporting_slots(weights: Sequence[float]) -> list[int]:

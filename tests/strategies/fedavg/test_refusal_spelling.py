@@ -10,7 +10,6 @@ import pytest
 import mptrain
 from mptrain.errors import UserError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 from user_errors import fail  # noqa: E402
 

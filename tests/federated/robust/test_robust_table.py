@@ -5,13 +5,13 @@ survives its trip through shared memory."""
 import pytest
 import torch
 
-from mptrain.federated import robust
+from mptrain.federated.robust import row_wise as robust
 from mptrain.federated.aggregate import column_slice
-from mptrain.federated.attacks import alie_rows_
-from mptrain.federated.robust_round import (PlanCell, aggregate_slice, forge_alie_slice_,
+from mptrain.federated.robust.attacks import alie_rows_
+from mptrain.federated.robust.table import (PlanCell, aggregate_slice, forge_alie_slice_,
                                             plan_round, reporting_slots)
-from mptrain.federated.robust_rules import RobustRule, aggregate
-from mptrain.federated.robust_spec import parse_aggregator
+from mptrain.federated.robust.rules import RobustRule, aggregate
+from mptrain.federated.robust.spec import parse_aggregator
 
 RULES = ["mean", "median", "trimmed-mean:0.2", "krum:2", "multi-krum:2,4", "bulyan:1",
          "norm-bound:0.5", "geometric-median"]

@@ -12,8 +12,7 @@ import torch.nn as nn
 import mptrain
 from mptrain.errors import UserError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 from user_errors import fail  # noqa: E402
 

@@ -15,7 +15,6 @@ import torch.nn as nn
 import mptrain
 from mptrain.errors import UserError
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 
 #: A round's updates agree to ~1e-7 (``test_cohort``); three rounds of averaging keep the
@@ -155,7 +154,7 @@ def test_other_strategies_refuse_vectorize_clients():
 def test_stacked_clients_under_torchrun_train_like_own_workers(tmp_path, monkeypatch):
     """Two ranks from torchrun agree on the cohort size through their group (gloo) and
     train a regression task stacked, as mptrain's own two workers do."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "launch"))
     from test_torchrun import own_workers_run, torchrun
 
     args = ["run", "--data", "linreg", "--strategy", "fedavg", "--rounds", "2",

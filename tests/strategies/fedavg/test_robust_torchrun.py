@@ -20,7 +20,7 @@ import torch
 from mptrain.comm.base import Group
 from mptrain.strategies.fedavg.gathered import GatheredTable, slot_owners
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "launch"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "launch"))
 
 ROUND_KEYS = ("malicious", "malicious_reported", "malicious_selected", "selected", "skipped",
               "reported")

@@ -5,8 +5,8 @@ bitwise where it must be."""
 import pytest
 import torch
 
-from mptrain.federated.robust_rules import RobustRule, aggregate, fewest_clients
-from mptrain.federated.robust_spec import parse_aggregator
+from mptrain.federated.robust.rules import RobustRule, aggregate, fewest_clients
+from mptrain.federated.robust.spec import parse_aggregator
 
 RULES = ["mean", "median", "trimmed-mean:0.2", "krum:1", "multi-krum:1", "bulyan:1",
          "norm-bound:0.5", "geometric-median"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..errors import UserError, closest
-from ..errors import setting_name as named   # as the caller spelled the setting
+from ...errors import UserError, closest
+from ...errors import setting_name as named   # as the caller spelled the setting
 
 AGGREGATORS = ("mean", "median", "trimmed-mean", "krum", "multi-krum", "bulyan",
                "norm-bound", "geometric-median")

@@ -10,12 +10,11 @@ import torch
 
 import mptrain
 from mptrain.data.sources import CLASSIFICATION
-from mptrain.federated.cohort import CohortTrainer, stacked_rows
-from mptrain.federated.cohort_plan import plan_cohort
-from mptrain.federated.vectorizable import GPU_SHARE, check_cohort, memory_budget
+from mptrain.federated.cohorts.trainer import CohortTrainer, stacked_rows
+from mptrain.federated.cohorts.batches import plan_cohort
+from mptrain.federated.cohorts.check import GPU_SHARE, check_cohort, memory_budget
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
 from test_cohort import BATCH, SETTINGS, data, small_model, streams  # noqa: E402,F401  (data: the fixture)
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from mptrain.errors import UserError
-from mptrain.federated.robust_round import PlanCell
-from mptrain.federated.robust_server import (RobustServer, gathered_memory_refusal,
+from mptrain.federated.robust.table import PlanCell
+from mptrain.strategies.fedavg.robust_worker import (RobustServer, gathered_memory_refusal,
                                              refuse_combinations, robust_settings,
                                              table_refusal)
 

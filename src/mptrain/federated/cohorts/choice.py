@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 
-from ..errors import setting_name
+from ...errors import setting_name
 
 MIN_COHORT_CPU = 10
 MIN_COHORT_GPU = 2

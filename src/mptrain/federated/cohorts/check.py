@@ -21,9 +21,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from .cohort import CohortTrainer
-from ..errors import error_line
-from .cohort_choice import vectorizing
+from .trainer import CohortTrainer
+from ...errors import error_line
+from .choice import vectorizing
 
 #: Of the memory still free on a GPU, what one worker's cohorts may take, divided among
 #: the ranks sharing the GPU (the rest: the data set's resident copy, the allocator's

@@ -11,9 +11,9 @@ from torch.utils.data import TensorDataset
 
 import mptrain
 from mptrain.errors import UserError
-from mptrain.federated.attacks import malicious_clients
+from mptrain.federated.robust.attacks import malicious_clients
 from mptrain.federated.sampling import sample_clients
-from mptrain.strategies.fedavg import robust as fedavg_robust
+from mptrain.strategies.fedavg import robust_report as fedavg_robust
 
 from fedavg_workload import RUN, make_data, make_model, make_test_data
 from user_errors import fail

@@ -12,10 +12,10 @@ import torch.nn as nn
 from mptrain.data.sources import CLASSIFICATION
 from mptrain.engine.optim import build_optimizer
 from mptrain.engine.step import train_step
-from mptrain.federated.cohort import CohortTrainer, stacked_rows
-from mptrain.federated.cohort_optim import ClientOptimizerSettings
-from mptrain.federated.cohort_plan import client_batches, plan_cohort
-from mptrain.federated.vectorizable import check_cohort
+from mptrain.federated.cohorts.trainer import CohortTrainer, stacked_rows
+from mptrain.federated.cohorts.optimizer import ClientOptimizerSettings
+from mptrain.federated.cohorts.batches import client_batches, plan_cohort
+from mptrain.federated.cohorts.check import check_cohort
 
 from cohort_data import seeded_clients
 
@@ -150,7 +150,6 @@ def test_a_fedavg_run_with_frozen_layers_trains_as_one_at_a_time():
 
     import mptrain
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
     from fedavg_workload import RUN, make_data, make_test_data
 
     initial = FrozenFirst()

@@ -11,7 +11,7 @@ import psutil
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ...federated.robust_server import gathered_memory_refusal, size_text, table_refusal
+from .robust_worker import gathered_memory_refusal, size_text, table_refusal
 from ..model_state import floating_state
 from .settings import robust_settings_of
 from .shared import TABLE_LIMIT_BYTES, table_rows

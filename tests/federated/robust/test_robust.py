@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from mptrain.errors import UserError
-from mptrain.federated import robust
-from mptrain.federated.robust_rules import RobustRule, aggregate
-from mptrain.federated.robust_spec import AggregatorSpec, parse_aggregator
+from mptrain.federated.robust import row_wise as robust
+from mptrain.federated.robust.rules import RobustRule, aggregate
+from mptrain.federated.robust.spec import AggregatorSpec, parse_aggregator
 
 
 def honest_and_outliers(n_honest=12, f=3, d=50, seed=0, outlier=100.0):

@@ -9,7 +9,6 @@ import torch
 
 import mptrain
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "strategies"))
 from fedavg_workload import RUN, make_data, make_model, make_test_data  # noqa: E402
 
 pytestmark = pytest.mark.timeout(180)
@@ -47,8 +46,8 @@ def test_an_attacker_that_forges_claims_the_weight_an_honest_client_of_its_size_
     # attacker trains nothing and claimed its size once: at 2 local epochs half an honest
     # client's weight in every weighted rule. The mean's result is linear in STD:
     # (model(STD 2) - model(STD 1)) = sum_a w_a noise_a / sum_i w_i.
-    from mptrain.federated.attacks import attack_row_, malicious_clients
-    from mptrain.federated.robust_spec import AttackSpec
+    from mptrain.federated.robust.attacks import attack_row_, malicious_clients
+    from mptrain.federated.robust.spec import AttackSpec
 
     options = dict(clients=12, clients_per_round=12, rounds=1, local_epochs=2)
     one = flat(fit(attack="gaussian:1", **options).model)

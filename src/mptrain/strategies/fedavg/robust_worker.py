@@ -21,14 +21,14 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..comm.dist import gather_buffer_rows
-from ..errors import UserError
-from ..errors import setting_name as named   # as the caller spelled the setting
-from .attacks import alie_z, attack_row_, flip_labels, malicious_clients
-from .robust_round import (PlanCell, aggregate_slice, forge_alie_slice_, plan_round,
+from ...comm.dist import gather_buffer_rows
+from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
+from ...federated.robust.attacks import alie_z, attack_row_, flip_labels, malicious_clients
+from ...federated.robust.table import (PlanCell, aggregate_slice, forge_alie_slice_, plan_round,
                            reporting_slots, row_is_finite)
-from .robust_rules import RobustRule
-from .robust_spec import AttackSpec, parse_aggregator, parse_attack
+from ...federated.robust.rules import RobustRule
+from ...federated.robust.spec import AttackSpec, parse_aggregator, parse_attack
 
 
 @dataclass(frozen=True)
