@@ -9,7 +9,8 @@ import torch
 from rich.console import Console
 
 from mptrain import devices
-from mptrain.devices import collect_device_report, format_device_report, human_bytes
+from mptrain.devices import collect_device_report, format_device_report
+from mptrain.report.words import human_bytes
 
 KEYS = {"cpus", "memory", "shm", "open_files", "torch", "sharing", "start_methods", "cuda"}
 

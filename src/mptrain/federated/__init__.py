@@ -9,6 +9,6 @@ or never reports (``client``, ``availability``, ``scaffold``) -> clip its update
 ``client_stats`` summarises per-client evaluation. ``strategies.fedavg`` composes them.
 
 Everything random is a function of ``(seed, round, client)`` (or of ``(seed, round,
-chunk)`` for noise), never of the worker that runs it: the same seed gives the same run
+block)`` for noise), never of the worker that runs it: the same seed gives the same run
 whatever the number of workers.
 """

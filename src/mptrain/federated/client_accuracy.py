@@ -27,11 +27,11 @@ def client_accuracies(model, feed, index: torch.Tensor, offsets: torch.Tensor,
     model.eval()
     forward = in_precision(model, precision, device)
     position = 0
-    for chunk in torch.split(index[first:last], batch_size):
-        inputs, targets = feed.batch(chunk)
+    for batch in torch.split(index[first:last], batch_size):
+        inputs, targets = feed.batch(batch)
         hits = (forward(inputs).argmax(dim=1) == targets).to(torch.float64)
-        correct.index_add_(0, owner[position:position + len(chunk)], hits)
-        position += len(chunk)
+        correct.index_add_(0, owner[position:position + len(batch)], hits)
+        position += len(batch)
         if beat is not None:
             beat()   # a long evaluation is progress too, not a hang
     model.train(was_training)

@@ -15,7 +15,7 @@ from mptrain.federated import scaffold
 from mptrain.federated.client import add_proximal_gradient_
 from mptrain.federated.cohorts.trainer import CohortTrainer, stacked_rows
 from mptrain.federated.cohorts.optimizer import ClientOptimizerSettings, StackedOptimizer
-from mptrain.federated.cohorts.batches import client_batches, plan_cohort
+from mptrain.federated.cohorts.batches import client_batches, stack_batches
 from mptrain.federated.privacy import clip_
 
 from cohort_data import seeded_clients
@@ -80,10 +80,10 @@ def together(model, data, settings, prox_mu=0.0, corrections=None, seed=0):
     inputs, targets, clients = data
     trainer = CohortTrainer(model, CLASSIFICATION, settings, torch.device("cpu"),
                             prox_mu=prox_mu)
-    plan = plan_cohort(streams(clients), BATCH)
+    plan = stack_batches(streams(clients), BATCH)
     start = [p.detach() for p in model.parameters()]
     result = trainer.train(plan, lambda idx: (inputs[idx], targets[idx]), start,
-                           corrections=corrections, dropout_seed=seed)
+                           corrections=corrections, mask_seed=seed)
     flat_start = torch.cat([p.reshape(-1) for p in start])
     return stacked_rows(result, model) - flat_start, result
 
@@ -164,14 +164,14 @@ def test_a_cohort_is_bitwise_reproducible_with_dropout(data):
     inputs, targets, clients = data
     trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS["sgd"], torch.device("cpu"))
     twin = streams(clients)[1]
-    twins = trainer.train(plan_cohort([twin, twin], BATCH),
+    twins = trainer.train(stack_batches([twin, twin], BATCH),
                           lambda idx: (inputs[idx], targets[idx]),
-                          [p.detach() for p in model.parameters()], dropout_seed=7)
+                          [p.detach() for p in model.parameters()], mask_seed=7)
     assert not torch.equal(twins.params[0][0], twins.params[0][1])
     # and without the dropout layer the twins are bitwise equal
     plain = CohortTrainer(nn.Sequential(*list(model)[:2], *list(model)[3:]), CLASSIFICATION,
                           SETTINGS["sgd"], torch.device("cpu"))
-    same = plain.train(plan_cohort([twin, twin], BATCH),
+    same = plain.train(stack_batches([twin, twin], BATCH),
                        lambda idx: (inputs[idx], targets[idx]),
                        [p.detach() for p in model.parameters()])
     assert torch.equal(same.params[0][0], same.params[0][1])
@@ -186,8 +186,8 @@ def test_padded_steps_change_nothing(data):
     start = [p.detach() for p in model.parameters()]
     batch = lambda idx: (inputs[idx], targets[idx])   # noqa: E731
     every = streams(clients)
-    both = trainer.train(plan_cohort([every[2], every[1]], BATCH), batch, start)
-    lone = trainer.train(plan_cohort([every[2]], BATCH), batch, start)
+    both = trainer.train(stack_batches([every[2], every[1]], BATCH), batch, start)
+    lone = trainer.train(stack_batches([every[2]], BATCH), batch, start)
     for stacked, single in zip(both.params, lone.params):
         assert torch.equal(stacked[0], single[0])
 
@@ -220,7 +220,7 @@ def test_a_cohort_never_writes_its_start(data, name, clients):
     before = [p.clone() for p in start]
     trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS[name], torch.device("cpu"),
                             prox_mu=0.1)
-    result = trainer.train(plan_cohort(streams(every)[:clients], BATCH),
+    result = trainer.train(stack_batches(streams(every)[:clients], BATCH),
                            lambda idx: (inputs[idx], targets[idx]), start)
     assert all(torch.equal(p, b) for p, b in zip(start, before))
     assert not torch.equal(result.params[0][0], before[0])   # and the client did move

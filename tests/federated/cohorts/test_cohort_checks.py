@@ -12,9 +12,9 @@ from mptrain.engine.task import evaluate
 from mptrain.federated.cohorts.trainer import CohortTrainer
 from mptrain.federated.client_accuracy import client_accuracies
 from mptrain.federated.cohorts.optimizer import ClientOptimizerSettings
-from mptrain.federated.cohorts.clients import chunks
-from mptrain.federated.cohorts.check import (CPU_CAP_BYTES, check_cohort, chunk_size,
-                                            memory_budget)
+from mptrain.federated.cohorts.clients import split_into_cohorts
+from mptrain.federated.cohorts.check import check_cohort
+from mptrain.federated.cohorts.memory import CPU_CAP_BYTES, cohort_size, memory_budget
 
 
 class Branches(nn.Module):
@@ -99,20 +99,20 @@ def test_models_that_vectorize_pass_with_a_memory_estimate():
     assert plain.client_bytes > 3 * params   # parameters, gradients, a temporary + more
 
 
-def test_chunk_size_from_a_budget_or_forced():
-    assert chunk_size(1000, 10_500) == 10
-    assert chunk_size(10**9, 10) == 1              # at least one client
-    assert chunk_size(1000, 10_500, forced=3) == 3
+def test_cohort_size_from_a_budget_or_forced():
+    assert cohort_size(1000, 10_500) == 10
+    assert cohort_size(10**9, 10) == 1              # at least one client
+    assert cohort_size(1000, 10_500, forced=3) == 3
     budget = memory_budget(torch.device("cpu"), sharers=2)
     assert 0 < budget <= CPU_CAP_BYTES
     assert memory_budget(torch.device("cpu"), sharers=1) >= budget
 
 
 def test_cohorts_are_as_even_as_their_cap_allows():
-    assert [len(c) for c in chunks(list(range(50)), 12)] == [10] * 5
-    assert chunks([4, 5, 6, 7, 8, 9, 10], 3) == [[4, 5, 6], [7, 8], [9, 10]]
-    assert chunks(list(range(20)), 10) == [list(range(10)), list(range(10, 20))]
-    assert chunks([], 4) == [] and chunks([9], 4) == [[9]]
+    assert [len(c) for c in split_into_cohorts(list(range(50)), 12)] == [10] * 5
+    assert split_into_cohorts([4, 5, 6, 7, 8, 9, 10], 3) == [[4, 5, 6], [7, 8], [9, 10]]
+    assert split_into_cohorts(list(range(20)), 10) == [list(range(10)), list(range(10, 20))]
+    assert split_into_cohorts([], 4) == [] and split_into_cohorts([9], 4) == [[9]]
 
 
 def test_clients_evaluated_together_score_as_one_by_one():
@@ -153,7 +153,7 @@ class FakeGroup:
                 tensor.copy_(value)
 
 
-def gpu_cohorts(monkeypatch, rank, path, chunk=None, saved=None):
+def gpu_cohorts(monkeypatch, rank, path, forced=None, saved=None):
     """A worker's CohortClients as on a GPU, its free memory faked: 10,000 bytes."""
     from types import SimpleNamespace
 
@@ -163,10 +163,10 @@ def gpu_cohorts(monkeypatch, rank, path, chunk=None, saved=None):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     config = SimpleNamespace(seed=0, batch_size=4, optimizer="sgd", lr=0.1, momentum=0.0,
                              weight_decay=0.0, precision="32", fedavg=SimpleNamespace(
-                                 local_epochs=1, straggler_rate=0.0, vectorize_chunk=chunk,
+                                 local_epochs=1, straggler_rate=0.0, vectorize_chunk=forced,
                                  prox_mu=0.0, scaffold=False))
     setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(
-        task=CLASSIFICATION), ranks_here=None)
+        task=CLASSIFICATION), local_workers=None)
     trainer = SimpleNamespace(model=nn.Linear(3, 2))
     clients = cohorts.CohortClients(config, SimpleNamespace(rows=40), setup, trainer, None,
                                     path, client_bytes=100)
@@ -180,18 +180,18 @@ def test_a_gpu_worker_sizes_cohorts_from_free_memory_and_every_rank_takes_rank_0
     from mptrain.federated.cohorts.choice import ClientPath
 
     zero = gpu_cohorts(monkeypatch, 0, ClientPath(True))
-    assert zero.agree(FakeGroup(0)).chunk == 40          # 5,000 bytes / 100: capped at rows
+    assert zero.agree(FakeGroup(0)).cohort_size == 40          # 5,000 bytes / 100: capped at rows
     one = gpu_cohorts(monkeypatch, 1, ClientPath(True))
     assert one.agree(FakeGroup(1)).describe() == "vectorized x40"
-    assert zero.state() == {"cohort_chunk": 40}
+    assert zero.state() == {"cohort_size": 40}
     small = gpu_cohorts(monkeypatch, 0, ClientPath(True))
     monkeypatch.setattr("mptrain.strategies.fedavg.cohorts.memory_budget",
                         lambda device, sharers: 1_000)
-    assert small.agree(FakeGroup(0, world_size=1)).chunk == 10
+    assert small.agree(FakeGroup(0, world_size=1)).cohort_size == 10
     resumed = gpu_cohorts(monkeypatch, 0, ClientPath(True), saved=7)
-    assert resumed.agree(FakeGroup(0)).chunk == 7       # the run it continues
-    forced = gpu_cohorts(monkeypatch, 0, ClientPath(True, 3), chunk=3, saved=7)
-    assert forced.agree(FakeGroup(0)).chunk == 3        # the user's size wins
+    assert resumed.agree(FakeGroup(0)).cohort_size == 7       # the run it continues
+    forced = gpu_cohorts(monkeypatch, 0, ClientPath(True, 3), forced=3, saved=7)
+    assert forced.agree(FakeGroup(0)).cohort_size == 3        # the user's size wins
     off = gpu_cohorts(monkeypatch, 0, ClientPath(False, reason="--vectorize-clients off"))
     assert not off.agree(FakeGroup(0)).vectorized and off.state() == {}
 
@@ -224,8 +224,8 @@ def test_a_long_refusal_from_torch_is_cut_at_a_sentence_not_mid_word():
     assert said.endswith(".") or said.endswith("…"), said
 
 
-@pytest.mark.parametrize("ranks_here, sharers", [(None, 4), (4, 4), (2, 2), (1, 1)])
-def test_a_gpus_memory_is_shared_by_the_ranks_of_its_machine_only(monkeypatch, ranks_here,
+@pytest.mark.parametrize("local_workers, sharers", [(None, 4), (4, 4), (2, 2), (1, 1)])
+def test_a_gpus_memory_is_shared_by_the_ranks_of_its_machine_only(monkeypatch, local_workers,
                                                                   sharers):
     """Under torchrun on several nodes the world is every node's ranks; those sharing rank
     0's GPU are its machine's (the plan's ``local_workers``: ``LOCAL_WORLD_SIZE``) over the
@@ -234,7 +234,7 @@ def test_a_gpus_memory_is_shared_by_the_ranks_of_its_machine_only(monkeypatch, r
 
     seen = []
     clients = gpu_cohorts(monkeypatch, 0, ClientPath(True))
-    clients.setup.ranks_here = ranks_here
+    clients.setup.local_workers = local_workers
     monkeypatch.setattr("mptrain.strategies.fedavg.cohorts.memory_budget",
                         lambda device, n: seen.append(n) or 1_000)
     clients.agree(FakeGroup(0, world_size=4))
@@ -255,7 +255,7 @@ def test_a_torchrun_rank_is_told_how_many_ranks_share_its_machine(monkeypatch):
                                                                local_rank=0))
     job = Job(config=config, bundle=None, model=None, strategy=strategy, plan=plan,
               presenter=None, on_report=None)
-    assert job.setup(0, None, None, None, torch.device("cpu")).ranks_here == 2
+    assert job.setup(0, None, None, None, torch.device("cpu")).local_workers == 2
 
 
 @pytest.mark.parametrize("options, path", [
@@ -285,5 +285,15 @@ def test_a_poisson_runs_path_says_the_most_a_cohort_holds_and_the_round_it_expec
     assert chosen.describe() == path
     assert banner_line(chosen) == f"clients: {path}"
     # a worker that sizes its cohorts (a GPU's) says the same
-    assert chosen.sized(chosen.chunk).describe() == path
+    assert chosen.sized(chosen.cohort_size).describe() == path
 
+
+
+def test_a_checkpoint_keeps_the_cohort_size_and_one_from_before_the_rename_loads(monkeypatch):
+    """Checkpoints written before the glossary (issue 52) call the size ``cohort_chunk``."""
+    from mptrain.federated.cohorts.choice import ClientPath
+
+    for key in ("cohort_size", "cohort_chunk"):
+        clients = gpu_cohorts(monkeypatch, 0, ClientPath(True))
+        clients.load_state({key: 7})
+        assert clients.agree(FakeGroup(0)).cohort_size == 7

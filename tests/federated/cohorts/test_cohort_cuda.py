@@ -11,8 +11,9 @@ import torch
 import mptrain
 from mptrain.data.sources import CLASSIFICATION
 from mptrain.federated.cohorts.trainer import CohortTrainer, stacked_rows
-from mptrain.federated.cohorts.batches import plan_cohort
-from mptrain.federated.cohorts.check import GPU_SHARE, check_cohort, memory_budget
+from mptrain.federated.cohorts.batches import stack_batches
+from mptrain.federated.cohorts.check import check_cohort
+from mptrain.federated.cohorts.memory import GPU_SHARE, memory_budget
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_cohort import BATCH, SETTINGS, data, small_model, streams  # noqa: E402,F401  (data: the fixture)
@@ -29,7 +30,7 @@ def cohort_on(device, data, settings):
     trainer = CohortTrainer(model, CLASSIFICATION, settings, device)
     start = [p.detach() for p in model.parameters()]
     on_device = inputs.to(device), targets.to(device)
-    result = trainer.train(plan_cohort(streams(clients), BATCH),
+    result = trainer.train(stack_batches(streams(clients), BATCH),
                            lambda idx: (on_device[0][idx.to(device)],
                                         on_device[1][idx.to(device)]), start)
     return stacked_rows(result, model).cpu()

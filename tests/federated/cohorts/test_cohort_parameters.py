@@ -14,7 +14,7 @@ from mptrain.engine.optim import build_optimizer
 from mptrain.engine.step import train_step
 from mptrain.federated.cohorts.trainer import CohortTrainer, stacked_rows
 from mptrain.federated.cohorts.optimizer import ClientOptimizerSettings
-from mptrain.federated.cohorts.batches import client_batches, plan_cohort
+from mptrain.federated.cohorts.batches import client_batches, stack_batches
 from mptrain.federated.cohorts.check import check_cohort
 
 from cohort_data import seeded_clients
@@ -76,7 +76,7 @@ def together(model, data, settings):
     inputs, targets, streams = data
     trainer = CohortTrainer(model, CLASSIFICATION, settings, torch.device("cpu"))
     start = [p.detach() for p in model.parameters()]
-    result = trainer.train(plan_cohort(streams, BATCH),
+    result = trainer.train(stack_batches(streams, BATCH),
                            lambda idx: (inputs[idx], targets[idx]), start)
     return stacked_rows(result, model) - torch.cat([p.reshape(-1) for p in start])
 

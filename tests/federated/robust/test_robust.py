@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from mptrain.errors import UserError
-from mptrain.federated.robust import row_wise as robust
-from mptrain.federated.robust.rules import RobustRule, aggregate
+from mptrain.federated.robust import blocks, coordinate_wise, row_wise
+from mptrain.federated.robust.rules import RobustRule
 from mptrain.federated.robust.spec import AggregatorSpec, parse_aggregator
+from robust_aggregate import aggregate
 
 
 def honest_and_outliers(n_honest=12, f=3, d=50, seed=0, outlier=100.0):
@@ -28,38 +29,38 @@ def rule(text, clients):
 # -- known values --------------------------------------------------------------------------
 def test_median_of_known_values_odd_and_even():
     rows = torch.tensor([[1.0, 5.0], [3.0, -1.0], [2.0, 0.0]])
-    assert robust.coordinate_median(rows).tolist() == [2.0, 0.0]
+    assert coordinate_wise.coordinate_median(rows).tolist() == [2.0, 0.0]
     rows = torch.tensor([[1.0], [4.0], [2.0], [10.0]])
-    assert robust.coordinate_median(rows).tolist() == [3.0]   # mean of the middle two
+    assert coordinate_wise.coordinate_median(rows).tolist() == [3.0]   # mean of the middle two
 
 
 def test_trimmed_mean_cuts_floor_beta_n_from_each_end():
     rows = torch.tensor([[0.0], [1.0], [2.0], [3.0], [100.0]])
-    assert robust.trimmed_mean(rows, 0.2).tolist() == [2.0]      # cuts 0 and 100
-    assert robust.trimmed_mean(rows, 0.19).tolist() == pytest.approx([21.2])  # floor(.95) = 0
-    assert robust.trimmed_mean(rows, 0.0).tolist() == pytest.approx([21.2])
+    assert coordinate_wise.trimmed_mean(rows, 0.2).tolist() == [2.0]      # cuts 0 and 100
+    assert coordinate_wise.trimmed_mean(rows, 0.19).tolist() == pytest.approx([21.2])  # floor(.95) = 0
+    assert coordinate_wise.trimmed_mean(rows, 0.0).tolist() == pytest.approx([21.2])
 
 
 def test_krum_scores_by_hand():
     # Points on a line at 0, 1, 3, 10; f = 0 -> n - f - 2 = 2 nearest neighbours.
     points = torch.tensor([[0.0], [1.0], [3.0], [10.0]])
-    distances = robust.squared_distances(robust.gram_matrix(points))
+    distances = row_wise.squared_distances(row_wise.gram_matrix(points))
     assert distances.tolist() == [[0, 1, 9, 100], [1, 0, 4, 81], [9, 4, 0, 49],
                                   [100, 81, 49, 0]]
-    assert robust.krum_scores(distances, 0).tolist() == [10, 5, 13, 130]
-    assert robust.krum_select(distances, 0, 1) == [1]
-    assert robust.krum_select(distances, 0, 3) == [1, 0, 2]
+    assert row_wise.krum_scores(distances, 0).tolist() == [10, 5, 13, 130]
+    assert row_wise.krum_select(distances, 0, 1) == [1]
+    assert row_wise.krum_select(distances, 0, 3) == [1, 0, 2]
 
 
 def test_pairwise_distances_are_one_gram_product_and_center_free():
     rows = torch.randn(6, 40, generator=torch.Generator().manual_seed(1))
     direct = torch.cdist(rows.double(), rows.double()) ** 2
-    centered = robust.squared_distances(robust.gram_matrix(rows, rows[0]))
-    assert torch.allclose(robust.squared_distances(robust.gram_matrix(rows)), direct,
+    centered = row_wise.squared_distances(row_wise.gram_matrix(rows, rows[0]))
+    assert torch.allclose(row_wise.squared_distances(row_wise.gram_matrix(rows)), direct,
                           atol=1e-9)
     assert torch.allclose(centered, direct, atol=1e-9)
     # Blocks of columns change nothing beyond rounding.
-    assert torch.allclose(robust.gram_matrix(rows, block=7), robust.gram_matrix(rows),
+    assert torch.allclose(row_wise.gram_matrix(rows, block=7), row_wise.gram_matrix(rows),
                           atol=1e-12)
 
 
@@ -82,13 +83,13 @@ def test_weiszfeld_converges_to_known_geometric_medians():
 
 def test_weiszfeld_stops_on_a_short_step_and_at_the_cap():
     points = torch.randn(9, 5, generator=torch.Generator().manual_seed(3)).double()
-    gram = robust.gram_matrix(points)
-    coefficients, iterations = robust.weiszfeld(gram, [1.0] * 9)
+    gram = row_wise.gram_matrix(points)
+    coefficients, iterations = row_wise.weiszfeld(gram, [1.0] * 9)
     assert coefficients.sum().item() == pytest.approx(1.0)
-    assert iterations < robust.WEISZFELD_MAX_ITERATIONS
+    assert iterations < row_wise.WEISZFELD_MAX_ITERATIONS
 
     def z_after(steps):
-        return robust.weiszfeld(gram, [1.0] * 9, rtol=0.0, max_iterations=steps)[0] @ points
+        return row_wise.weiszfeld(gram, [1.0] * 9, rtol=0.0, max_iterations=steps)[0] @ points
 
     def scale(z):   # the median distance from z to the points
         return float((points - z).norm(dim=1).median())
@@ -97,9 +98,9 @@ def test_weiszfeld_stops_on_a_short_step_and_at_the_cap():
     # was longer.
     z = coefficients @ points
     last, before = z - z_after(iterations - 1), z_after(iterations - 1) - z_after(iterations - 2)
-    assert last.norm() <= robust.WEISZFELD_RTOL * scale(z_after(iterations - 1)) * 1.001
-    assert before.norm() > robust.WEISZFELD_RTOL * scale(z_after(iterations - 2))
-    _, capped = robust.weiszfeld(gram, [1.0] * 9, rtol=0.0, max_iterations=4)
+    assert last.norm() <= row_wise.WEISZFELD_RTOL * scale(z_after(iterations - 1)) * 1.001
+    assert before.norm() > row_wise.WEISZFELD_RTOL * scale(z_after(iterations - 2))
+    _, capped = row_wise.weiszfeld(gram, [1.0] * 9, rtol=0.0, max_iterations=4)
     assert capped == 4
     # The result beats the mean on the objective, and is the reference's.
     objective = (points - z).norm(dim=1).sum()
@@ -123,11 +124,11 @@ def test_norm_bound_scales_long_updates_only_and_keeps_the_weighted_mean():
 def test_bulyan_combine_averages_the_values_nearest_the_median():
     # theta = 5 values per column, f = 1 -> beta = 3 nearest the median 2.
     rows = torch.tensor([[0.0], [1.9], [2.0], [2.2], [9.0]])
-    assert robust.bulyan_combine(rows, 1).item() == pytest.approx((1.9 + 2.0 + 2.2) / 3)
+    assert coordinate_wise.bulyan_combine(rows, 1).item() == pytest.approx((1.9 + 2.0 + 2.2) / 3)
     # Asymmetric: nearest to median 5 are 5, 5.5 and 6 (not the middle three 4, 5, 5.5).
     rows = torch.tensor([[0.0], [4.0], [5.0], [5.5], [6.0], [6.2], [50.0]])
     # theta = 7, f = 2 -> beta = 3; median 5.5: distances 5.5, 1.5, .5, 0, .5, .7, 44.5
-    assert robust.bulyan_combine(rows, 2).item() == pytest.approx((5.0 + 5.5 + 6.0) / 3)
+    assert coordinate_wise.bulyan_combine(rows, 2).item() == pytest.approx((5.0 + 5.5 + 6.0) / 3)
 
 
 # -- planted outliers ------------------------------------------------------------------------
@@ -187,7 +188,7 @@ def test_blocks_of_columns_give_the_whole_rows_bits(text):
     r = rule(text, 12)
     whole, plan = aggregate(r, rows, weights, center)
     pieces = [r.combine(rows[:, cols], weights, plan, center[cols])
-              for cols in robust.column_blocks(slice(0, 101), block=17)]
+              for cols in blocks.column_blocks(slice(0, 101), block=17)]
     assert torch.equal(torch.cat(pieces), whole), text
 
 
@@ -262,9 +263,9 @@ def test_a_round_with_too_few_reports_is_named():
 def test_sorting_network_sorts_like_torch(n):
     generator = torch.Generator().manual_seed(n)
     rows = torch.randint(-3, 4, (n, 257), generator=generator).float()   # many ties
-    assert torch.equal(robust.sort_columns(rows), rows.sort(dim=0).values)
+    assert torch.equal(coordinate_wise.sort_columns(rows), rows.sort(dim=0).values)
     rows = torch.randn(n, 65, generator=generator)
-    assert torch.equal(robust.sort_columns(rows), rows.sort(dim=0).values)
+    assert torch.equal(coordinate_wise.sort_columns(rows), rows.sort(dim=0).values)
 
 
 @pytest.mark.parametrize("theta, f", [(5, 1), (6, 1), (7, 2), (12, 4), (13, 3), (3, 1), (9, 2),
@@ -281,7 +282,7 @@ def test_bulyan_window_is_the_beta_values_nearest_the_median(theta, f):
         median = values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
         order = torch.sort((values - median).abs(), dim=0, stable=True).indices
         expected = values.gather(0, order[:theta - 2 * f]).mean(dim=0).float()
-        assert torch.allclose(robust.bulyan_combine(rows, f), expected, atol=1e-6)
+        assert torch.allclose(coordinate_wise.bulyan_combine(rows, f), expected, atol=1e-6)
 
 
 def test_bulyan_late_selections_score_by_every_other_row():
@@ -290,7 +291,7 @@ def test_bulyan_late_selections_score_by_every_other_row():
     rows, _ = honest_and_outliers(n_honest=8, f=2)
     rows[9] *= -1                  # two independent attackers (as gaussian noise is), far
     rows = torch.cat([rows[8:], rows[:8]])        # from each other too, first in order
-    chosen = robust.bulyan_select(robust.squared_distances(robust.gram_matrix(rows)), 1)
+    chosen = row_wise.bulyan_select(row_wise.squared_distances(row_wise.gram_matrix(rows)), 1)
     assert len(chosen) == 8 and 0 not in chosen and 1 not in chosen
 
 
@@ -342,6 +343,6 @@ def test_the_geometric_median_holds_against_outliers_of_any_size(scale):
     points = torch.cat([honest, outliers])
     weights = [1.0, 2.0, 1.0, 3.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0]
     median, plan = aggregate(rule("geometric-median", 10), points, weights)
-    assert plan.iterations < robust.WEISZFELD_MAX_ITERATIONS
+    assert plan.iterations < row_wise.WEISZFELD_MAX_ITERATIONS
     expected = reference_geometric_median(points, weights)
     assert (median - expected).norm() < 1e-4 * honest.norm(dim=1).mean()

@@ -5,8 +5,9 @@ bitwise where it must be."""
 import pytest
 import torch
 
-from mptrain.federated.robust.rules import RobustRule, aggregate, fewest_clients
+from mptrain.federated.robust.rules import RobustRule, fewest_clients
 from mptrain.federated.robust.spec import parse_aggregator
+from robust_aggregate import aggregate
 
 RULES = ["mean", "median", "trimmed-mean:0.2", "krum:1", "multi-krum:1", "bulyan:1",
          "norm-bound:0.5", "geometric-median"]

@@ -1,17 +1,19 @@
 """The robust server round on a table, without processes: cut among any number of workers
-it gives the bits of the whole-row rule, skips the slots that did not report, and the plan
+it gives the bits of the whole-row rule, skips the slots that did not report, and the decision
 survives its trip through shared memory."""
 
 import pytest
 import torch
 
-from mptrain.federated.robust import row_wise as robust
 from mptrain.federated.aggregate import column_slice
+from mptrain.federated.robust import blocks, row_wise
 from mptrain.federated.robust.attacks import alie_rows_
-from mptrain.federated.robust.table import (PlanCell, aggregate_slice, forge_alie_slice_,
-                                            plan_round, reporting_slots)
-from mptrain.federated.robust.rules import RobustRule, aggregate
+from mptrain.federated.robust.rules import RobustRule
 from mptrain.federated.robust.spec import parse_aggregator
+from mptrain.federated.robust.table import (aggregate_slice, decide_round, forge_alie_slice_,
+                                            reporting_slots)
+from mptrain.strategies.fedavg.decision_cell import DecisionCell
+from robust_aggregate import aggregate
 
 RULES = ["mean", "median", "trimmed-mean:0.2", "krum:2", "multi-krum:2,4", "bulyan:1",
          "norm-bound:0.5", "geometric-median"]
@@ -20,7 +22,7 @@ RULES = ["mean", "median", "trimmed-mean:0.2", "krum:2", "multi-krum:2,4", "buly
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch):
     """Blocks of 1,000 columns: several blocks, and slices that cut through them."""
-    monkeypatch.setattr(robust, "BLOCK_COLUMNS", 1000)
+    monkeypatch.setattr(blocks, "BLOCK_COLUMNS", 1000)
 
 
 def table_and_weights(rows=10, numel=7_001, seed=0):
@@ -38,8 +40,8 @@ def server_round(rule, table, weights, center, workers):
     kept_weights = [weights[s] for s in kept]
     plan = None
     if rule.row_wise:
-        cell = PlanCell(len(weights))
-        cell.write(plan_round(rule, table, kept, kept_weights, center), len(kept))
+        cell = DecisionCell(len(weights))
+        cell.write(decide_round(rule, table, kept, kept_weights, center), len(kept))
         plan = cell.read()
     return torch.cat([aggregate_slice(rule, table, kept, kept_weights,
                                       column_slice(table.shape[1], workers, rank), center,
@@ -68,13 +70,13 @@ def test_any_number_of_workers_gives_the_whole_rows_bits(text):
 def test_plan_cell_round_trips_a_plan():
     rule = RobustRule(parse_aggregator("multi-krum:1,3"), 6)
     table = torch.randn(6, 40, generator=torch.Generator().manual_seed(4))
-    plan = plan_round(rule, table, range(6), [1.0, 2.0, 3.0, 1.0, 1.0, 1.0],
+    plan = decide_round(rule, table, range(6), [1.0, 2.0, 3.0, 1.0, 1.0, 1.0],
                       torch.zeros(40))
-    cell = PlanCell(8)
+    cell = DecisionCell(8)
     cell.write(plan, 6)
     assert cell.read() == plan
-    bounded = RobustRule(parse_aggregator("norm-bound:0.1"), 6).plan(
-        robust.gram_matrix(table), [1.0] * 6)
+    bounded = RobustRule(parse_aggregator("norm-bound:0.1"), 6).decide(
+        row_wise.gram_matrix(table), [1.0] * 6)
     cell.write(bounded, 6)
     assert cell.read() == bounded and bounded.bounded == 6
 

@@ -13,7 +13,7 @@ import mptrain
 from mptrain.errors import UserError
 from mptrain.federated.robust.attacks import malicious_clients
 from mptrain.federated.sampling import sample_clients
-from mptrain.strategies.fedavg import robust_report as fedavg_robust
+from mptrain.strategies.fedavg import refusals
 
 from fedavg_workload import RUN, make_data, make_model, make_test_data
 from user_errors import fail
@@ -176,7 +176,7 @@ def test_refusals_are_one_line(options, needle):
 
 
 def test_a_table_that_does_not_fit_is_refused_with_the_figures(monkeypatch):
-    monkeypatch.setattr(fedavg_robust, "TABLE_LIMIT_BYTES", 1000)
+    monkeypatch.setattr(refusals, "TABLE_LIMIT_BYTES", 1000)
     with pytest.raises(UserError, match=r"10 clients x 163 parameters x 4 bytes = 6.4 KiB, "
                                         r"over the 1000 B limit"):
         fit(aggregator="median", **WIDE)
@@ -192,7 +192,7 @@ def test_under_torchrun_rank_zeros_machine_must_hold_the_gathered_table(monkeypa
 
     config = TrainConfig(strategy="fedavg", workers=4, aggregator="median", **WIDE)
     data, model = make_data(), make_model()
-    monkeypatch.setattr(fedavg_robust.psutil, "virtual_memory",
+    monkeypatch.setattr(refusals.psutil, "virtual_memory",
                         lambda: SimpleNamespace(available=1000))
 
     def plan(rank_zero_here, comm=CommKind.GLOO):
@@ -201,10 +201,10 @@ def test_under_torchrun_rank_zeros_machine_must_hold_the_gathered_table(monkeypa
 
     with pytest.raises(UserError, match=r"gathers every client's update to rank 0: 10 "
                                         r"clients x 163 parameters x 4 bytes = 6.4 KiB"):
-        fedavg_robust.check_robust(config, data, model, plan(True))
-    fedavg_robust.check_robust(config, data, model, plan(False))   # not rank 0's machine
+        refusals.check_robust(config, data, model, plan(True))
+    refusals.check_robust(config, data, model, plan(False))   # not rank 0's machine
     # mptrain's own workers share the table in /dev/shm: counted there, not here.
-    fedavg_robust.check_robust(config, data, model, plan(True, CommKind.SHM))
+    refusals.check_robust(config, data, model, plan(True, CommKind.SHM))
 
 
 def test_label_flip_needs_class_labels():

@@ -33,7 +33,7 @@ def client_batches(indices: torch.Tensor, generator: torch.Generator, batch_size
 
 
 @dataclass
-class CohortPlan:
+class CohortBatches:
     """``index[t, k]``: the samples client ``k`` reads at step ``t`` (padded to ``B``);
     ``weight[t, k]``: 1 for a real sample, 0 for padding; ``steps[k]``: the client's real
     steps; ``samples[k]``: its samples over them."""
@@ -52,7 +52,7 @@ class CohortPlan:
         return self.index.shape[0]
 
 
-def plan_cohort(streams: Sequence[list[torch.Tensor]], batch_size: int) -> CohortPlan:
+def stack_batches(streams: Sequence[list[torch.Tensor]], batch_size: int) -> CohortBatches:
     """Stack the clients' batch lists (``client_batches``) into one padded block.
 
     A handful of tensor operations whatever the cohort's size: every batch's samples land at
@@ -80,4 +80,4 @@ def plan_cohort(streams: Sequence[list[torch.Tensor]], batch_size: int) -> Cohor
         positions = starts + torch.arange(len(starts))
         index.view(-1)[positions] = read
         weight.view(-1)[positions] = 1.0
-    return CohortPlan(index, weight, [len(s) for s in streams], samples)
+    return CohortBatches(index, weight, [len(s) for s in streams], samples)

@@ -1,5 +1,5 @@
-"""Before the first round: can this model's clients train as a cohort (``cohort``), and
-how many at once fit memory.
+"""Before the first round: can this model's clients train as a cohort (``trainer``), and
+what one client of a cohort takes in memory (``memory`` sizes the cohorts from it).
 
 What cannot, found by looking and by a dry run on one batch, and named by module:
 
@@ -15,24 +15,15 @@ What cannot, found by looking and by a dry run on one batch, and named by module
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
 
-from .trainer import CohortTrainer
 from ...errors import error_line
 from .choice import vectorizing
+from .trainer import CohortTrainer
 
-#: Of the memory still free on a GPU, what one worker's cohorts may take, divided among
-#: the ranks sharing the GPU (the rest: the data set's resident copy, the allocator's
-#: slack, other processes).
-GPU_SHARE = 0.5
-#: On CPU: of the memory available (MemAvailable), what one worker's cohorts may take,
-#: divided among the workers; and a cap, since beyond a few hundred MiB a larger cohort is
-#: no faster on a CPU (its kernels are already large) but pages other work out.
-CPU_SHARE, CPU_CAP_BYTES = 0.25, 1 << 30
 #: Activations saved for backward, as a multiple of the module outputs counted in the dry
 #: run (functional ops between modules -- relu, pooling -- save theirs too).
 ACTIVATION_FACTOR = 3
@@ -146,31 +137,3 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int]:
 def _label(name: str, module: nn.Module) -> str:
     where = f"module {name!r}" if name else "the model"
     return f"{where} ({type(module).__name__})"
-
-
-def memory_budget(device: torch.device, sharers: int = 1) -> int:
-    """Bytes one worker's cohorts may take on ``device``: a share of the GPU's free
-    memory, or of the host's available memory (capped), divided among ``sharers``."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(free * GPU_SHARE / max(1, sharers))
-    return int(min(_available_host_bytes() * CPU_SHARE / max(1, sharers), CPU_CAP_BYTES))
-
-
-def _available_host_bytes() -> int:
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-def chunk_size(client_bytes: int, budget_bytes: int, forced: int | None = None) -> int:
-    """Clients per cohort: ``forced`` (``--vectorize-chunk``) when given, else as many
-    as ``budget_bytes`` holds, at least one."""
-    if forced is not None:
-        return forced
-    return max(1, budget_bytes // max(1, client_bytes))

@@ -40,7 +40,7 @@ def vectorizing(mode: str) -> str:
 
 @dataclass(frozen=True)
 class ClientPath:
-    """The path a run's clients train on: stacked in cohorts of ``chunk`` clients (None
+    """The path a run's clients train on: stacked in cohorts of ``cohort_size`` clients (None
     while a worker has yet to size it from its GPU's free memory), or one at a time and
     why.
 
@@ -50,7 +50,7 @@ class ClientPath:
     cohorts that train."""
 
     vectorized: bool
-    chunk: int | None = None
+    cohort_size: int | None = None
     reason: str = ""
     expected: int | None = None
 
@@ -59,17 +59,17 @@ class ClientPath:
         expected per round)`` or ``one client at a time: <reason>``, for the banner and
         the summary."""
         if self.vectorized:
-            if not self.chunk:
+            if not self.cohort_size:
                 return "vectorized"
             if self.expected is None:
-                return f"vectorized x{self.chunk}"
-            return (f"vectorized, cohorts of up to {self.chunk} (Poisson: {self.expected} "
+                return f"vectorized x{self.cohort_size}"
+            return (f"vectorized, cohorts of up to {self.cohort_size} (Poisson: {self.expected} "
                     "clients expected per round)")
         return f"one client at a time: {self.reason}" if self.reason \
             else "one client at a time"
 
-    def sized(self, chunk: int) -> "ClientPath":
-        return replace(self, vectorized=True, chunk=chunk)
+    def sized(self, cohort_size: int) -> "ClientPath":
+        return replace(self, vectorized=True, cohort_size=cohort_size)
 
 
 def first_convolution(model: nn.Module) -> str | None:
@@ -102,6 +102,6 @@ def auto_path(model: nn.Module, device: str, clients_per_round: float,
     return ClientPath(True)
 
 
-def as_tensor(chunk: int) -> torch.Tensor:
+def as_tensor(cohort_size: int) -> torch.Tensor:
     """A cohort size for a broadcast from rank 0 (exact in float32 below 2**24)."""
-    return torch.tensor([float(chunk)])
+    return torch.tensor([float(cohort_size)])

@@ -1,4 +1,4 @@
-"""A worker's share of a round's clients, trained in cohorts of ``chunk`` clients.
+"""A worker's share of a round's clients, trained in cohorts.
 
 What each client reads and when it stops is the one-at-a-time path's: its seeded batch
 order (``sampling.client_seed``), its step budget (``availability.local_steps``). Dropout
@@ -17,7 +17,7 @@ import torch
 from .. import availability
 from ..client import full_steps, update_is_finite
 from .trainer import CohortTrainer
-from .batches import client_batches, plan_cohort
+from .batches import client_batches, stack_batches
 from ..sampling import client_seed, mix_seed
 
 _COHORT = 0x5EED_0008
@@ -70,11 +70,12 @@ class ClientOutcome:
 
 
 def cohort_seed(seed: int, round_index: int, clients: Sequence[int]) -> int:
-    """The dropout seed of a cohort: its round and its clients, first and last and count."""
+    """The seed of a cohort's random masks (its network's dropout layers): its round and
+    its clients, first and last and count."""
     return mix_seed(seed, round_index, clients[0], clients[-1], len(clients), _COHORT)
 
 
-def chunks(clients: Sequence[int], size: int) -> list[list[int]]:
+def split_into_cohorts(clients: Sequence[int], size: int) -> list[list[int]]:
     """``clients`` in order, in the fewest cohorts of at most ``size``, their sizes as even
     as can be: 50 clients at most 12 a cohort make 5 cohorts of 10, not 4 of 12 and one of
     2 -- a cohort's step costs its fixed dispatch whatever its size, and on a CPU a cohort
@@ -93,10 +94,10 @@ def chunks(clients: Sequence[int], size: int) -> list[list[int]]:
 
 def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: int,
                  work: ClientWork, client_index: torch.Tensor, offsets: torch.Tensor,
-                 batch: Callable, start: Sequence[torch.Tensor], lr: float,
+                 batch: Callable, global_params: Sequence[torch.Tensor], lr: float,
                  corrections: torch.Tensor | None = None,
                  on_step: Callable[[int], None] | None = None) -> Iterator[ClientOutcome]:
-    """Train ``clients`` together from the global parameters ``start``; yields each
+    """Train ``clients`` together from the global model ``global_params``; yields each
     client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
     ``on_step(samples)``: progress after every step, and once, negative, if the cohort
     raises (what it counted is taken back: its clients are then trained again)."""
@@ -109,7 +110,7 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
         generator = torch.Generator().manual_seed(client_seed(work.seed, round_index, client))
         streams.append(client_batches(indices, generator, work.batch_size,
                                       work.local_epochs, budget))
-    plan = plan_cohort(streams, work.batch_size)
+    batches = stack_batches(streams, work.batch_size)
     counted = 0
 
     def count(samples: int) -> None:
@@ -118,8 +119,8 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
         on_step(samples)
 
     try:
-        trained = trainer.train(plan, batch, start, corrections=corrections,
-                                dropout_seed=cohort_seed(work.seed, round_index, clients),
+        trained = trainer.train(batches, batch, global_params, corrections=corrections,
+                                mask_seed=cohort_seed(work.seed, round_index, clients),
                                 lr=lr, on_step=None if on_step is None else count)
     except Exception:
         # A cohort that raises is retrained one client at a time, which counts its clients'

@@ -3,12 +3,12 @@ all of them (``torch.func``: ``functional_call`` over parameters with a leading 
 dimension, ``vmap`` of the gradient of each client's loss).
 
 A client here is the client the one-at-a-time path trains -- the same batches in the same
-order (``cohort_plan``), a fresh optimizer of its own (``cohort_optim``), FedProx's pull to
-the round's global model, SCAFFOLD's correction ``c - c_i`` -- only its arithmetic runs
-batched with the others', so its update equals the lone client's up to float rounding (the
-batched kernels sum in another order). Its own dropout draws too: ``vmap`` draws a separate
-mask per client (``randomness="different"``) from a generator seeded per cohort, so a run
-is reproducible, though the masks are not those the lone client would draw.
+order (``batches``), a fresh optimizer of its own (``optimizer``), FedProx's pull to the
+round's global model, SCAFFOLD's correction ``c - c_i`` -- only its arithmetic runs batched
+with the others', so its update equals the lone client's up to float rounding (the batched
+kernels sum in another order). Its network's dropout masks are its own too: ``vmap`` draws
+a separate mask per client (``randomness="different"``) from a generator seeded per cohort,
+so a run is reproducible, though the masks are not those the lone client would draw.
 
 Why not a loop of small steps: a client's step on a batch of 10 is a few tiny kernels, all
 launch and dispatch overhead; stacked, the same work is a few large ones (a linear layer
@@ -29,7 +29,7 @@ from ...data.sources import CLASSIFICATION
 from ...engine.precision import FULL
 from ...engine.seeding import seed_global_generator
 from .optimizer import ClientOptimizerSettings, StackedOptimizer
-from .batches import CohortPlan
+from .batches import CohortBatches
 
 
 @dataclass
@@ -119,28 +119,29 @@ class CohortTrainer:
         return [grads[name] for name in named], losses
 
     # -- a cohort's local training ---------------------------------------------------------
-    def train(self, plan: CohortPlan, batch: Callable, start: Sequence[torch.Tensor],
-              corrections: torch.Tensor | None = None, dropout_seed: int = 0,
+    def train(self, batches: CohortBatches, batch: Callable,
+              global_params: Sequence[torch.Tensor],
+              corrections: torch.Tensor | None = None, mask_seed: int = 0,
               lr: float | None = None, on_step: Callable[[int], None] | None = None
               ) -> CohortResult:
-        """Train ``plan.clients`` clients from the parameters ``start`` (the round's global
-        model, one tensor per parameter, on the device).
+        """Train ``batches.clients`` clients from the round's global model ``global_params``
+        (one tensor per parameter, on the device).
 
         ``batch(indices)`` gives ``(inputs, targets)`` on the device for flat indices (a
         ``DeviceFeed``'s ``batch``); ``corrections`` (``[K, params]``): SCAFFOLD's ``c -
         c_i`` per client; ``lr``: this round's client learning rate (the settings' when
         None); ``on_step(samples)`` after every step (progress).
         """
-        K, B = plan.clients, plan.index.shape[2]
-        if plan.length and self.trained is None:   # before the dropout seed: its pass
-            self.find_trained(*batch(plan.index[0, 0]))   # draws from the generator
+        K, B = batches.clients, batches.index.shape[2]
+        if batches.length and self.trained is None:   # before the mask seed: its pass
+            self.find_trained(*batch(batches.index[0, 0]))   # draws from the generator
         self.model.train()
-        # Every client starts from ``start``: one copy, expanded over the cohort, until the
+        # Every client starts from ``global_params``: one copy, expanded over the cohort, until the
         # first step gives each its own (``StackedOptimizer``, which never writes it).
         # Parameters a lone client never steps stay that copy (``find_trained``).
-        shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in start]
+        shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in global_params]
         kept = [i for i, t in enumerate(self.trained or [True] * len(shared)) if t]
-        anchors = [start[i].detach().to(self.device) for i in kept] if self.prox_mu else None
+        anchors = [global_params[i].detach().to(self.device) for i in kept] if self.prox_mu else None
         views = _correction_views(corrections, shared, self.device)
         if views is not None:
             views = [views[i] for i in kept]
@@ -148,28 +149,28 @@ class CohortTrainer:
                                      shared_start=True)
         if lr is not None:
             optimizer.lr = lr
-        weight = plan.weight.to(self.device)
-        counts = plan.weight.sum(2)                               # [T, K]
+        weight = batches.weight.to(self.device)
+        counts = batches.weight.sum(2)                               # [T, K]
         totals = counts.sum(1).to(torch.int64).tolist()
-        steps = torch.tensor(plan.steps)
+        steps = torch.tensor(batches.steps)
         loss_sums = torch.zeros(K, dtype=torch.float64, device=self.device)
         counts = counts.to(self.device)
-        seed_global_generator(dropout_seed, self.device)
-        for t in range(plan.length):
-            inputs, targets = batch(plan.index[t].reshape(-1))
+        seed_global_generator(mask_seed, self.device)
+        for t in range(batches.length):
+            inputs, targets = batch(batches.index[t].reshape(-1))
             inputs = inputs.view(K, B, *inputs.shape[1:])
             targets = targets.view(K, B, *targets.shape[1:])
             grads, losses = self.gradients(_merged(shared, kept, optimizer.params), inputs,
                                            targets, weight[t])
             self._correct(grads, optimizer.params, anchors, views)
-            active = None if min(plan.steps) > t else (steps > t).to(self.device)
+            active = None if min(batches.steps) > t else (steps > t).to(self.device)
             optimizer.step(grads, active)
             loss_sums += losses.detach() * counts[t]
             if on_step is not None:
                 on_step(totals[t])
         # (shared if no client stepped)
         params = [p.contiguous() for p in _merged(shared, kept, optimizer.params)]
-        return CohortResult(params, list(plan.steps), list(plan.samples),
+        return CohortResult(params, list(batches.steps), list(batches.samples),
                             loss_sums.tolist(), finite_clients(params))
 
     def _correct(self, grads, params, anchors, views) -> None:
@@ -228,7 +229,7 @@ def _correction_views(corrections, params, device) -> list[torch.Tensor] | None:
 def stacked_rows(result: CohortResult, model: nn.Module) -> torch.Tensor:
     """``[K, numel]``: each client's model flat, parameters then floating buffers (as
     ``strategies.model_state.floating_state`` orders them). Buffers are the model's:
-    training in a cohort never changes them (``vectorizable`` refuses models that would)."""
+    training in a cohort never changes them (``check`` refuses models that would)."""
     K = len(result.steps)
     pieces = [p.detach().reshape(K, -1) for p in result.params]
     pieces += [b.detach().reshape(1, -1).to(pieces[0].device).expand(K, -1)

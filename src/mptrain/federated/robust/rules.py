@@ -1,6 +1,7 @@
-"""``--aggregator``'s rule resolved for a run (the string's parsing: ``robust_spec``) -- what it
-assumes about the number of clients, and how a round's server applies it (decide once over
-whole rows, then combine one block of columns at a time; see ``robust``).
+"""``--aggregator``'s rule resolved for a run (the string's parsing: ``spec``) -- what it
+assumes about the number of clients, and how a round's server applies it: decide once over
+whole rows (``row_wise``), then combine one block of columns at a time (``coordinate_wise``,
+or the decision's weighted sum).
 
 Which rules weigh clients by their data: ``mean`` (FedAvg), ``multi-krum`` (the selected
 updates' weighted mean, as Flower does), ``norm-bound`` (FedAvg of the bounded updates,
@@ -19,8 +20,10 @@ import torch
 
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from . import row_wise as robust
+from ...comm.reduce import weighted_sum
+from . import coordinate_wise, row_wise
 from .spec import DEFAULT_BETA, ROW_WISE, SELECTING, AggregatorSpec
+
 
 def most_attackers(name: str, n: int) -> int:
     """The largest F the rule's assumption allows with ``n`` clients (Krum: n > 2F+2,
@@ -36,13 +39,14 @@ def fewest_clients(name: str, f: int) -> int:
 
 
 @dataclass(frozen=True)
-class RoundPlan:
+class RuleDecision:
     """What a row-wise rule decided from the round's whole rows: the aggregate is
-    ``sum_i coefficients[i] x_i + center_weight * center`` (Bulyan: the coordinate-wise
-    step over ``selected``); ``selected`` are positions in the reporting rows."""
+    ``sum_i coefficients[i] x_i + global_weight * global_flat`` (Bulyan: the
+    coordinate-wise step over ``selected``); ``selected`` are positions in the reporting
+    rows."""
 
     coefficients: tuple[float, ...] = ()
-    center_weight: float = 0.0
+    global_weight: float = 0.0
     selected: tuple[int, ...] = ()
     bounded: int = 0          # norm-bound: updates scaled down
     iterations: int = 0       # geometric-median: Weiszfeld's
@@ -115,7 +119,7 @@ class RobustRule:
         """What beta cuts at the clients per round; when nothing, that the rule is then
         the unweighted mean, and the smallest BETA that cuts one."""
         n = self.clients_per_round
-        cut = robust.trimmed_count(n, self.beta)
+        cut = coordinate_wise.trimmed_count(n, self.beta)
         text = f"beta {self.beta:g}: {cut} of {n} cut from each end"
         if cut:
             return text
@@ -126,59 +130,54 @@ class RobustRule:
         return text
 
     # -- a round ---------------------------------------------------------------------------------
-    def plan(self, gram: torch.Tensor, weights: Sequence[float]) -> RoundPlan:
+    def decide(self, gram: torch.Tensor, weights: Sequence[float]) -> RuleDecision:
         """The row-wise decision from the Gram matrix of the reporting rows' updates."""
-        plan = self._decide(gram, weights)
+        decision = self._decide(gram, weights)
         norm = float(gram.diagonal().clamp(min=0).sqrt().median()) if len(gram) else 0.0
-        return dataclasses.replace(plan, update_norm=norm)
+        return dataclasses.replace(decision, update_norm=norm)
 
-    def _decide(self, gram: torch.Tensor, weights: Sequence[float]) -> RoundPlan:
+    def _decide(self, gram: torch.Tensor, weights: Sequence[float]) -> RuleDecision:
         n = gram.shape[0]
         total = float(sum(weights))
         if self.name in ("krum", "multi-krum"):
             m = 1 if self.name == "krum" else min(self.spec.m or n - self.f, n - self.f)
-            chosen = robust.krum_select(robust.squared_distances(gram), self.f, max(1, m))
+            chosen = row_wise.krum_select(row_wise.squared_distances(gram), self.f, max(1, m))
             if self.name == "krum":
                 coefficients = [1.0 if i == chosen[0] else 0.0 for i in range(n)]
             else:
                 mass = sum(weights[i] for i in chosen)
                 coefficients = [weights[i] / mass if i in chosen else 0.0
                                 for i in range(n)]
-            return RoundPlan(tuple(coefficients), selected=tuple(sorted(chosen)))
+            return RuleDecision(tuple(coefficients), selected=tuple(sorted(chosen)))
         if self.name == "bulyan":
-            chosen = robust.bulyan_select(robust.squared_distances(gram), self.f)
-            return RoundPlan(selected=tuple(sorted(chosen)))
+            chosen = row_wise.bulyan_select(row_wise.squared_distances(gram), self.f)
+            return RuleDecision(selected=tuple(sorted(chosen)))
         if self.name == "norm-bound":
-            scales = robust.norm_bound_scales(gram, self.spec.bound)
+            scales = row_wise.norm_bound_scales(gram, self.spec.bound)
             coefficients = [w * float(s) / total for w, s in zip(weights, scales)]
-            return RoundPlan(tuple(coefficients), center_weight=1.0 - sum(coefficients),
+            return RuleDecision(tuple(coefficients), global_weight=1.0 - sum(coefficients),
                              bounded=int((scales < 1).sum()))
         if self.name == "geometric-median":
-            coefficients, iterations = robust.weiszfeld(gram, weights)
-            return RoundPlan(tuple(coefficients.tolist()), iterations=iterations)
+            coefficients, iterations = row_wise.weiszfeld(gram, weights)
+            return RuleDecision(tuple(coefficients.tolist()), iterations=iterations)
         raise ValueError(f"{self.name} is not a row-wise rule")
 
     def combine(self, rows: torch.Tensor, weights: Sequence[float],
-                plan: RoundPlan | None = None,
-                center: torch.Tensor | None = None) -> torch.Tensor:
-        """The aggregate of one block of columns of the reporting rows (``plan`` from
-        ``plan`` for row-wise rules; ``center``: the same block of the global model)."""
+                decision: RuleDecision | None = None,
+                global_flat: torch.Tensor | None = None) -> torch.Tensor:
+        """The aggregate of one block of columns of the reporting rows (``decision`` from
+        ``decide`` for row-wise rules; ``global_flat``: the same block of the global
+        model)."""
         if self.name == "mean":
             total = float(sum(weights))
-            return robust.combine_rows(rows, [w / total for w in weights])
+            return weighted_sum(rows, [w / total for w in weights])
         if self.name == "median":
-            return robust.coordinate_median(rows)
+            return coordinate_wise.coordinate_median(rows)
         if self.name == "trimmed-mean":
-            return robust.trimmed_mean(rows, self.beta)
+            return coordinate_wise.trimmed_mean(rows, self.beta)
         if self.name == "bulyan":
-            return robust.bulyan_combine(rows[list(plan.selected)], self.f)
-        return robust.combine_rows(rows, plan.coefficients, center, plan.center_weight)
-
-
-def aggregate(rule: RobustRule, rows: torch.Tensor, weights: Sequence[float],
-              center: torch.Tensor | None = None) -> tuple[torch.Tensor, RoundPlan | None]:
-    """The rule over whole rows at once (what the sliced server computes block by block)."""
-    plan = rule.plan(robust.gram_matrix(rows, center), weights) if rule.row_wise else None
-    if center is None:
-        center = torch.zeros(rows.shape[1:], dtype=rows.dtype)
-    return rule.combine(rows, weights, plan, center), plan
+            return coordinate_wise.bulyan_combine(rows[list(decision.selected)], self.f)
+        if not decision.global_weight:
+            return weighted_sum(rows, decision.coefficients)
+        return weighted_sum([*rows, global_flat],
+                            [*decision.coefficients, decision.global_weight])

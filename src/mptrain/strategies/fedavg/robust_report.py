@@ -1,46 +1,19 @@
-"""fedavg's side of ``--aggregator``, ``--malicious-fraction`` and ``--attack`` (issue 41):
-the settings resolved from the config, what this run must offer them (refused up front in
-one line), and what they add to the banner, the round's line, its notes and summary.json.
-The maths is in ``mptrain.federated.robust*`` and ``attacks``; the worker's part in
-``federated.robust_server.RobustServer``."""
+"""What ``--aggregator``, ``--malicious-fraction`` and ``--attack`` (issue 41) add to a fedavg
+run's banner, round line, notes and summary.json. The maths is in ``federated.robust``, the
+worker's part in ``robust_worker``, the refusals in ``refusals``."""
 
 from __future__ import annotations
 
-import psutil
-
-from ...data.sources import CLASSIFICATION
-from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from .robust_worker import gathered_memory_refusal, size_text, table_refusal
+from ...report.words import human_bytes
 from ..model_state import floating_state
 from .settings import robust_settings_of
-from .shared import TABLE_LIMIT_BYTES, table_rows
+from .shared import table_rows
 
 #: What rank 0's server reports of the rule and the attackers each round.
 ROBUST_KEYS = ("malicious", "malicious_reported", "malicious_selected", "selected",
                "skipped", "bounded", "update_norm_median", "weiszfeld_iterations",
                "forged_nonfinite")
-
-
-def check_robust(config, data, model, plan) -> None:
-    """What the rule and the attack need from this run: the round's updates in one table
-    (shared by the workers, or gathered to rank 0 under torchrun; refused with the figures
-    when it does not fit), class labels to flip."""
-    robust = robust_settings_of(config)
-    numel = sum(t.numel() for t in floating_state(model))
-    rows = table_rows(config)
-    refusal = table_refusal(robust, rows, numel, TABLE_LIMIT_BYTES, plan.comm.shares_memory)
-    if not refusal and not plan.comm.shares_memory and plan.rank_zero_here:
-        # Shared tables are counted with /dev/shm's (``shared_bytes``); rank 0's own here.
-        refusal = gathered_memory_refusal(robust, rows, numel, plan.workers,
-                                          plan.local_workers or plan.workers,
-                                          psutil.virtual_memory().available)
-    if refusal:
-        raise UserError(refusal)
-    if robust.attack is not None and robust.attack.name == "label-flip" \
-            and data.task != CLASSIFICATION:
-        raise UserError(f"{named('attack')} label-flip flips class labels; this data set "
-                        f"is regression: choose another {named('attack')}")
 
 
 def describe(config, model, shares_memory: bool = True) -> list[str]:
@@ -51,7 +24,7 @@ def describe(config, model, shares_memory: bool = True) -> list[str]:
         numel = sum(t.numel() for t in floating_state(model))
         rows = table_rows(config)
         figures = (f"{rows} clients x {numel:,} parameters x 4 bytes = "
-                   f"{size_text(rows * numel * 4)}")
+                   f"{human_bytes(rows * numel * 4)}")
         where = f"every update in a shared table, {figures}" if shares_memory else \
             (f"every update gathered to rank 0, {figures} there (each other rank holds "
              "its own clients' updates)")

@@ -16,7 +16,7 @@ import torch
 from ...federated import scaffold
 from ...federated.aggregate import aggregate_rows, column_slice, sum_rows
 from ...federated.privacy import count_noise, next_clip, noise_slice, private_mean
-from .robust_worker import RobustServer
+from .robust_worker import RobustWorker
 from .gathered import GatheredTable
 from .settings import clip_lr, count_noise_std, privacy_delta, updates_noise_multiplier
 from .shared import FedAvgShared
@@ -48,7 +48,7 @@ class ServerStep:
     """One rank's part of the server: its slice of the global model and server state."""
 
     def __init__(self, config, shared: FedAvgShared, group, server_optimizer, accountant,
-                 robust: RobustServer | None = None):
+                 robust: RobustWorker | None = None):
         self.config, self.shared, self.group = config, shared, group
         #: The robust rule and the attackers' server side (None: the mean, no attack).
         self.robust = robust

@@ -121,9 +121,9 @@ def server_optimizer(settings: FedAvgSettings):
 
 def robust_settings_of(config):
     """The run's ``--aggregator``, ``--malicious-fraction`` and ``--attack`` resolved
-    (``federated.robust_server.RobustSettings``): a pure function of the whole config (the
+    (``federated.robust.settings.RobustSettings``): a pure function of the whole config (the
     attackers are drawn from its seed), so every process gets the same."""
-    from .robust_worker import robust_settings   # torch: not at import
+    from ...federated.robust.settings import robust_settings   # torch: not at import
 
     f = config.fedavg
     return robust_settings(f.aggregator, f.malicious_fraction, f.attack, f.clients,

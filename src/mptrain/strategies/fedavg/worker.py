@@ -35,9 +35,8 @@ from ...errors import ClientFailedError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import availability, scaffold
 from ...federated.client import update_is_finite
-from ...federated.cohorts.clients import chunks
+from ...federated.cohorts.clients import split_into_cohorts
 from ...federated.privacy import clip_
-from .robust_worker import RobustServer
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
@@ -46,6 +45,7 @@ from .client_evaluation import evaluate_clients
 from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .gathered import GatheredTable, slot_owners
+from .robust_worker import RobustWorker
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
@@ -73,7 +73,7 @@ class FedAvgProgram(WorkerProgram):
             accountant = PrivacyAccountant(accountant_name(config.fedavg))
         # The rule and the attackers (None: FedAvg's mean, nobody attacks).
         settings = robust_settings_of(config)
-        self.robust = RobustServer(settings, shared.plan_cell, config.seed,
+        self.robust = RobustWorker(settings, shared.decision_cell, config.seed,
                                    setup.data.output_size) if settings.active else None
         self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
                                  accountant, self.robust)
@@ -154,7 +154,7 @@ class FedAvgProgram(WorkerProgram):
             robust = self.robust
             attackers = [c for c in mine if robust is not None and robust.is_malicious(c)]
             honest = [c for c in mine if c not in attackers]
-            cohorts = chunks(honest, path.chunk) + [[c] for c in attackers]
+            cohorts = split_into_cohorts(honest, path.cohort_size) + [[c] for c in attackers]
         else:
             cohorts = [[c] for c in mine]
         for cohort in cohorts:
