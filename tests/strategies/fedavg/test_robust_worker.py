@@ -49,13 +49,18 @@ def round_table(robust, sampled, weights, honest_value=1.0, numel=50):
     return table, center
 
 
-def test_server_round_counts_attackers_sampled_and_selected():
-    robust = server("krum:2", 0.2, "gaussian:50")
-    sampled = list(range(10))
-    weights = [1.0] * 10
+def lone_rank_round(robust):
+    """A round of 10 clients, every one reporting, on one rank: (table, aggregate, metrics)."""
+    sampled, weights = list(range(10)), [1.0] * 10
     table, center = round_table(robust, sampled, weights)
     average, metrics = robust.aggregate(table, weights, sampled, center, slice(0, 50), 0,
                                         lambda: None)
+    return table, average, metrics
+
+
+def test_server_round_counts_attackers_sampled_and_selected():
+    robust = server("krum:2", 0.2, "gaussian:50")
+    _, average, metrics = lone_rank_round(robust)
     assert metrics["malicious"] == metrics["malicious_reported"] == 2
     assert metrics["malicious_selected"] == 0 and metrics["selected"] == 1
     assert (average - 1.0).abs().max() < 0.05
@@ -64,11 +69,7 @@ def test_server_round_counts_attackers_sampled_and_selected():
 
 def test_alie_rows_are_forged_before_the_rule():
     robust = server("mean", 0.2, "alie:2")
-    sampled = list(range(10))
-    weights = [1.0] * 10
-    table, center = round_table(robust, sampled, weights)
-    average, metrics = robust.aggregate(table, weights, sampled, center, slice(0, 50), 0,
-                                        lambda: None)
+    table, _, metrics = lone_rank_round(robust)
     bad = sorted(robust.settings.malicious)
     honest = [s for s in range(10) if s not in bad]
     forged = table[honest].double().mean(0) + 2 * table[honest].double().std(0)

@@ -131,7 +131,7 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
             on_step(-counted)
         raise
     buffers = [b.detach().reshape(-1) for b in trainer.model.buffers()
-               if b.is_floating_point()]   # never changed by a cohort (``vectorizable``)
+               if b.is_floating_point()]   # never changed by a cohort (``check``)
     buffers_finite = all(bool(torch.isfinite(b).all()) for b in buffers)
     for k, client in enumerate(clients):
         pieces = [p[k].reshape(-1) for p in trained.params] + buffers

@@ -55,20 +55,20 @@ def flip_labels(targets: torch.Tensor, classes: int) -> torch.Tensor:
     return (classes - 1) - targets
 
 
-def attack_row_(attack: AttackSpec, row: torch.Tensor, center: torch.Tensor, seed: int,
+def attack_row_(attack: AttackSpec, row: torch.Tensor, global_flat: torch.Tensor, seed: int,
                 round_index: int, client: int) -> torch.Tensor:
     """Turn a malicious client's reported model ``row`` (its honest result, or anything
-    when the attack does not train) into the model its attack sends; ``center`` is the
+    when the attack does not train) into the model its attack sends; ``global_flat`` is the
     global model the round started from. In place; returns ``row``."""
     if attack.name in ("sign-flip", "scaling"):
         factor = -(attack.value or 1.0) if attack.name == "sign-flip" else attack.value
-        # row <- center + factor * (row - center)
-        row.sub_(center).mul_(factor).add_(center)
+        # row <- global_flat + factor * (row - global_flat)
+        row.sub_(global_flat).mul_(factor).add_(global_flat)
     elif attack.name == "gaussian":
         generator = torch.Generator().manual_seed(
             mix_seed(seed, round_index, client, _GAUSSIAN))
         noise = torch.randn(row.shape, generator=generator, dtype=row.dtype)
-        row.copy_(center).add_(noise, alpha=attack.value or 1.0)
+        row.copy_(global_flat).add_(noise, alpha=attack.value or 1.0)
     elif attack.name == "label-flip":
         pass   # the attack was in the training data
     else:

@@ -2,7 +2,7 @@
 command line offers them, and the config checks them, before torch is imported): a string
 becomes an ``AggregatorSpec`` or ``AttackSpec``, or a one-line UserError that says what is
 wrong, with the closest name when the name is unknown. What the rules and attacks *do* is in
-``robust_rules``, ``robust`` and ``attacks``.
+``rules``, ``row_wise``, ``coordinate_wise`` and ``attacks``.
 """
 
 from __future__ import annotations

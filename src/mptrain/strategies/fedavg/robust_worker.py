@@ -20,6 +20,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from ...federated import availability
+from ...federated.client import update_is_finite
 from ...federated.robust.attacks import alie_z, attack_row_, flip_labels
 from ...federated.robust.settings import RobustSettings
 from ...federated.robust.table import (aggregate_slice, decide_round, forge_alie_slice_,
@@ -60,6 +62,22 @@ class RobustWorker:
             row.copy_(global_flat)
         if not self.attack.at_server:
             attack_row_(self.attack, row, global_flat, self.seed, round_index, client)
+
+    def forge(self, client: int, row: torch.Tensor, global_flat: torch.Tensor,
+              round_index: int, tally, dropout_rate: float, claimed: float) -> float:
+        """An attacker that does not train (gaussian, ALIE) writes what it sends into its
+        ``row`` and claims the weight an honest client of its size would (``claimed``: the
+        samples of --local-epochs over its data); returns that weight. Dropped like anyone
+        else's when non-finite, and it drops out like everyone else (``tally`` counts it)."""
+        self.send_(client, row, global_flat, round_index)
+        if not update_is_finite(row):
+            tally.nonfinite.append(client)
+            return 0.0
+        if availability.drops_out(self.seed, round_index, client, dropout_rate):
+            tally.dropped += 1
+            return 0.0
+        tally.reported += 1
+        return float(claimed)
 
     # -- the server's side -----------------------------------------------------------------
     def aggregate(self, table: torch.Tensor, weights: Sequence[float], sampled: Sequence[int],

@@ -117,7 +117,8 @@ class FedAvgProgram(WorkerProgram):
         self.trainer.load_global()
         if f.client_eval_every and ((round_index + 1) % f.client_eval_every == 0
                                     or round_index + 1 == f.rounds):
-            figures.update(self._evaluate_clients())
+            figures.update(evaluate_clients(self.config, shared, self.setup, self.trainer,
+                                            self.cohorts.path.vectorized))
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
         if first and group.rank == 0:   # the path this run's clients train on, once
             extras["client_path"] = self.cohorts.path.describe()
@@ -212,7 +213,8 @@ class FedAvgProgram(WorkerProgram):
         f, trainer, robust = self.config.fedavg, self.trainer, self.robust
         trainer.load_global()
         if robust is not None and not robust.trains(client):
-            return self._forge(client, round_index, row, tally)
+            return robust.forge(client, row, self.shared.global_flat, round_index, tally,
+                                f.dropout_rate, self.trainer.sizes[client] * f.local_epochs)
         try:
             relabel = robust.targets(client) if robust is not None else None
             steps, samples, loss = trainer.train(client, round_index, relabel)
@@ -263,27 +265,6 @@ class FedAvgProgram(WorkerProgram):
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
         return 1.0 if f.private else float(samples)
-
-    def _forge(self, client: int, round_index: int, row: torch.Tensor,
-               tally: "RoundTally") -> float:
-        """An attacker that does not train (gaussian, ALIE): it writes what it sends into
-        its row of the shared table and claims the weight an honest client of its size
-        would (the samples of --local-epochs over its data). The server drops what is
-        non-finite, whoever sent it; attackers drop out like everyone else."""
-        c, f = self.config, self.config.fedavg
-        self.robust.send_(client, row, self.shared.global_flat, round_index)
-        if not update_is_finite(row):
-            tally.nonfinite.append(client)
-            return 0.0
-        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
-            tally.dropped += 1
-            return 0.0
-        tally.reported += 1
-        return float(self.trainer.sizes[client] * f.local_epochs)
-
-    def _evaluate_clients(self) -> dict:
-        return evaluate_clients(self.config, self.shared, self.setup, self.trainer,
-                                self.cohorts.path.vectorized)
 
     # -- what the loop asks of every program -----------------------------------------------------
     def eval_model(self) -> nn.Module:
