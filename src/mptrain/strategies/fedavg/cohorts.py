@@ -109,8 +109,8 @@ class CohortClients:
         self.saved_size: int | None = None    # the cohort size of the run a resume continues
         self.work = ClientWork(config.seed, config.batch_size, config.fedavg.local_epochs,
                                config.fedavg.straggler_rate)
-        self.stacked = cohort_trainer(config, trainer.model, setup.data.task, setup.device) \
-            if self.path.vectorized else None
+        self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
+                                             setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
 
     def agree(self, group) -> ClientPath:
@@ -144,7 +144,7 @@ class CohortClients:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
         return list(train_cohort(
-            self.stacked, clients, round_index, self.work, shared.client_index,
+            self.cohort_trainer, clients, round_index, self.work, shared.client_index,
             shared.client_offsets, trainer.feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
             corrections, on_step=self.setup.progress.advance))

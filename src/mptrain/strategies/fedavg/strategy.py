@@ -36,7 +36,7 @@ class FedAvgStrategy(Strategy):
         self.divergence = report.DivergenceWatch()
         #: --vectorize-clients: the path the parent chose (``cohorts.choose_path``) and
         #: one client's memory in a cohort, from its dry run.
-        self.client_path_plan = None
+        self.chosen_path = None
         self.client_bytes: int | None = None
         #: Which path the clients trained on, as the workers reported it.
         self.client_path: str | None = None
@@ -73,8 +73,8 @@ class FedAvgStrategy(Strategy):
         path the clients train on."""
         self.partition(data)
         check_run(self.config, data, model, plan, self.out_dir)
-        if self.client_path_plan is None:   # once: restarts reuse it
-            check, self.client_path_plan = cohorts.choose_path(self.config, model, data,
+        if self.chosen_path is None:   # once: restarts reuse it
+            check, self.chosen_path = cohorts.choose_path(self.config, model, data,
                                                                plan.workers)
             self.client_bytes = check.client_bytes if check is not None else None
 
@@ -106,7 +106,7 @@ class FedAvgStrategy(Strategy):
     def program(self, setup) -> WorkerProgram:
         from .worker import FedAvgProgram
 
-        return FedAvgProgram(self.config, self.shared, setup, self.client_path_plan,
+        return FedAvgProgram(self.config, self.shared, setup, self.chosen_path,
                              self.client_bytes)
 
     # -- what the run says about itself ----------------------------------------------------------
@@ -129,7 +129,7 @@ class FedAvgStrategy(Strategy):
         return report.round_line(metrics)
 
     def round_notes(self, metrics):
-        planned = self.client_path_plan.describe() if self.client_path_plan else None
+        planned = self.chosen_path.describe() if self.chosen_path else None
         return report.round_notes(self.config, metrics, planned)
 
     def summary_fields(self):
@@ -141,4 +141,4 @@ class FedAvgStrategy(Strategy):
 
     def describe(self, plan, model):
         return report.describe(self.config, plan, model, self.out_dir) + [
-            cohorts.banner_line(self.client_path_plan)]
+            cohorts.banner_line(self.chosen_path)]

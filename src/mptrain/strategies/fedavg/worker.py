@@ -149,20 +149,20 @@ class FedAvgProgram(WorkerProgram):
         slots = {client: slot for slot, client in enumerate(sampled)}
         partial_sum, partial_weight = None, 0.0
         path = self.cohorts.path
+        # In training order: (clients, stacked) -- the honest clients' cohorts, then the
+        # attackers one at a time (the one-client path has the attack's hooks: they train,
+        # forge or flip labels there); or, one client at a time, every client alone.
         if path.vectorized:
-            # Attackers train (or forge, or flip labels) on the one-client path, which has
-            # the attack's hooks; the honest clients train stacked.
             robust = self.robust
             attackers = [c for c in mine if robust is not None and robust.is_malicious(c)]
             honest = [c for c in mine if c not in attackers]
-            cohorts = split_into_cohorts(honest, path.cohort_size) + [[c] for c in attackers]
+            order = [(cohort, True) for cohort in split_into_cohorts(honest, path.cohort_size)]
+            order += [([c], False) for c in attackers]
         else:
-            cohorts = [[c] for c in mine]
-        for cohort in cohorts:
-            stacked = path.vectorized and not (self.robust is not None and len(cohort) == 1
-                                                and self.robust.is_malicious(cohort[0]))
-            outcomes = self._train_cohort(cohort, round_index, tally) if stacked else None
-            for position, client in enumerate(cohort):
+            order = [([c], False) for c in mine]
+        for clients, stacked in order:
+            outcomes = self._train_cohort(clients, round_index, tally) if stacked else None
+            for position, client in enumerate(clients):
                 row = self._row(slots[client])
                 if outcomes is None:
                     weight = self._run_client(client, round_index, clip, row,
