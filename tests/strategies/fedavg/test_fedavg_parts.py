@@ -70,3 +70,15 @@ def test_the_clients_are_cut_once_into_one_index_and_offsets():
     index, offsets = cut_clients(config, data)
     assert offsets[0] == 0 and offsets[-1] == 10 and len(offsets) == 5
     assert sorted(index.tolist()) == list(range(10))
+
+
+def test_stacked_clients_with_compile_are_refused_while_the_config_is_built():
+    """A combination of settings alone, refused with the others (``refusals``): not only
+    once the parent has dry-run the model."""
+    import pytest
+
+    from mptrain.errors import UserError
+
+    with pytest.raises(UserError, match="vectorize.clients on and --compile: stacked clients"):
+        TrainConfig(strategy="fedavg", vectorize_clients="on", compile=True)
+    TrainConfig(strategy="fedavg", vectorize_clients="auto", compile=True)   # auto: not on

@@ -43,9 +43,6 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     if mode == "off":
         return None, ClientPath(False, reason=vectorizing("off"))
     if config.compile:   # stacked clients run through torch.func, not the compiled model
-        if mode == "on":
-            raise UserError(f"{vectorizing('on')} and {named('compile')}: stacked clients "
-                            "train through torch.func, not the compiled model; choose one")
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
                                               "model")
     count = min(len(data.train), config.batch_size)

@@ -32,6 +32,9 @@ def check_fedavg_config(config) -> None:
     if f.sampled_clients > f.clients:
         raise UserError(f"{named('clients_per_round')} {f.sampled_clients} is more than "
                         f"{named('clients')} {f.clients}; sample at most every client")
+    if f.vectorize_clients == "on" and c.compile:
+        raise UserError(f"{named('vectorize_clients')} on and {named('compile')}: stacked "
+                        "clients train through torch.func, not the compiled model; choose one")
     if f.vectorize_chunk is not None and f.vectorize_clients == "off":
         raise UserError(f"{named('vectorize_chunk')} sizes stacked cohorts of clients, and "
                         f"{named('vectorize_clients')} off trains none; drop one of them")
