@@ -145,9 +145,6 @@ class FrozenFirst(nn.Module):
 
 @pytest.mark.timeout(120)
 def test_a_fedavg_run_with_frozen_layers_trains_as_one_at_a_time():
-    import sys
-    from pathlib import Path
-
     import mptrain
 
     from fedavg_workload import RUN, make_data, make_test_data

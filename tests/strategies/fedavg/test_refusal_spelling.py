@@ -2,8 +2,6 @@
 the command line, ``clients_per_round`` from ``fit()`` -- a Python caller told about a flag
 must translate it back."""
 
-import sys
-from pathlib import Path
 
 import pytest
 

@@ -1,8 +1,6 @@
 """Real fedavg runs (tiny data, one process) of what the audit of issue 41 found: what a
 run with a robust rule or an attack reports and weighs, end to end."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch

@@ -2,8 +2,6 @@
 process's: a resumed run carries on from its checkpoint's count, and a checkpoint written
 before the count was kept still resumes (counting from there)."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
