@@ -264,9 +264,9 @@ def server_timing(rules, clients: int, repeats: int = 5) -> dict:
     import torch
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-    from mptrain.federated.robust_round import aggregate_slice, plan_round
-    from mptrain.federated.robust_rules import RobustRule
-    from mptrain.federated.robust_spec import parse_aggregator
+    from mptrain.federated.robust.table import aggregate_slice, decide_round
+    from mptrain.federated.robust.rules import RobustRule
+    from mptrain.federated.robust.spec import parse_aggregator
 
     torch.set_num_threads(1)
     numel = 199_210
@@ -278,8 +278,9 @@ def server_timing(rules, clients: int, repeats: int = 5) -> dict:
         times = []
         for _ in range(repeats):
             started = time.perf_counter()
-            plan = plan_round(rule, table, kept, weights, center) if rule.row_wise else None
-            aggregate_slice(rule, table, kept, weights, slice(0, numel), center, plan)
+            decision = decide_round(rule, table, kept, weights, center) \
+                if rule.row_wise else None
+            aggregate_slice(rule, table, kept, weights, slice(0, numel), center, decision)
             times.append(time.perf_counter() - started)
         out[text] = statistics.median(times)
     return out

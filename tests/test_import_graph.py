@@ -13,7 +13,10 @@ apart: they never run. Then:
   ``data`` ...) has a place in ``LAYERS``, top first; a module may import its own room and
   rooms below it. The one type-only upward import allowed is ``UPWARD_ALLOWED``.
 
-A new room must be given its place in ``LAYERS`` (the test says which is missing).
+A new room must be given its place in ``LAYERS`` (the test says which is missing). Inside
+``federated`` the maths knows nothing of processes: of ``comm`` it may import only the
+averaging maths (``comm.reduce``), and ``federated.robust`` and ``federated.cohorts`` are
+rooms of their own that import neither each other nor anything of fedavg's.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ LAYERS = [
     # The package's own __init__: lazy exports and the version, nothing that imports more.
     "mptrain", "imports", "environ", "leftovers", "errors",
 ]
-#: (importer, imported) pairs allowed to point upward: type-only, never run.
+#: (importer, imported) pairs allowed to point upward: type-only, never run. At most one.
 UPWARD_ALLOWED = {("mptrain.strategies.base", "mptrain.config")}
+#: What the federated maths may import of ``comm``: the averaging maths, no group.
+FEDERATED_MAY_USE = {"mptrain.comm.reduce"}
 
 
 def module_name(path: Path) -> str:
@@ -165,8 +170,43 @@ def test_no_import_runs_from_a_room_to_one_above_it():
     assert upward_imports(everything) == []   # the type-only ones too, but the one allowed
 
 
+def test_at_most_one_upward_import_is_allowed_and_it_is_type_only():
+    runs, typed = import_graph()
+    assert len(UPWARD_ALLOWED) <= 1
+    for source, target in UPWARD_ALLOWED:
+        assert target in typed.get(source, set()) and target not in runs[source]
+
+
+def federated_imports_out_of_place(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of the federated maths that reach processes (``comm`` beyond its maths), or
+    that tie its two feature rooms (``robust``, ``cohorts``) to each other."""
+    found = []
+    for source, targets in sorted(graph.items()):
+        if not source.startswith("mptrain.federated"):
+            continue
+        for target in sorted(targets):
+            if room(target) == "comm" and target not in FEDERATED_MAY_USE:
+                found.append(f"{source} -> {target}")
+            for one, other in (("robust", "cohorts"), ("cohorts", "robust")):
+                if source.startswith(f"mptrain.federated.{one}") and \
+                        target.startswith(f"mptrain.federated.{other}"):
+                    found.append(f"{source} -> {target}")
+    return found
+
+
+def test_the_federated_maths_knows_nothing_of_processes():
+    runs, typed = import_graph()
+    everything = {m: runs[m] | typed.get(m, set()) for m in runs}
+    assert federated_imports_out_of_place(everything) == []
+
+
 def test_the_check_finds_a_circle_and_an_upward_import():
     graph = {"mptrain.data.a": {"mptrain.data.b"}, "mptrain.data.b": {"mptrain.data.a"},
              "mptrain.engine.c": {"mptrain.config"}, "mptrain.config": set()}
     assert circles(graph) == [["mptrain.data.a", "mptrain.data.b"]]
     assert upward_imports(graph) == ["mptrain.engine.c -> mptrain.config"]
+    assert federated_imports_out_of_place(
+        {"mptrain.federated.robust.x": {"mptrain.comm.dist", "mptrain.comm.reduce",
+                                        "mptrain.federated.cohorts.y"}}) == [
+        "mptrain.federated.robust.x -> mptrain.comm.dist",
+        "mptrain.federated.robust.x -> mptrain.federated.cohorts.y"]

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from .data.defaults import TrainingDefaults
 from .engine.precision import PRECISIONS
 from .errors import UserError, closest, setting_name
+from .federated.choices import ACCOUNTANTS, CLIENT_SAMPLING, SERVER_OPTIMIZERS, VECTORIZE_CLIENTS
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
 
@@ -34,10 +35,6 @@ DDP_BACKENDS = ("auto", "shm", "gloo", "nccl")
 DEVICES = ("cpu", "cuda")
 START_METHODS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("auto", "file_descriptor", "file_system")
-SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")   # federated.server_opt's names
-CLIENT_SAMPLING = ("fixed", "poisson")
-ACCOUNTANTS = ("rdp", "pld")                             # federated.accounting's names
-VECTORIZE_CLIENTS = ("auto", "on", "off")                 # strategies/fedavg/cohorts.py
 #: What ``--sync-every`` (or ``sync_every`` in a config file) says for "once per epoch": the
 #: config holds None for it, but None in settings means "not said" -- and a data set may
 #: recommend every step (MNIST's recipe does).
@@ -444,7 +441,7 @@ def check_setting(name: str, value) -> None:
                 raise UserError(f"{said} must be a string such as "
                                 f"{'krum:4' if name == 'aggregator' else 'gaussian:1'}, "
                                 f"got {value!r}")
-            from .federated.robust_spec import parse_aggregator, parse_attack
+            from .federated.robust.spec import parse_aggregator, parse_attack
 
             (parse_aggregator if name == "aggregator" else parse_attack)(value)
     elif name == "partition":

@@ -20,6 +20,8 @@ import torch.multiprocessing
 from rich.markup import escape
 from rich.table import Table
 
+from .report.words import human_bytes
+
 SHM_PATH = "/dev/shm"
 CUDA_QUERY_TIMEOUT_S = 60
 
@@ -35,20 +37,6 @@ for i in range(torch.cuda.device_count()):
                     "total_bytes": int(total), "free_bytes": int(free)})
 print(json.dumps({"available": torch.cuda.is_available(), "devices": devices}))
 """
-
-
-def human_bytes(n):
-    """Size in binary units with one decimal ("23.4 GiB"); "unknown" for None."""
-    if n is None:
-        return "unknown"
-    if abs(n) < 1024:
-        return f"{int(n)} B"
-    value = n / 1024
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        if round(abs(value), 1) < 1024:  # so 1023.97 KiB reads "1.0 MiB", not "1024.0 KiB"
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} PiB"
 
 
 def collect_device_report():

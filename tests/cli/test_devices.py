@@ -9,7 +9,7 @@ import torch
 from rich.console import Console
 
 from mptrain import devices
-from mptrain.devices import collect_device_report, format_device_report, human_bytes
+from mptrain.devices import collect_device_report, format_device_report
 
 KEYS = {"cpus", "memory", "shm", "open_files", "torch", "sharing", "start_methods", "cuda"}
 
@@ -66,24 +66,6 @@ def test_collection_does_not_initialise_cuda(report):
 def test_missing_shm_reports_none(monkeypatch, tmp_path):
     monkeypatch.setattr(devices, "SHM_PATH", str(tmp_path / "absent"))
     assert devices._shm() == {"path": str(tmp_path / "absent"), "total_bytes": None, "free_bytes": None}
-
-
-@pytest.mark.parametrize(
-    ("n", "text"),
-    [
-        (None, "unknown"),
-        (0, "0 B"),
-        (1023, "1023 B"),
-        (1024, "1.0 KiB"),
-        (1536, "1.5 KiB"),
-        (1024**2 - 1, "1.0 MiB"),
-        (int(23.4 * 1024**3), "23.4 GiB"),
-        (3 * 1024**4, "3.0 TiB"),
-        (2 * 1024**5, "2.0 PiB"),
-    ],
-)
-def test_human_bytes(n, text):
-    assert human_bytes(n) == text
 
 
 def test_format_renders_every_section(report):

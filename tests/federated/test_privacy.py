@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mptrain.federated.aggregate import column_slice, sum_rows
-from mptrain.federated.privacy import (NOISE_CHUNK, clip_, count_noise, next_clip,
+from mptrain.federated.privacy import (NOISE_BLOCK, clip_, count_noise, next_clip,
                                        noise_slice, private_mean, update_noise_multiplier)
 
 
@@ -21,7 +21,7 @@ def test_clipping_scales_long_updates_to_the_clip_and_leaves_short_ones():
 
 @pytest.mark.parametrize("world", [1, 2, 3, 7])
 def test_noise_is_the_same_vector_whatever_the_slices(world):
-    numel = 2 * NOISE_CHUNK + 123
+    numel = 2 * NOISE_BLOCK + 123
     whole = noise_slice(numel, slice(0, numel), 1.0, seed=5, round_index=2)
     parts = [noise_slice(numel, column_slice(numel, world, r), 1.0, 5, 2) for r in range(world)]
     assert torch.equal(torch.cat(parts), whole)

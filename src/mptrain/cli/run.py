@@ -10,7 +10,7 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, VECTORIZE_CLIENTS,
                       check_setting, load_config_file)
-from ..federated.robust_spec import AGGREGATOR_HELP, ATTACK_HELP
+from ..federated.robust.spec import AGGREGATOR_HELP, ATTACK_HELP
 from ..settings import DATA_COLUMNS, RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
 from ..settings import flags as flags_layer

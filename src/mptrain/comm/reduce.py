@@ -22,6 +22,19 @@ def mean_of_rows(rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return out.div_(rows.shape[0])
 
 
+def weighted_sum(tensors: Sequence[torch.Tensor], coefficients: Sequence[float]) -> torch.Tensor:
+    """``sum_i c_i tensors_i``, accumulated in float64 in the tensors' order and returned in
+    the first one's dtype; a tensor whose coefficient is 0 is skipped (a client that did not
+    report may hold anything). The one weighted sum of rows: FedAvg's weighted mean, a
+    robust rule's linear combination and DP-FedAvg's plain sum are all this loop, so that
+    the same rows and coefficients give the same bits whichever path computes them."""
+    result = torch.zeros_like(tensors[0], dtype=torch.float64)
+    for tensor, coefficient in zip(tensors, coefficients):
+        if coefficient:
+            result.add_(tensor, alpha=float(coefficient))   # promoted to float64 in the add
+    return result.to(tensors[0].dtype)
+
+
 def weighted_average(tensors: Sequence[torch.Tensor], weights: Sequence[float]) -> torch.Tensor:
     """Average of ``tensors`` weighted by ``weights`` (e.g. client sample counts in FedAvg)."""
     if len(tensors) != len(weights) or not tensors:
@@ -29,7 +42,4 @@ def weighted_average(tensors: Sequence[torch.Tensor], weights: Sequence[float]) 
     total = float(sum(weights))
     if total <= 0:
         raise ValueError("weights must sum to a positive number")
-    result = torch.zeros_like(tensors[0], dtype=torch.float64)
-    for tensor, weight in zip(tensors, weights):
-        result.add_(tensor, alpha=weight / total)   # promoted to float64 inside the add
-    return result.to(tensors[0].dtype)
+    return weighted_sum(tensors, [weight / total for weight in weights])

@@ -58,7 +58,7 @@ class WorkerSetup:
     start_round: int = 0
     resume_state: dict | None = None      # this rank's part of the checkpoint resumed from
     #: The ranks on this rank's machine, sharing its GPUs (torchrun: its node's); None: all.
-    ranks_here: int | None = None
+    local_workers: int | None = None
     checkpoint_every: int | None = None   # rounds
     #: How this rank scores its model after a round (``engine.evaluation``).
     evaluation: type = TestSetEvaluation

@@ -17,8 +17,8 @@ from functools import lru_cache
 
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
+from .choices import ACCOUNTANTS
 
-ACCOUNTANTS = ("rdp", "pld")
 INSTALL_HINT = 'pip install "mptrain[privacy]" (dp-accounting>=0.4)'
 
 

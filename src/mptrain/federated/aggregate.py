@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from ..comm.reduce import weighted_average
+from ..comm.reduce import weighted_average, weighted_sum
 
 
 def column_slice(numel: int, world_size: int, rank: int) -> slice:
@@ -29,8 +29,6 @@ def sum_rows(rows: torch.Tensor, weights: Sequence[float]) -> torch.Tensor:
     """The plain sum (float64 accumulator, row order) of the rows whose weight is positive;
     zeros when there is none. What DP-FedAvg adds its noise to: every reporting client
     counts once, whatever its size, so that one client moves the sum by at most the clip."""
-    total = torch.zeros(rows.shape[1:], dtype=torch.float64)
-    for row, weight in zip(rows, weights):
-        if weight > 0:
-            total.add_(row)
-    return total.to(rows.dtype)
+    if not len(rows):
+        return torch.zeros(rows.shape[1:], dtype=rows.dtype)
+    return weighted_sum(rows, [1.0 if weight > 0 else 0.0 for weight in weights])

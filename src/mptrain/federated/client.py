@@ -1,5 +1,5 @@
-"""What one client does in a round, as plain functions: how many local steps it takes, its
-update, FedProx's proximal term, and whether its update may be averaged at all."""
+"""What one client does in a round, as plain functions: how many local steps it takes,
+FedProx's proximal term, and whether its update may be averaged at all."""
 
 from __future__ import annotations
 
@@ -21,15 +21,10 @@ def update_is_finite(update: torch.Tensor) -> bool:
     A finite sum clears the update (any NaN or infinity makes the sum non-finite) at the
     cost of one pass and no mask; only an update whose sum is not finite -- a poisoned one,
     or finite values whose sum overflowed -- is looked at element by element. The stacked
-    cohorts decide the same way (``cohort.finite_clients``)."""
+    cohorts decide the same way (``cohorts.trainer.finite_clients``)."""
     if bool(torch.isfinite(update.sum())):
         return True
     return bool(torch.isfinite(update).all())
-
-
-def client_delta_(result: torch.Tensor, global_flat: torch.Tensor) -> torch.Tensor:
-    """Turn a client's flat model ``result`` into its update ``result - global`` in place."""
-    return result.sub_(global_flat)
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ releases that count with noise of std ``sigma_b`` and moves ``C`` geometrically 
 ``quantile`` of the update norms. Part of the privacy goes to that count, so the updates'
 noise multiplier is ``(z^-2 - (2 sigma_b)^-2)^-1/2`` for a total of ``z``.
 
-The noise here comes from seeded generators, chunk by chunk (so that every worker draws its
+The noise here comes from seeded generators, block by block (so that every worker draws its
 slice of the same vector): right for a simulation that must be reproducible, not for a
 deployment, which needs a cryptographically secure source.
 """
@@ -27,9 +27,9 @@ import torch
 from .sampling import mix_seed
 
 _NOISE, _COUNT_NOISE = 0x5EED_0006, 0x5EED_0007
-#: Noise is drawn in chunks of this many numbers, each from its own seed: a worker draws
-#: only the chunks its slice touches, and the vector is the same for any number of workers.
-NOISE_CHUNK = 1 << 16
+#: Noise is drawn in blocks of this many numbers, each from its own seed: a worker draws
+#: only the blocks its slice touches, and the vector is the same for any number of workers.
+NOISE_BLOCK = 1 << 16
 
 
 @torch.no_grad()
@@ -47,15 +47,15 @@ def noise_slice(numel: int, part: slice, std: float, seed: int,
     standard deviation ``std``), the same numbers whichever worker draws which part."""
     start, stop = part.start, part.stop
     out = torch.empty(max(0, stop - start))
-    chunk = start // NOISE_CHUNK
-    while chunk * NOISE_CHUNK < stop:
-        begin = chunk * NOISE_CHUNK
-        size = min(NOISE_CHUNK, numel - begin)
-        generator = torch.Generator().manual_seed(mix_seed(seed, round_index, chunk, _NOISE))
+    block = start // NOISE_BLOCK
+    while block * NOISE_BLOCK < stop:
+        begin = block * NOISE_BLOCK
+        size = min(NOISE_BLOCK, numel - begin)
+        generator = torch.Generator().manual_seed(mix_seed(seed, round_index, block, _NOISE))
         values = torch.randn(size, generator=generator)
         low, high = max(start, begin), min(stop, begin + size)
         out[low - start:high - start] = values[low - begin:high - begin]
-        chunk += 1
+        block += 1
     return out.mul_(std)
 
 

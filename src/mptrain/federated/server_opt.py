@@ -26,8 +26,8 @@ import torch
 
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
+from .choices import SERVER_OPTIMIZERS
 
-SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad")
 DEFAULT_BETAS = (0.9, 0.99)
 DEFAULT_TAU = 1e-3
 #: The server learning rate when none is given: FedAvg's 1 for sgd; for the adaptive

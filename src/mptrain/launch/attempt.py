@@ -54,7 +54,7 @@ class Job:
                            report=report, device=device, start_round=self.start_round,
                            resume_state=_rank_state(self.rank_states, rank),
                            checkpoint_every=self.checkpoint_every,
-                           evaluation=self.evaluation, ranks_here=self.plan.local_workers)
+                           evaluation=self.evaluation, local_workers=self.plan.local_workers)
 
 
 def _rank_state(states: list | None, rank: int) -> dict | None:

@@ -1,8 +1,14 @@
 """Pay lazy imports early and off the critical path.
 
-The first optimizer built in a process imports ``torch._dynamo`` (~1 s here). Started in a
-thread while the data set loads (mostly zlib and numpy, which release the GIL), it is
-usually done by the time training starts; with fork, workers then inherit it for free.
+The first ``torch.optim`` optimizer built in a process imports ``torch._dynamo`` (torch 2.x
+wraps the optimizers' methods in ``torch._disable_dynamo``): 0.7-1.6 s of a 2-core machine.
+This is mptrain's one answer to that cost. Where the workers build a ``torch.optim``
+optimizer (``Strategy.builds_torch_optimizer``), the parent builds one here, in a thread
+while the data set loads (mostly zlib and numpy, which release the GIL): it is usually done
+by the time training starts, and with fork the workers inherit the import for free. Where
+they build none -- the RL strategies step their own Adam (``rl.plain_adam``,
+``rl.flat_adam``), the same arithmetic without ``torch.optim`` -- nobody pays it, in the
+parent or in a worker another start method starts afresh.
 Modules the parent needs only at the end (matplotlib, ~0.4 s, for the curves) are imported
 the same way while its workers train and the parent only watches them, at the lowest CPU
 priority, so that they use idle cores only.

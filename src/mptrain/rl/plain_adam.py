@@ -1,12 +1,10 @@
 """a3c's and dqn's Adam: ``torch.optim.Adam`` as it steps parameters on a CPU, without
 ``torch.optim``.
 
-Why: building any ``torch.optim`` optimizer imports ``torch._dynamo`` (torch 2.x wraps the
-optimizers' methods in ``torch._disable_dynamo``), 0.7-1.6 s of a 2-core machine before
-a run's first step -- in the parent, which builds one before forking so that its workers
-inherit the import, or in every worker that another start method starts afresh. PPO
-avoids it with ``flat_adam``; a3c and dqn keep their parameters as they are (a3c's Adam
-state is shared between processes, tensor by tensor), so they get this one.
+Why: a run whose workers build no ``torch.optim`` optimizer never imports
+``torch._dynamo`` (``launch.warmup`` says what that import costs and how the two kinds of
+run pay or avoid it). PPO steps ``flat_adam``; a3c and dqn keep their parameters as they
+are (a3c's Adam state is shared between processes, tensor by tensor), so they get this one.
 
 The arithmetic is torch's, operation for operation: with parameters on a CPU and neither
 ``fused`` nor ``foreach`` asked for, ``torch.optim.Adam`` runs ``_single_tensor_adam``,

@@ -145,9 +145,9 @@ class Strategy(ABC):
     #: parameters, reaching workers through CUDA IPC): every rank computes on the device
     #: those tensors live on, not on a GPU of its own.
     ranks_share_one_device: ClassVar[bool] = False
-    #: False for strategies whose workers build no ``torch.optim`` optimizer (ppo's learner
-    #: steps its own flat Adam): the parent then does not pay torch's lazy import of
-    #: ``torch._dynamo`` (~0.7 s) for them before forking (``launch.warmup``).
+    #: False for strategies whose workers build no ``torch.optim`` optimizer (the RL
+    #: strategies step their own Adam): the parent then does not pay the import of
+    #: ``torch._dynamo`` before forking (``launch.warmup``: the one answer to its cost).
     builds_torch_optimizer: ClassVar[bool] = True
 
     def __init__(self, config: TrainConfig):

@@ -19,18 +19,31 @@ same maths, summed in a different order; a robust rule or an attack gathers the 
 rows to rank 0 instead (``gathered``: the same rule, the same bits); SCAFFOLD and DP need
 the shared table and are refused there.
 
-The parts, in the order a run meets them:
+The parts, one line per file, in the order a run meets them:
 
-- ``strategy``: the parent's side -- facts, refusals before anything starts
-  (``refusals``), and what the run reports (``report``);
 - ``settings``: :class:`~.settings.FedAvgSettings`, fedavg's own section of the config
   (``TrainConfig.fedavg``), and what its settings stand for when left out;
+- ``strategy``: the parent's side -- facts, what it prepares, what it reports;
+- ``refusals``: every refusal of fedavg's, while the config is built and before the run
+  starts;
 - ``shared``: :class:`~.shared.FedAvgShared`, everything the workers share, as one value;
-- ``worker``: one worker's round -- sample, train my clients (``ClientTrainer`` in
-  ``clients``), then the server step on my slice (``server``);
-- ``checkpoint``: the server's state in a checkpoint, and back.
+- ``worker``: one worker's round -- sample, train my clients, then the server step;
+- ``clients``: ``ClientTrainer``, the one-client-at-a-time training of a worker's clients;
+- ``cohorts``: the stacked path's glue: the parent's choice, the cohort size every rank
+  agrees on, one cohort's training;
+- ``tally``: what happened to a worker's clients in a round;
+- ``server``: the server's step on my slice of the columns (``combine_updates``: the
+  aggregation seam);
+- ``robust_worker``: a worker's part of a robust rule and an attack, between its barriers;
+- ``decision_cell``: a row-wise rule's decision, from rank 0 to the others in shared memory;
+- ``gathered``: the round's rows gathered to rank 0 where ranks share no memory;
+- ``client_evaluation``: the global model on every client's data (``--client-eval-every``);
+- ``checkpoint``: the server's state in a checkpoint, and back;
+- ``report``: the banner, the round's line and notes, summary.json;
+- ``robust_report``: what a robust rule and an attack add to them.
 
-The maths (sampling, aggregation, privacy, server optimizers) is in ``mptrain.federated``.
+The maths (sampling, aggregation, privacy, server optimizers, robust rules, cohorts) is in
+``mptrain.federated``.
 """
 
 from ...imports import lazy_exports

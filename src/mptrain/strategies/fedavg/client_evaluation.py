@@ -8,7 +8,7 @@ from ...data.sources import CLASSIFICATION
 from ...engine.task import evaluate
 from ...federated.aggregate import column_slice
 from ...federated.client_stats import summarize
-from ...federated.cohort_eval import client_accuracies
+from ...federated.client_accuracy import client_accuracies
 
 
 def evaluate_clients(config, shared, setup, trainer, stacked: bool) -> dict:

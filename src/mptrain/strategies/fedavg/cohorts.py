@@ -2,9 +2,9 @@
 choice of path before anything starts, and a worker's cohorts -- their size, agreed by
 every rank in the first round, and the training of one cohort.
 
-The parent dry-runs the model on one batch on CPU (``federated.vectorizable``): ``on``
+The parent dry-runs the model on one batch on CPU (``federated.cohorts.check``): ``on``
 refuses there what cannot vectorize, ``auto`` notes it and trains one client at a time, or
-applies its rule (``federated.cohort_choice``). On CPU the parent also sizes the cohorts
+applies its rule (``federated.cohorts.choice``). On CPU the parent also sizes the cohorts
 (the size the banner shows); on a GPU each worker sizes them from the memory free on its
 device in its first round. Either way rank 0's size goes to every rank (``broadcast_``),
 and a checkpoint keeps it, so a resumed run trains in the cohorts of the run it continues.
@@ -20,11 +20,12 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import scaffold
-from ...federated.cohort import CohortTrainer
-from ...federated.cohort_choice import ClientPath, as_tensor, auto_path, vectorizing
-from ...federated.cohort_optim import ClientOptimizerSettings
-from ...federated.cohort_round import ClientOutcome, ClientWork, train_cohort
-from ...federated.vectorizable import CohortCheck, check_cohort, chunk_size, memory_budget
+from ...federated.cohorts.trainer import CohortTrainer
+from ...federated.cohorts.choice import ClientPath, as_tensor, auto_path, vectorizing
+from ...federated.cohorts.optimizer import ClientOptimizerSettings
+from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
+from ...federated.cohorts.check import CohortCheck, check_cohort
+from ...federated.cohorts.memory import cohort_size, memory_budget
 from .shared import table_rows
 
 
@@ -42,9 +43,6 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     if mode == "off":
         return None, ClientPath(False, reason=vectorizing("off"))
     if config.compile:   # stacked clients run through torch.func, not the compiled model
-        if mode == "on":
-            raise UserError(f"{vectorizing('on')} and {named('compile')}: stacked clients "
-                            "train through torch.func, not the compiled model; choose one")
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
                                               "model")
     count = min(len(data.train), config.batch_size)
@@ -62,13 +60,13 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     if path.vectorized:
         if f.sampling == "poisson":
             path = replace(path, expected=f.sampled_clients)
-        chunk = host_chunk(config, check, workers)
-        if chunk is not None:
-            path = path.sized(chunk)
+        size = host_cohort_size(config, check, workers)
+        if size is not None:
+            path = path.sized(size)
     return check, path
 
 
-def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
+def host_cohort_size(config, check: CohortCheck, workers: int) -> int | None:
     """Clients per cohort where the parent can tell: forced, or on CPU from the host's
     memory, either way at most the clients a round can sample (a cohort is never larger,
     and the banner says the size); None where the workers size it (a GPU's free memory).
@@ -85,12 +83,12 @@ def host_chunk(config, check: CohortCheck, workers: int) -> int | None:
         return min(most, f.vectorize_chunk)
     if config.device != "cpu":
         return None
-    return min(most, chunk_size(check.client_bytes,
-                                memory_budget(torch.device("cpu"), workers)))
+    return min(most, cohort_size(check.client_bytes,
+                                 memory_budget(torch.device("cpu"), workers)))
 
 
 def banner_line(path: ClientPath) -> str:
-    if path.vectorized and path.chunk is None:
+    if path.vectorized and path.cohort_size is None:
         return "clients: vectorized, cohorts sized from each worker's free GPU memory"
     return f"clients: {path.describe()}"
 
@@ -105,11 +103,11 @@ class CohortClients:
         self.path = path if path is not None else \
             ClientPath(False, reason="--vectorize-clients off")
         self.agreed = not self.path.vectorized
-        self.saved_chunk: int | None = None    # the cohort size of the run a resume continues
+        self.saved_size: int | None = None    # the cohort size of the run a resume continues
         self.work = ClientWork(config.seed, config.batch_size, config.fedavg.local_epochs,
                                config.fedavg.straggler_rate)
-        self.stacked = cohort_trainer(config, trainer.model, setup.data.task, setup.device) \
-            if self.path.vectorized else None
+        self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
+                                             setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
 
     def agree(self, group) -> ClientPath:
@@ -117,18 +115,18 @@ class CohortClients:
         round): a resumed run's, else the parent's, else from the GPU's free memory."""
         if self.agreed:
             return self.path
-        chunk = self.path.chunk
-        if self.saved_chunk is not None and self.config.fedavg.vectorize_chunk is None:
-            chunk = self.saved_chunk
-        if chunk is None and group.rank == 0:
+        size = self.path.cohort_size
+        if self.saved_size is not None and self.config.fedavg.vectorize_chunk is None:
+            size = self.saved_size
+        if size is None and group.rank == 0:
             device = self.setup.device
             # Under torchrun on several nodes the world is every node's ranks; those that
             # share rank 0's GPUs are its machine's.
-            here = self.setup.ranks_here or group.world_size
+            here = self.setup.local_workers or group.world_size
             sharers = math.ceil(here / max(1, torch.cuda.device_count()))
-            chunk = min(self.shared.rows,
-                        chunk_size(self.client_bytes or 1, memory_budget(device, sharers)))
-        values = as_tensor(chunk or 0)
+            size = min(self.shared.rows,
+                       cohort_size(self.client_bytes or 1, memory_budget(device, sharers)))
+        values = as_tensor(size or 0)
         group.broadcast_([values], src=0)
         self.path, self.agreed = self.path.sized(max(1, int(values[0]))), True
         return self.path
@@ -143,7 +141,7 @@ class CohortClients:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
         return list(train_cohort(
-            self.stacked, clients, round_index, self.work, shared.client_index,
+            self.cohort_trainer, clients, round_index, self.work, shared.client_index,
             shared.client_offsets, trainer.feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
             corrections, on_step=self.setup.progress.advance))
@@ -152,10 +150,11 @@ class CohortClients:
     def state(self) -> dict:
         if not (self.path.vectorized and self.agreed):
             return {}
-        return {"cohort_chunk": self.path.chunk}
+        return {"cohort_size": self.path.cohort_size}
 
     def load_state(self, state: dict) -> None:
-        saved = state.get("cohort_chunk")
+        # "cohort_chunk": checkpoints written before the glossary named it the cohort size.
+        saved = state.get("cohort_size", state.get("cohort_chunk"))
         if isinstance(saved, int) and not isinstance(saved, bool) and saved >= 1:
-            self.saved_chunk = saved
+            self.saved_size = saved
 

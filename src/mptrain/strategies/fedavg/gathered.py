@@ -1,7 +1,7 @@
 """The round's table where the ranks share no memory (torchrun), for a robust rule or an
 attack (issue 41): every client's update is needed at once, so the rows are gathered to
 rank 0, which alone holds the whole table and applies the rule exactly as the
-single-machine server does (``RobustServer.aggregate`` over every column); the aggregate
+single-machine server does (``RobustWorker.aggregate`` over every column); the aggregate
 goes back to every rank through the group, and every rank steps its own copy of the server
 optimizer on the same bits -- so the ranks' models stay bitwise equal, and equal to the
 single-machine run's (the rule's sums run over the same fixed blocks in the same client
@@ -17,7 +17,7 @@ Memory: rank 0 holds the table, ``rows x numel`` floats, made once; every other 
 only its own clients' rows (made each round, dropped after the gather); the gather holds a
 block of rows on every rank and one more per rank on rank 0, at most 64 MiB there
 (``comm.dist.GATHER_BYTES``). The banner and the 1 GiB refusal count rank 0's table, the
-refusal on rank 0's machine the rest too (``robust_server.gathered_memory_refusal``). No
+refusal on rank 0's machine the rest too (``refusals.gathered_memory_refusal``). No
 shared state: everything here is private to its rank.
 """
 
@@ -27,7 +27,9 @@ from typing import Sequence
 
 import torch
 
-from ...federated.robust_server import WEIGHT_COLUMNS
+#: The columns after a gathered row's numbers that carry its weight: the float64's bits as
+#: two float32s.
+WEIGHT_COLUMNS = 2
 
 
 class GatheredTable:

@@ -1,5 +1,7 @@
-"""fedavg's refusals beyond the config's own per-field checks: which combinations of settings
-make no sense, each refused in one line that says why and what to do instead.
+"""fedavg's refusals, in one place: beyond the config's own per-field checks, which
+combinations of settings make no sense (``check_fedavg_config``, while the config is built)
+and what this run cannot offer them (``check_run``, in the parent before anything starts),
+each refused in one line that says why and what to do instead.
 
 Settings are named as the caller wrote them (``setting_name``: ``--clients-per-round`` on
 the command line, ``clients_per_round`` from ``fit()``, the key in a config file): these
@@ -7,10 +9,18 @@ checks run while the config is built, inside the spelling of the layer that said
 
 from __future__ import annotations
 
+import psutil
+
+from ...comm.dist import gather_buffer_rows
+from ...data.sources import CLASSIFICATION
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ...federated.robust_server import refuse_combinations
-from .settings import count_noise_std, robust_settings_of
+from ...federated.robust.settings import RobustSettings
+from ...report.words import human_bytes
+from ..model_state import floating_state
+from .gathered import WEIGHT_COLUMNS
+from .settings import accountant_name, count_noise_std, privacy_delta, robust_settings_of
+from .shared import TABLE_LIMIT_BYTES, controls_placement, table_rows, uses_shared_table
 
 
 def check_fedavg_config(config) -> None:
@@ -22,6 +32,9 @@ def check_fedavg_config(config) -> None:
     if f.sampled_clients > f.clients:
         raise UserError(f"{named('clients_per_round')} {f.sampled_clients} is more than "
                         f"{named('clients')} {f.clients}; sample at most every client")
+    if f.vectorize_clients == "on" and c.compile:
+        raise UserError(f"{named('vectorize_clients')} on and {named('compile')}: stacked "
+                        "clients train through torch.func, not the compiled model; choose one")
     if f.vectorize_chunk is not None and f.vectorize_clients == "off":
         raise UserError(f"{named('vectorize_chunk')} sizes stacked cohorts of clients, and "
                         f"{named('vectorize_clients')} off trains none; drop one of them")
@@ -83,3 +96,127 @@ def _check_privacy(f) -> None:
                             f"of {named('dp_noise')} ({f.dp_noise / 2:g}), or it takes the "
                             f"whole privacy budget: give {named('dp_count_noise')} above that "
                             "(default: expected clients per round / 20)")
+
+
+def check_run(config, data, model, plan, out_dir) -> None:
+    """What this run cannot offer its settings, refused before anything starts: the shared
+    memory SCAFFOLD, DP and per-client evaluation need, a privacy target the first round
+    spends, room for SCAFFOLD's variates, and what the rule and the attack need (the
+    round's updates in one table that fits -- shared by the workers, or gathered to rank 0
+    under torchrun -- and class labels to flip)."""
+    c, f = config, config.fedavg
+    if (f.dp_clip is not None or f.scaffold) and not uses_shared_table(c, model, plan):
+        what = named("scaffold") if f.scaffold else f"{named('dp_clip')}/{named('dp_noise')}"
+        raise UserError(f"{what} needs the round's results in one machine's shared "
+                        "memory (every client's row, summed in client order); run "
+                        "mptrain's own workers on one machine, or fewer "
+                        f"{named('clients_per_round')} for a smaller table")
+    if f.client_eval_every and not plan.comm.shares_memory:
+        raise UserError(f"{named('client_eval_every')} needs one machine's shared memory "
+                        "(every rank writes its clients' accuracies into one table); run "
+                        "mptrain's own workers on one machine")
+    if f.private:
+        from ...federated.accounting import PrivacyAccountant, require_dp_accounting
+
+        require_dp_accounting()
+        first = PrivacyAccountant(accountant_name(f)).epsilon_after(
+            f.sample_rate, f.dp_noise, privacy_delta(f))
+        if f.target_epsilon is not None and first > f.target_epsilon:
+            raise UserError(f"{named('target_epsilon')} {f.target_epsilon:g} is spent by "
+                            f"the first round alone (epsilon {first:.3g} at delta "
+                            f"{privacy_delta(f):g}); raise it, add noise "
+                            f"({named('dp_noise')}) or sample fewer clients")
+    if f.scaffold:
+        controls_placement(c, model, out_dir)   # refuses when neither place fits
+    check_robust(config, data, model, plan)
+
+
+def check_robust(config, data, model, plan) -> None:
+    """What the rule and the attack need from this run: the round's updates in one table
+    (shared by the workers, or gathered to rank 0 under torchrun; refused with the figures
+    when it does not fit), class labels to flip."""
+    robust = robust_settings_of(config)
+    numel = sum(t.numel() for t in floating_state(model))
+    rows = table_rows(config)
+    refusal = table_refusal(robust, rows, numel, TABLE_LIMIT_BYTES, plan.comm.shares_memory)
+    if not refusal and not plan.comm.shares_memory and plan.rank_zero_here:
+        # Shared tables are counted with /dev/shm's (``shared_bytes``); rank 0's own here.
+        refusal = gathered_memory_refusal(robust, rows, numel, plan.workers,
+                                          plan.local_workers or plan.workers,
+                                          psutil.virtual_memory().available)
+    if refusal:
+        raise UserError(refusal)
+    if robust.attack is not None and robust.attack.name == "label-flip" \
+            and data.task != CLASSIFICATION:
+        raise UserError(f"{named('attack')} label-flip flips class labels; this data set "
+                        f"is regression: choose another {named('attack')}")
+
+
+def refuse_combinations(settings: RobustSettings, *, dp: bool, scaffold: bool) -> None:
+    """The combinations whose guarantees would not hold, refused in one line."""
+    if not settings.active:
+        return
+    what = _what(settings)
+    if dp:
+        raise UserError(f"{what} with {named('dp_clip')}/{named('dp_noise')} is refused: "
+                        "DP-FedAvg's clip is each client's own step (an attacker would skip "
+                        "it) and its noise is calibrated to a sum of clipped updates, not to "
+                        f"a robust rule; for a server-side clip use {named('aggregator')} "
+                        "norm-bound:C")
+    if scaffold:
+        raise UserError(f"{what} with {named('scaffold')} is refused: SCAFFOLD's control "
+                        "variates are averaged with the plain mean, which the rule and the "
+                        "attackers would bypass")
+
+
+def table_refusal(settings: RobustSettings, rows: int, numel: int, limit: int,
+                  shares_memory: bool) -> str | None:
+    """Why the rule cannot have the round's updates in one table (None: it can). With
+    shared memory the table is shared by every worker; without (torchrun) it is rank 0's
+    own, gathered from the others' rows (``gathered``): either way one
+    table of ``rows x numel`` floats, counted against ``limit``."""
+    if not settings.needs_table:
+        return None
+    what = _what(settings)
+    need = rows * numel * 4
+    if need > limit:
+        where = "one shared table" if shares_memory else "one table on rank 0"
+        return (f"{what} needs every client's update in {where}: {rows} clients x "
+                f"{numel:,} parameters x 4 bytes = {human_bytes(need)}, over the "
+                f"{human_bytes(limit)} limit; sample fewer {named('clients_per_round')}")
+    return None
+
+
+def gathered_memory_refusal(settings: RobustSettings, rows: int, numel: int, ranks: int,
+                            local_workers: int, available: int) -> str | None:
+    """Why rank 0's machine cannot hold the gathered table now (None: it can). Under
+    torchrun the table is private memory, not /dev/shm: rank 0's ``rows x numel`` floats;
+    for each other rank on its machine, the rows of its own clients of the round (at most
+    ``ceil(rows / ranks)``, each with its weight's two columns); and the gather's buffers
+    (a block of rows on each of those ranks, and on rank 0 one more per rank: at most
+    ``comm.dist.GATHER_BYTES`` and a block) -- counted against the memory ``available``
+    now."""
+    if not settings.needs_table:
+        return None
+    row, sent = numel * 4, (numel + WEIGHT_COLUMNS) * 4
+    table = rows * row
+    share = -(-rows // ranks)
+    others = (local_workers - 1) * share * sent
+    buffers = (ranks + local_workers) * gather_buffer_rows(share, sent, ranks) * sent \
+        if ranks > 1 else 0
+    if table + others + buffers <= available:
+        return None
+    theirs = f" + {human_bytes(others)} for its other {local_workers - 1} rank(s)' own rows" \
+        if others else ""
+    gather = f" + {human_bytes(buffers)} for the gather's buffers" if buffers else ""
+    return (f"{_what(settings)} gathers every client's update to rank 0: {rows} clients x "
+            f"{numel:,} parameters x 4 bytes = {human_bytes(table)}{theirs}{gather} on rank "
+            f"0's machine, which has {human_bytes(available)} of memory available; sample "
+            f"fewer {named('clients_per_round')}, or free memory there")
+
+
+def _what(settings: RobustSettings) -> str:
+    """What a refusal is about: the rule, or the attack when the rule is the mean."""
+    if settings.rule.name != "mean":
+        return f"{named('aggregator')} {settings.rule.name}"
+    return f"{named('attack')} {settings.attack.name}"

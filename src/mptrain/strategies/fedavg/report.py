@@ -9,7 +9,7 @@ from pathlib import Path
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...report.console import metric_parts
 from ...report.words import count
-from . import robust
+from . import robust_report as robust
 from .settings import accountant_name, privacy_delta, server_optimizer
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
 

@@ -16,31 +16,31 @@ import torch
 from ...federated import scaffold
 from ...federated.aggregate import aggregate_rows, column_slice, sum_rows
 from ...federated.privacy import count_noise, next_clip, noise_slice, private_mean
-from ...federated.robust_server import RobustServer
+from .robust_worker import RobustWorker
 from .gathered import GatheredTable
 from .settings import clip_lr, count_noise_std, privacy_delta, updates_noise_multiplier
 from .shared import FedAvgShared
 
 
-def combine_updates(rows: torch.Tensor, weights: Sequence[float], params: torch.Tensor,
+def combine_updates(rows: torch.Tensor, weights: Sequence[float], global_flat: torch.Tensor,
                     clip: float | None, noise: torch.Tensor | None = None,
                     expected_clients: float | None = None) -> torch.Tensor | None:
     """The round's new global values for one slice of the columns (what the server
     optimizer steps towards), from the clients' rows of that slice in client-id order.
 
     ``rows[i]`` is client i's model, or with a ``clip`` its clipped update (model minus
-    ``params``); ``weights[i]`` is 0 for a client that failed, dropped out or sent a
-    non-finite update. With DP (``noise`` given) every reporting client counts once and the
+    ``global_flat``, this slice of the global model); ``weights[i]`` is 0 for a client
+    that failed, dropped out or sent a non-finite update. With DP (``noise`` given) every reporting client counts once and the
     noised sum is divided by the expected count, so that nothing released depends on who
     reported -- even when nobody did. Otherwise the weighted mean; None when no client
     reported (the round changes nothing)."""
     if noise is not None:
-        return params + private_mean(sum_rows(rows, weights), noise, expected_clients)
+        return global_flat + private_mean(sum_rows(rows, weights), noise, expected_clients)
     if not any(w > 0 for w in weights):
         return None
     average = aggregate_rows(rows, weights)
     if clip is not None:   # clipped updates, not models: the average is x + mean
-        average = params + average
+        average = global_flat + average
     return average
 
 
@@ -48,7 +48,7 @@ class ServerStep:
     """One rank's part of the server: its slice of the global model and server state."""
 
     def __init__(self, config, shared: FedAvgShared, group, server_optimizer, accountant,
-                 robust: RobustServer | None = None):
+                 robust: RobustWorker | None = None):
         self.config, self.shared, self.group = config, shared, group
         #: The robust rule and the attackers' server side (None: the mean, no attack).
         self.robust = robust

@@ -52,7 +52,7 @@ class FedAvgSettings:
     vectorize_chunk: int | None = None      # clients per stacked cohort; None: from memory
     aggregator: str = "mean"                # how the server combines the round's updates
     malicious_fraction: float = 0.0         # clients that attack (seeded, fixed for the run)
-    attack: str | None = None               # what they send (federated.attacks)
+    attack: str | None = None               # what they send (federated.robust.attacks)
 
     @property
     def sampled_clients(self) -> int:
@@ -121,9 +121,9 @@ def server_optimizer(settings: FedAvgSettings):
 
 def robust_settings_of(config):
     """The run's ``--aggregator``, ``--malicious-fraction`` and ``--attack`` resolved
-    (``federated.robust_server.RobustSettings``): a pure function of the whole config (the
+    (``federated.robust.settings.RobustSettings``): a pure function of the whole config (the
     attackers are drawn from its seed), so every process gets the same."""
-    from ...federated.robust_server import robust_settings   # torch: not at import
+    from ...federated.robust.settings import robust_settings   # torch: not at import
 
     f = config.fedavg
     return robust_settings(f.aggregator, f.malicious_fraction, f.attack, f.clients,

@@ -21,9 +21,9 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...data.shared import shared_zeros
-from ...federated.robust_round import PlanCell
 from ...federated.sampling import poisson_capacity
 from ..model_state import floating_state
+from .decision_cell import DecisionCell
 from .settings import robust_settings_of, server_optimizer
 
 #: Above this, the table of one round's client results is not kept in shared memory; the
@@ -58,8 +58,8 @@ class FedAvgShared:
     control_deltas: torch.Tensor | None = None   # [rows, params] the clients' dc_i
     touched: torch.Tensor | None = None      # [clients] uint8: c_i ever set
     client_accuracy: torch.Tensor | None = None  # [clients] float64
-    #: A row-wise robust rule's decision, rank 0 to the others (``RobustServer``).
-    plan_cell: PlanCell | None = None
+    #: A row-wise robust rule's decision, rank 0 to the others (``RobustWorker``).
+    decision_cell: DecisionCell | None = None
     #: SCAFFOLD's client variates c_i [clients, params] in shared memory, or None when
     #: they live in ``controls_path`` (a file each process maps: ``client_controls``).
     client_controls_in_memory: torch.Tensor | None = field(default=None, repr=False)
@@ -126,8 +126,8 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
     if f.client_eval_every:
         parts["client_accuracy"] = torch.full((f.clients,), float("nan"),
                                               dtype=torch.float64)
-    if _needs_plan_cell(config):
-        parts["plan_cell"] = PlanCell(rows)
+    if _needs_decision_cell(config):
+        parts["decision_cell"] = DecisionCell(rows)
     shared = FedAvgShared(client_index=client_index, client_offsets=client_offsets,
                           global_flat=flat,
                           server_state=server_optimizer(f).init_state(flat.numel()),
@@ -136,8 +136,8 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
         small = [parts[k] for k in ("weights", "within", "clip", "privacy", "controls",
                                     "control_deltas", "touched", "client_accuracy")
                  if k in parts]
-        if "plan_cell" in parts:
-            small.append(parts["plan_cell"].tensor)
+        if "decision_cell" in parts:
+            small.append(parts["decision_cell"].tensor)
         for tensor in [client_index, client_offsets, flat, *shared.server_state.values(),
                        *small]:
             tensor.share_memory_()
@@ -207,12 +207,12 @@ def shared_bytes(config, model, plan, out_dir: Path | None) -> int:
         extra += need if place == "shm" else 0
     if f.client_eval_every:
         extra += 8 * f.clients
-    if _needs_plan_cell(config):
-        extra += PlanCell(table_rows(config)).tensor.nbytes
+    if _needs_decision_cell(config):
+        extra += DecisionCell(table_rows(config)).tensor.nbytes
     return extra
 
 
-def _needs_plan_cell(config) -> bool:
+def _needs_decision_cell(config) -> bool:
     robust = robust_settings_of(config)
     return robust.active and robust.rule.row_wise
 

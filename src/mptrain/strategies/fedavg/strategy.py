@@ -4,16 +4,13 @@ reports (``report``)."""
 
 from __future__ import annotations
 
-from ...errors import UserError
-from ...errors import setting_name as named   # as the caller spelled the setting
 from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
                     model_tensor_count)
 from ..model_state import floating_state
-from . import cohorts, report, robust
-from .refusals import check_fedavg_config
-from .settings import FEDAVG_SETTINGS, accountant_name, privacy_delta
-from .shared import (FedAvgShared, controls_placement, cut_clients, share_round_state,
-                     shared_bytes, uses_shared_table)
+from . import cohorts, report, robust_report
+from .refusals import check_fedavg_config, check_run
+from .settings import FEDAVG_SETTINGS
+from .shared import FedAvgShared, cut_clients, share_round_state, shared_bytes
 
 
 class FedAvgStrategy(Strategy):
@@ -39,7 +36,7 @@ class FedAvgStrategy(Strategy):
         self.divergence = report.DivergenceWatch()
         #: --vectorize-clients: the path the parent chose (``cohorts.choose_path``) and
         #: one client's memory in a cohort, from its dry run.
-        self.client_path_plan = None
+        self.chosen_path = None
         self.client_bytes: int | None = None
         #: Which path the clients trained on, as the workers reported it.
         self.client_path: str | None = None
@@ -72,36 +69,13 @@ class FedAvgStrategy(Strategy):
         """Before anything starts: cut the clients, since cutting them is how a partition
         that cannot split this data set (or a user's function that returns bad clients) is
         found -- in one line, before any output exists. The cut is kept for ``prepare``.
-        Then what needs shared memory, the accountant, and room for SCAFFOLD's variates."""
-        c, f = self.config, self.config.fedavg
+        Then what the run cannot offer its settings (``refusals.check_run``), and the
+        path the clients train on."""
         self.partition(data)
-        if (f.dp_clip is not None or f.scaffold) and not uses_shared_table(c, model, plan):
-            what = named("scaffold") if f.scaffold else \
-                f"{named('dp_clip')}/{named('dp_noise')}"
-            raise UserError(f"{what} needs the round's results in one machine's shared "
-                            "memory (every client's row, summed in client order); run "
-                            "mptrain's own workers on one machine, or fewer "
-                            f"{named('clients_per_round')} for a smaller table")
-        if f.client_eval_every and not plan.comm.shares_memory:
-            raise UserError(f"{named('client_eval_every')} needs one machine's shared memory "
-                            "(every rank writes its clients' accuracies into one table); run "
-                            "mptrain's own workers on one machine")
-        if f.private:
-            from ...federated.accounting import PrivacyAccountant, require_dp_accounting
-
-            require_dp_accounting()
-            first = PrivacyAccountant(accountant_name(f)).epsilon_after(
-                f.sample_rate, f.dp_noise, privacy_delta(f))
-            if f.target_epsilon is not None and first > f.target_epsilon:
-                raise UserError(f"{named('target_epsilon')} {f.target_epsilon:g} is spent by "
-                                f"the first round alone (epsilon {first:.3g} at delta "
-                                f"{privacy_delta(f):g}); raise it, add noise "
-                                f"({named('dp_noise')}) or sample fewer clients")
-        if f.scaffold:
-            controls_placement(c, model, self.out_dir)   # refuses when neither place fits
-        robust.check_robust(c, data, model, plan)
-        if self.client_path_plan is None:   # once: restarts reuse it
-            check, self.client_path_plan = cohorts.choose_path(c, model, data, plan.workers)
+        check_run(self.config, data, model, plan, self.out_dir)
+        if self.chosen_path is None:   # once: restarts reuse it
+            check, self.chosen_path = cohorts.choose_path(self.config, model, data,
+                                                               plan.workers)
             self.client_bytes = check.client_bytes if check is not None else None
 
     def partition(self, data) -> None:
@@ -132,7 +106,7 @@ class FedAvgStrategy(Strategy):
     def program(self, setup) -> WorkerProgram:
         from .worker import FedAvgProgram
 
-        return FedAvgProgram(self.config, self.shared, setup, self.client_path_plan,
+        return FedAvgProgram(self.config, self.shared, setup, self.chosen_path,
                              self.client_bytes)
 
     # -- what the run says about itself ----------------------------------------------------------
@@ -155,7 +129,7 @@ class FedAvgStrategy(Strategy):
         return report.round_line(metrics)
 
     def round_notes(self, metrics):
-        planned = self.client_path_plan.describe() if self.client_path_plan else None
+        planned = self.chosen_path.describe() if self.chosen_path else None
         return report.round_notes(self.config, metrics, planned)
 
     def summary_fields(self):
@@ -163,8 +137,8 @@ class FedAvgStrategy(Strategy):
                                         self.stopped_for_privacy_at),
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
                 "client_path": self.client_path,
-                **robust.summary_fields(self.config, self.rounds_skipped)}
+                **robust_report.summary_fields(self.config, self.rounds_skipped)}
 
     def describe(self, plan, model):
         return report.describe(self.config, plan, model, self.out_dir) + [
-            cohorts.banner_line(self.client_path_plan)]
+            cohorts.banner_line(self.chosen_path)]

@@ -35,9 +35,8 @@ from ...errors import ClientFailedError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import availability, scaffold
 from ...federated.client import update_is_finite
-from ...federated.cohort_round import chunks
+from ...federated.cohorts.clients import split_into_cohorts
 from ...federated.privacy import clip_
-from ...federated.robust_server import RobustServer
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
@@ -46,6 +45,7 @@ from .client_evaluation import evaluate_clients
 from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .gathered import GatheredTable, slot_owners
+from .robust_worker import RobustWorker
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
@@ -73,7 +73,7 @@ class FedAvgProgram(WorkerProgram):
             accountant = PrivacyAccountant(accountant_name(config.fedavg))
         # The rule and the attackers (None: FedAvg's mean, nobody attacks).
         settings = robust_settings_of(config)
-        self.robust = RobustServer(settings, shared.plan_cell, config.seed,
+        self.robust = RobustWorker(settings, shared.decision_cell, config.seed,
                                    setup.data.output_size) if settings.active else None
         self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
                                  accountant, self.robust)
@@ -117,7 +117,8 @@ class FedAvgProgram(WorkerProgram):
         self.trainer.load_global()
         if f.client_eval_every and ((round_index + 1) % f.client_eval_every == 0
                                     or round_index + 1 == f.rounds):
-            figures.update(self._evaluate_clients())
+            figures.update(evaluate_clients(self.config, shared, self.setup, self.trainer,
+                                            self.cohorts.path.vectorized))
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
         if first and group.rank == 0:   # the path this run's clients train on, once
             extras["client_path"] = self.cohorts.path.describe()
@@ -148,20 +149,20 @@ class FedAvgProgram(WorkerProgram):
         slots = {client: slot for slot, client in enumerate(sampled)}
         partial_sum, partial_weight = None, 0.0
         path = self.cohorts.path
+        # In training order: (clients, stacked) -- the honest clients' cohorts, then the
+        # attackers one at a time (the one-client path has the attack's hooks: they train,
+        # forge or flip labels there); or, one client at a time, every client alone.
         if path.vectorized:
-            # Attackers train (or forge, or flip labels) on the one-client path, which has
-            # the attack's hooks; the honest clients train stacked.
             robust = self.robust
             attackers = [c for c in mine if robust is not None and robust.is_malicious(c)]
             honest = [c for c in mine if c not in attackers]
-            cohorts = chunks(honest, path.chunk) + [[c] for c in attackers]
+            order = [(cohort, True) for cohort in split_into_cohorts(honest, path.cohort_size)]
+            order += [([c], False) for c in attackers]
         else:
-            cohorts = [[c] for c in mine]
-        for cohort in cohorts:
-            stacked = path.vectorized and not (self.robust is not None and len(cohort) == 1
-                                                and self.robust.is_malicious(cohort[0]))
-            outcomes = self._train_cohort(cohort, round_index, tally) if stacked else None
-            for position, client in enumerate(cohort):
+            order = [([c], False) for c in mine]
+        for clients, stacked in order:
+            outcomes = self._train_cohort(clients, round_index, tally) if stacked else None
+            for position, client in enumerate(clients):
                 row = self._row(slots[client])
                 if outcomes is None:
                     weight = self._run_client(client, round_index, clip, row,
@@ -212,7 +213,8 @@ class FedAvgProgram(WorkerProgram):
         f, trainer, robust = self.config.fedavg, self.trainer, self.robust
         trainer.load_global()
         if robust is not None and not robust.trains(client):
-            return self._forge(client, round_index, row, tally)
+            return robust.forge(client, row, self.shared.global_flat, round_index, tally,
+                                f.dropout_rate, self.trainer.sizes[client] * f.local_epochs)
         try:
             relabel = robust.targets(client) if robust is not None else None
             steps, samples, loss = trainer.train(client, round_index, relabel)
@@ -263,27 +265,6 @@ class FedAvgProgram(WorkerProgram):
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
         return 1.0 if f.private else float(samples)
-
-    def _forge(self, client: int, round_index: int, row: torch.Tensor,
-               tally: "RoundTally") -> float:
-        """An attacker that does not train (gaussian, ALIE): it writes what it sends into
-        its row of the shared table and claims the weight an honest client of its size
-        would (the samples of --local-epochs over its data). The server drops what is
-        non-finite, whoever sent it; attackers drop out like everyone else."""
-        c, f = self.config, self.config.fedavg
-        self.robust.send_(client, row, self.shared.global_flat, round_index)
-        if not update_is_finite(row):
-            tally.nonfinite.append(client)
-            return 0.0
-        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
-            tally.dropped += 1
-            return 0.0
-        tally.reported += 1
-        return float(self.trainer.sizes[client] * f.local_epochs)
-
-    def _evaluate_clients(self) -> dict:
-        return evaluate_clients(self.config, self.shared, self.setup, self.trainer,
-                                self.cohorts.path.vectorized)
 
     # -- what the loop asks of every program -----------------------------------------------------
     def eval_model(self) -> nn.Module:
