@@ -235,11 +235,16 @@ class Supervisor:
             self._on_started()
             self._watch(result, connections, finished)
         finally:
-            self.stop_all()
+            stopped_by = self.stop_all()
             for rank, process in enumerate(self._processes):
                 result.exitcodes[rank] = process.exitcode
             for connection in [*connections.values(), gate, gate_opener]:
                 connection.close()
+        # Reached only when nothing was raised: the workers finished or one failed. A stop
+        # signal that came while the others were being stopped after a failure is still a
+        # stop (the run would otherwise be reported failed, and restarted).
+        if stopped_by:
+            _deliver(stopped_by[0])
         return result
 
     def _import_path(self):
@@ -383,16 +388,20 @@ class Supervisor:
         return [rank for process in sorted(live) for rank in self._ranks_of(process)
                 if waiting[rank]]
 
-    def stop_all(self) -> None:
+    def stop_all(self) -> list[int]:
         """SIGTERM every live worker, SIGKILL what is left after a grace period, reap all.
 
-        A second Ctrl-C (or SIGTERM) while this runs kills the workers at once.
+        A stop signal while this runs kills the workers at once: a second Ctrl-C while a stop
+        unwinds, or a first one after a worker failed. Return the stop signals that came,
+        for the caller to deliver where none is unwinding yet.
         """
         alive = [p for p in self._processes if p.exitcode is None and p.is_alive()]
+        noted: list[int] = []
         if not alive:
-            return
+            return noted
 
         def force(signum, frame):
+            noted.append(signum)
             for process in alive:
                 if process.is_alive():
                     process.kill()
@@ -412,6 +421,7 @@ class Supervisor:
                     log.warning("worker pid %d ignored SIGTERM; sending SIGKILL", process.pid)
                     process.kill()
                     process.join()
+        return noted
 
 
 @contextmanager
