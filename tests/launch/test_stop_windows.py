@@ -17,7 +17,9 @@ import textwrap
 import pytest
 
 from mptrain.launch import supervisor as supervisor_module
+from mptrain.launch.lifecycle import sigterm_raises
 from mptrain.launch.supervisor import TERMINATE_GRACE_S, Supervisor
+from mptrain.signals import STOP_SIGNALS, stop_signals_noted
 
 BOUND_S = TERMINATE_GRACE_S + 30
 
@@ -43,9 +45,36 @@ def test_a_ctrl_c_while_the_others_are_stopped_after_a_failure_is_still_a_stop(m
             signal.raise_signal(signal.SIGINT)
 
     monkeypatch.setattr(supervisor_module.os, "kill", kill_then_ctrl_c)
-    with pytest.raises(KeyboardInterrupt):
-        Supervisor("fork").run(fail_or_wait_for_sigterm, [()] * 2)
+    # Ctrl-C as in a terminal (a suite started in the background has a handler that does
+    # nothing: the stop would come as Interrupted).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            Supervisor("fork").run(fail_or_wait_for_sigterm, [()] * 2)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sent, "the supervisor had no other worker to stop"
+
+
+@pytest.mark.parametrize("block", [stop_signals_noted, sigterm_raises])
+def test_a_stop_pending_as_the_handlers_are_taken_over_leaves_none_taken(monkeypatch, block):
+    # signal.signal first runs a pending signal's handler, which raises a stop: the
+    # handlers taken before it stayed taken (a Ctrl-C only noted, for the rest of the run).
+    real, calls = signal.signal, []
+
+    def with_a_stop_pending(sig, handler):
+        calls.append(sig)
+        if len(calls) == 2:
+            raise KeyboardInterrupt   # what the pending Ctrl-C's handler raises
+        return real(sig, handler)
+
+    before = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    monkeypatch.setattr(signal, "signal", with_a_stop_pending)
+    with pytest.raises(KeyboardInterrupt):
+        with block():
+            pass
+    monkeypatch.undo()
+    assert {sig: signal.getsignal(sig) for sig in STOP_SIGNALS} == before
 
 
 LANDS_IN_A_FINALISER_AS_THE_COMMAND_ENDS = textwrap.dedent("""

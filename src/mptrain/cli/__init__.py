@@ -25,6 +25,9 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv=None) -> int:
+    # Before sigterm_raises is in place (the interpreter's start, the imports above) a
+    # SIGTERM or SIGHUP ends the command by its default action: not a stop lost, and no
+    # worker or file exists yet that a clean stop would have to see to.
     try:
         with sigterm_raises():
             return _main(argv)

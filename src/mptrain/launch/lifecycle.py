@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from ..background import quietly
 from ..errors import Interrupted
-from ..signals import STOP_SIGNALS, replaceable
+from ..signals import STOP_SIGNALS, put_back, replaceable, take_over
 
 _PR_SET_PDEATHSIG = 1
 
@@ -166,8 +166,8 @@ def sigterm_raises():
       were put back: a SIGTERM's default action would then end the process where it
       stood, and a stop sent to a process already leaving through ``os._exit`` would not
       come at all.
-    - The handlers are put back whatever happens on the way out, even when a pending
-      handler raises while they are (Python runs pending handlers before it changes one).
+    - The handlers are taken over and put back whole, even when a pending handler raises
+      meanwhile (Python runs pending handlers before it changes one; ``signals.take_over``).
     """
     main_thread = threading.main_thread()
     owed: list[int] = []                 # stops that landed where Python could not raise
@@ -207,7 +207,7 @@ def sigterm_raises():
 
     # A stop signal ignored when the command started stays ignored: the user (or the shell)
     # asked for it. Python's own Ctrl-C handler is taken over too, for the hook above.
-    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS if replaceable(sig)}
+    previous = take_over(_raise, [sig for sig in STOP_SIGNALS if replaceable(sig)])
     sys.unraisablehook = _owe_it
     try:
         yield
@@ -221,23 +221,8 @@ def sigterm_raises():
                 raise _stop_for(owed[0])
         finally:
             sys.unraisablehook = previous_hook
-            _put_back(previous)
+            put_back(previous)
 
 
 def _stop_for(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
-
-
-def _put_back(handlers: dict) -> None:
-    """Put every handler back. ``signal.signal`` first runs the handlers of the signals
-    already pending, and one may raise a stop: it is raised once every handler is back."""
-    stop = None
-    for sig, handler in handlers.items():
-        while True:
-            try:
-                signal.signal(sig, handler)
-                break
-            except BaseException as raised:   # noqa: BLE001 - a stop, raised below
-                stop = stop or raised
-    if stop is not None:
-        raise stop

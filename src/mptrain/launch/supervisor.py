@@ -39,7 +39,8 @@ import torch.multiprocessing as torch_mp
 from ..errors import Interrupted
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_files, user_import_path
-from ..signals import STOP_SIGNALS, replaceable, stop_signals_held, stop_signals_noted
+from ..signals import (STOP_SIGNALS, put_back, replaceable, stop_signals_held,
+                       stop_signals_noted, take_over)
 from .lifecycle import die_with_parent, ignore_interrupts, leave
 from .stacks import listen_for_stack_requests, stack_of
 
@@ -431,12 +432,11 @@ def _signals_redirected(handler):
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if replaceable(sig)}
+    previous = take_over(handler, [sig for sig in STOP_SIGNALS if replaceable(sig)])
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        put_back(previous)
 
 
 def _open_gate(opener, workers: int) -> None:
