@@ -213,10 +213,7 @@ def sigterm_raises():
         yield
     finally:
         try:
-            for timer in timers:
-                timer.cancel()
-            for timer in timers:   # none can send after this (bounded: 0.01 s timers)
-                timer.join()
+            _stop_sending_again(timers)
             if owed:
                 raise _stop_for(owed[0])
         finally:
@@ -226,3 +223,20 @@ def sigterm_raises():
 
 def _stop_for(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
+
+
+def _stop_sending_again(timers: list[threading.Timer]) -> None:
+    """Cancel every timer and wait until none can still send (each waits 0.01 s at most).
+    One that fires meanwhile raises its stop here, in the wait: it is raised once the
+    others are done too, so that none sends after the handlers are put back."""
+    for timer in timers:
+        timer.cancel()
+    stop = None
+    for timer in timers:
+        while timer.is_alive():
+            try:
+                timer.join()
+            except BaseException as raised:   # noqa: BLE001 - raised below
+                stop = stop or raised
+    if stop is not None:
+        raise stop
