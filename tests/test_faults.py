@@ -39,22 +39,14 @@ LEFTOVER_S = 5.0   # parent exit -> every process of the run gone, /dev/shm as b
 FACTORY_FILE = Path(__file__).with_name("faulty_workload.py")
 
 
-def _default_sigint() -> None:
-    # A shell starts background jobs with SIGINT ignored, and Python keeps it ignored: the
-    # run must see Ctrl-C as it would in a terminal, however pytest itself was started.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _starter(cores: int | None):
-    """What the run's process does before it runs: Ctrl-C as in a terminal and, with
-    ``cores``, only that many of this machine's cores (the same layout on 2 cores or 16)."""
-    allowed = sorted(os.sched_getaffinity(0))[:cores] if cores else None
-
-    def start() -> None:
-        _default_sigint()
-        if allowed:
-            os.sched_setaffinity(0, allowed)
-    return start
+    """What the run's process does before it runs: with ``cores``, keep to that many of this
+    machine's cores (the same layout on 2 cores or 16). It takes Ctrl-C as in a terminal,
+    however the suite was started (tests/conftest.py)."""
+    if not cores:
+        return None
+    allowed = sorted(os.sched_getaffinity(0))[:cores]
+    return lambda: os.sched_setaffinity(0, allowed)
 
 
 class Run:

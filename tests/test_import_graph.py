@@ -32,6 +32,7 @@ LAYERS = [
     "__main__", "cli", "rl", "bench", "doctor", "devices", "api", "runner", "supervised",
     "result", "launch", "settings", "config", "trackers", "callbacks", "strategies", "report",
     "federated", "engine", "comm", "data", "models", "checkpoint", "files", "signals",
+    "background",
     # The package's own __init__: lazy exports and the version, nothing that imports more.
     "mptrain", "imports", "environ", "leftovers", "errors",
 ]

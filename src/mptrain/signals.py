@@ -24,6 +24,37 @@ def replaceable(sig: int) -> bool:
     return handler is not None and handler != signal.SIG_IGN
 
 
+def take_over(handler, signals) -> dict:
+    """Give each of ``signals`` to ``handler``; return the handlers it replaced, by signal,
+    for :func:`put_back`. ``signal.signal`` first runs the handlers of signals already
+    pending, and one may raise (a stop that came just before): the handlers taken so far
+    are then put back before it goes on."""
+    previous: dict = {}
+    try:
+        for sig in signals:
+            previous[sig] = signal.signal(sig, handler)
+    except BaseException:
+        put_back(previous)
+        raise
+    return previous
+
+
+def put_back(handlers: dict) -> None:
+    """Put every handler of ``handlers`` (signal -> handler) back, each whatever happens to
+    the others: a pending signal's handler may raise a stop while they are (see
+    :func:`take_over`); it is raised once every handler is back."""
+    stop = None
+    for sig, handler in handlers.items():
+        while True:
+            try:
+                signal.signal(sig, handler)
+                break
+            except BaseException as raised:   # noqa: BLE001 - raised below
+                stop = stop or raised
+    if stop is not None:
+        raise stop
+
+
 @contextmanager
 def stop_signals_held():
     """Hold the stop signals back in this thread for the block (a no-op where signals cannot be
@@ -51,18 +82,27 @@ def stop_signals_noted():
     decides what to do with them after it. Python runs signal handlers in the main thread,
     whichever thread the kernel delivered a signal to (torch's threads among them), so
     masking the signals in this thread alone would not keep a handler out of the block.
-    Main thread only: elsewhere Python runs no handlers anyway."""
+    Main thread only: elsewhere Python runs no handlers anyway.
+
+    No signal falls between the handlers: Python runs the handler of a signal when the main
+    thread next checks, not when the signal arrives, and ``signal.signal`` checks first, so
+    one that arrived before a handler is swapped is taken by the handler it arrived under:
+    noted when it came inside the block, the caller's own when it came just before or after.
+    Only one arriving inside ``signal.signal`` itself, between that check and the swap, finds
+    the handler being put back -- harmless where that is a Python handler (the command's
+    every stop signal, see ``launch.lifecycle.sigterm_raises``), dropped by Python where it
+    is the default action (a SIGTERM to a program that calls ``fit()`` without a handler).
+    """
     noted: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield noted
         return
-    previous = {sig: signal.signal(sig, lambda signum, frame: noted.append(signum))
-                for sig in STOP_SIGNALS if replaceable(sig)}
+    previous = take_over(lambda signum, frame: noted.append(signum),
+                         [sig for sig in STOP_SIGNALS if replaceable(sig)])
     try:
         yield noted
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        put_back(previous)
 
 
 @contextmanager

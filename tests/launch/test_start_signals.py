@@ -47,10 +47,6 @@ FACTORY = textwrap.dedent('''
 ''')
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, however pytest started
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum, target", [
     pytest.param(signal.SIGTERM, "parent", id="sigterm-parent"),
@@ -69,8 +65,7 @@ def test_a_signal_while_workers_start_stops_the_run_and_leaves_nothing(tmp_path,
              # process per core, and there would be no long start to interrupt).
              "--model", f"{factory}:make_model", "--strategy", "hogwild", "--workers",
              str(WORKERS), "--epochs", "1", "--batch-size", "8", "--quiet"],
-            cwd=tmp_path, stdout=out, stderr=err, start_new_session=True,
-            preexec_fn=_default_sigint)
+            cwd=tmp_path, stdout=out, stderr=err, start_new_session=True)
     seen: dict[int, psutil.Process] = {}
 
     def workers_started() -> int:

@@ -20,10 +20,6 @@ STARTUP_S = 60.0
 EXIT_S = 10.0
 
 
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)  # as in a terminal, however pytest started
-
-
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("algo_flags", [
     ["--algo", "dqn", "--learning-starts", "100", "--buffer-size", "2000"],
@@ -37,7 +33,7 @@ def test_ctrl_c_stops_every_actor_after_a_checkpoint(tmp_path, algo_flags):
          "--steps", "10000000", "--round-steps", "1000",
          "--checkpoint-every", "1", "--out", str(out), "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=_default_sigint, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         # Wait (bounded) for a checkpoint: the actors are running then.
         assert poll(lambda: (out / "checkpoint.pt").exists(), STARTUP_S), "no checkpoint"

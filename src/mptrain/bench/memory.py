@@ -6,6 +6,8 @@ import threading
 
 import psutil
 
+from ..background import quietly
+
 
 class TreeMemorySampler(threading.Thread):
     """Peak RSS and PSS summed over a process and all its descendants.
@@ -23,6 +25,12 @@ class TreeMemorySampler(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self):
+        # Quiet (``background``): a tree that cannot be read any more (a process that changed
+        # hands, the interpreter shutting down under a sampler left running) ends the
+        # sampling, and the peaks seen so far stand.
+        quietly(self._sample)()
+
+    def _sample(self):
         try:
             root = psutil.Process(self.pid)
         except psutil.NoSuchProcess:

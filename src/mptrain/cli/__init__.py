@@ -25,8 +25,18 @@ _NO_ARGS_IS_HELP = getattr(click.exceptions, "NoArgsIsHelpError", ())
 
 
 def main(argv=None) -> int:
-    with sigterm_raises():
-        return _main(argv)
+    # Before sigterm_raises is in place (the interpreter's start, the imports above) a
+    # SIGTERM or SIGHUP ends the command by its default action: not a stop lost, and no
+    # worker or file exists yet that a clean stop would have to see to.
+    try:
+        with sigterm_raises():
+            return _main(argv)
+    # Outside the block: a stop that sigterm_raises still owed as the work ended (it landed
+    # where Python could not raise it) is raised as the block ends, and is a stop too.
+    except KeyboardInterrupt as interrupt:   # a stopped run's RunInterrupted among them
+        _interrupted(interrupt, "interrupted; every worker was stopped")
+    except Interrupted as stop:
+        _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
 
 
 def _main(argv) -> int:
@@ -47,10 +57,6 @@ def _main(argv) -> int:
         _fail(str(err), err.exit_code)
     except (WorkerFailedError, TrainingDiverged) as err:
         _fail(str(err), err.exit_code)
-    except KeyboardInterrupt as interrupt:   # a stopped run's RunInterrupted among them
-        _interrupted(interrupt, "interrupted; every worker was stopped")
-    except Interrupted as stop:
-        _fail(f"stopped by signal {stop.signum}; every worker was stopped", 128 + stop.signum)
     except click.exceptions.Exit as done:
         return done.exit_code
     return code if isinstance(code, int) and not isinstance(code, bool) else 0
@@ -60,18 +66,28 @@ def console() -> None:
     """The ``mptrain`` command: ``main`` then a quick exit (``main`` itself returns, so tests
     and embedding code can call it)."""
     openmp.this_process_is_the_command()
+    answered, code = False, None
     try:
-        code = main()
-    except SystemExit as done:
-        code = done.code
+        try:
+            code = main()
+        except SystemExit as done:
+            code = done.code
+        answered = True
+        # The work is over and every worker reaped: a Ctrl-C now (the second of an
+        # impatient user) would only cut the exit handlers short, with a traceback of its own.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:
+        # One that came as main() answered, before it could be ignored: the answer stands
+        # (the run is over and reported). One that came while main() was saying how a run
+        # stopped (a second Ctrl-C): that run was stopped.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if not answered:
+            code = 128 + signal.SIGINT
     if code is None:
         code = 0
     elif not isinstance(code, int):
         print(code, file=sys.stderr)
         code = 1
-    # The work is over and every worker reaped: a Ctrl-C now (the second of an impatient
-    # user) would only cut the exit handlers short, with a traceback of its own.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_after_cleanup(code)
 
 

@@ -8,12 +8,12 @@ instead of a numpy reshape error deep inside a worker.
 import gzip
 import math
 import os
-import threading
 import zlib
 from pathlib import Path
 
 import numpy as np
 
+from mptrain.background import start_daemon
 from mptrain.errors import UserError
 
 # IDX type code -> element dtype; multi-byte types are big-endian on disk.
@@ -56,9 +56,8 @@ class _ReadAhead:
 
     def __init__(self, data_dir):
         self._results: dict[Path, tuple] = {}
-        self._thread = threading.Thread(target=self._read_all, args=(data_dir,),
-                                        name="mptrain-read-mnist", daemon=True)
-        self._thread.start()
+        # Quiet (``background``): what goes wrong is seen again when the caller reads a file.
+        self._thread = start_daemon(self._read_all, "mptrain-read-mnist", data_dir)
 
     def _read_all(self, data_dir) -> None:
         try:

@@ -12,8 +12,9 @@ import sys
 import threading
 from contextlib import contextmanager
 
+from ..background import quietly
 from ..errors import Interrupted
-from ..signals import STOP_SIGNALS
+from ..signals import STOP_SIGNALS, put_back, replaceable, take_over
 
 _PR_SET_PDEATHSIG = 1
 
@@ -135,62 +136,107 @@ def stop_fork_server() -> None:
         pass
 
 
-#: How long after an unraisable ``Interrupted`` the signal comes again: long enough for the
-#: callback it landed in (microseconds of work) to have returned.
+#: How long after an unraisable stop the signal comes again: long enough for the callback
+#: it landed in (microseconds of work) to have returned.
 RESEND_AFTER_S = 0.01
-
-
-def _send_later(signum: int) -> None:
-    """``signum`` to this process again, from a timer thread (a daemon: it never holds up
-    the exit)."""
-    timer = threading.Timer(RESEND_AFTER_S, os.kill, args=(os.getpid(), signum))
-    timer.daemon = True
-    timer.start()
 
 
 @contextmanager
 def sigterm_raises():
     """While inside, SIGTERM and SIGHUP raise :class:`Interrupted` in the main thread, as
     Ctrl-C raises KeyboardInterrupt: the run stops the same way for all three (the command
-    installs it).
+    installs it). A stop signal ignored when the command started stays ignored: SIGHUP
+    under nohup, SIGINT in a background job that a script started (``mptrain run ... &``).
 
-    The signal can land inside code Python cannot raise out of -- a weakref callback or a
-    finaliser, such as the import system's lock cleanup while torchrun stops a rank that is
-    still importing. Python would print "Exception ignored in ..." with a traceback and carry
-    on as if no signal had come. Such an ``Interrupted`` is caught by the unraisable hook and
-    the signal sent again shortly after from a thread, so that it lands in the code that runs
-    next (and again, should that be such a place too)."""
+    No stop that arrives while inside is lost; how each way of losing one is closed:
+
+    - Where Python cannot raise: a signal can land inside a weakref callback or a finaliser
+      (the import system's lock cleanup while torchrun stops a rank that is still importing;
+      a tensor's finaliser in the parent's loop). Python would print "Exception ignored
+      in ..." and carry on as if no signal had come -- a Ctrl-C too, whose KeyboardInterrupt
+      is as unraisable there, and the run then finished with exit 0. Such a stop is caught
+      by the unraisable hook and owed: the signal is sent again shortly after, so that it
+      lands in the code that runs next (and again, should that be such a place too).
+    - The signal sent again goes to the main thread itself (``pthread_kill``), not to the
+      process: sent to the process, the kernel may hand it to the thread that sent it, and
+      the main thread, asleep in a lock or a wait that only its own signal interrupts, would
+      take it only when that wait ended on its own.
+    - A stop still owed when the block ends (its signal not yet sent again, or sent and not
+      yet taken) is raised as the block ends, instead of coming later, after the handlers
+      were put back: a SIGTERM's default action would then end the process where it
+      stood, and a stop sent to a process already leaving through ``os._exit`` would not
+      come at all.
+    - The handlers are taken over and put back whole, even when a pending handler raises
+      meanwhile (Python runs pending handlers before it changes one; ``signals.take_over``).
+    """
+    main_thread = threading.main_thread()
+    owed: list[int] = []                 # stops that landed where Python could not raise
+    timers: list[threading.Timer] = []
     in_hook = False
 
     def _raise(signum, frame):
         if in_hook:   # raised here, the hook's own exception would be lost too
-            _send_later(signum)
+            _send_again_later(signum)
             return
-        raise Interrupted(signum)
+        owed.clear()   # a stop is raised now: whatever was owed is paid with it
+        raise _stop_for(signum)
+
+    def _send_again_later(signum: int) -> None:
+        owed.append(signum)
+        # A quiet daemon (``background``): it never holds up the exit; a main thread gone
+        # by the time it fires leaves it nothing to do.
+        timer = threading.Timer(RESEND_AFTER_S, quietly(signal.pthread_kill),
+                                args=(main_thread.ident, signum))
+        timer.daemon = True
+        timers.append(timer)
+        timer.start()
 
     previous_hook = sys.unraisablehook
 
-    def _send_again(unraisable):
+    def _owe_it(unraisable):
         nonlocal in_hook
-        if not isinstance(unraisable.exc_value, Interrupted):
+        stop = unraisable.exc_value
+        if not isinstance(stop, (Interrupted, KeyboardInterrupt)):
             previous_hook(unraisable)
             return
         in_hook = True
         try:
-            _send_later(unraisable.exc_value.signum)
+            _send_again_later(getattr(stop, "signum", signal.SIGINT))
         finally:
             in_hook = False
 
-    # SIGINT raises KeyboardInterrupt already. A SIGHUP ignored when the command started
-    # (nohup) stays ignored: the user asked for it.
-    hangup = getattr(signal, "SIGHUP", None)
-    previous = {sig: signal.signal(sig, _raise) for sig in STOP_SIGNALS
-                if sig != signal.SIGINT
-                and not (sig == hangup and signal.getsignal(sig) == signal.SIG_IGN)}
-    sys.unraisablehook = _send_again
+    # A stop signal ignored when the command started stays ignored: the user (or the shell)
+    # asked for it. Python's own Ctrl-C handler is taken over too, for the hook above.
+    previous = take_over(_raise, [sig for sig in STOP_SIGNALS if replaceable(sig)])
+    sys.unraisablehook = _owe_it
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        sys.unraisablehook = previous_hook
+        try:
+            _stop_sending_again(timers)
+            if owed:
+                raise _stop_for(owed[0])
+        finally:
+            sys.unraisablehook = previous_hook
+            put_back(previous)
+
+
+def _stop_for(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Interrupted(signum)
+
+
+def _stop_sending_again(timers: list[threading.Timer]) -> None:
+    """Cancel every timer and wait until none can still send (each waits 0.01 s at most).
+    One that fires meanwhile raises its stop here, in the wait: it is raised once the
+    others are done too, so that none sends after the handlers are put back."""
+    for timer in timers:
+        timer.cancel()
+    stop = None
+    for timer in timers:
+        while timer.is_alive():
+            try:
+                timer.join()
+            except BaseException as raised:   # noqa: BLE001 - raised below
+                stop = stop or raised
+    if stop is not None:
+        raise stop

@@ -39,7 +39,8 @@ import torch.multiprocessing as torch_mp
 from ..errors import Interrupted
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_files, user_import_path
-from ..signals import STOP_SIGNALS, replaceable, stop_signals_held, stop_signals_noted
+from ..signals import (STOP_SIGNALS, put_back, replaceable, stop_signals_held,
+                       stop_signals_noted, take_over)
 from .lifecycle import die_with_parent, ignore_interrupts, leave
 from .stacks import listen_for_stack_requests, stack_of
 
@@ -235,11 +236,16 @@ class Supervisor:
             self._on_started()
             self._watch(result, connections, finished)
         finally:
-            self.stop_all()
+            stopped_by = self.stop_all()
             for rank, process in enumerate(self._processes):
                 result.exitcodes[rank] = process.exitcode
             for connection in [*connections.values(), gate, gate_opener]:
                 connection.close()
+        # Reached only when nothing was raised: the workers finished or one failed. A stop
+        # signal that came while the others were being stopped after a failure is still a
+        # stop (the run would otherwise be reported failed, and restarted).
+        if stopped_by:
+            _deliver(stopped_by[0])
         return result
 
     def _import_path(self):
@@ -383,16 +389,20 @@ class Supervisor:
         return [rank for process in sorted(live) for rank in self._ranks_of(process)
                 if waiting[rank]]
 
-    def stop_all(self) -> None:
+    def stop_all(self) -> list[int]:
         """SIGTERM every live worker, SIGKILL what is left after a grace period, reap all.
 
-        A second Ctrl-C (or SIGTERM) while this runs kills the workers at once.
+        A stop signal while this runs kills the workers at once: a second Ctrl-C while a stop
+        unwinds, or a first one after a worker failed. Return the stop signals that came,
+        for the caller to deliver where none is unwinding yet.
         """
         alive = [p for p in self._processes if p.exitcode is None and p.is_alive()]
+        noted: list[int] = []
         if not alive:
-            return
+            return noted
 
         def force(signum, frame):
+            noted.append(signum)
             for process in alive:
                 if process.is_alive():
                     process.kill()
@@ -412,6 +422,7 @@ class Supervisor:
                     log.warning("worker pid %d ignored SIGTERM; sending SIGKILL", process.pid)
                     process.kill()
                     process.join()
+        return noted
 
 
 @contextmanager
@@ -421,12 +432,11 @@ def _signals_redirected(handler):
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS if replaceable(sig)}
+    previous = take_over(handler, [sig for sig in STOP_SIGNALS if replaceable(sig)])
     try:
         yield
     finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
+        put_back(previous)
 
 
 def _open_gate(opener, workers: int) -> None:

@@ -25,6 +25,8 @@ import threading
 
 import torch
 
+from ..background import start_daemon
+
 _optimizer_thread: threading.Thread | None = None
 _threads: list[threading.Thread] = []
 
@@ -54,8 +56,9 @@ def _yield_to_everyone_else() -> None:
 
 
 def _start(target, name: str, *args) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, name=name, daemon=True)
-    thread.start()
+    """A quiet daemon (``background``): a failure in it is seen again by whoever needs the
+    work, and one while the command exits early is no news."""
+    thread = start_daemon(target, name, *args)
     _threads.append(thread)
     return thread
 
