@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .data.defaults import TrainingDefaults
 from .engine.precision import PRECISIONS
-from .errors import UserError, closest, setting_name
+from .errors import UserError, did_you_mean, setting_name
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
 
@@ -186,7 +186,8 @@ def strategy_class(name: str):
     from .strategies import registry
 
     if name not in registry.STRATEGIES:
-        raise UserError(f"unknown {setting_name('strategy')} {name!r}; choose one of: "
+        raise UserError(f"unknown {setting_name('strategy')} {name!r}"
+                        f"{did_you_mean(name, registry.STRATEGIES)}; choose one of: "
                         f"{', '.join(registry.STRATEGIES)}")
     return registry.strategy_class(name)
 
@@ -231,8 +232,7 @@ def refuse_unknown(said: Mapping[str, Any], known, what: str = "setting") -> Non
     unknown = sorted(set(said) - set(known))
     if not unknown:
         return
-    close = closest(unknown[0], known)
-    hint = f" (did you mean {setting_name(close)}?)" if close else ""
+    hint = did_you_mean(unknown[0], known, spell=setting_name)
     names = ", ".join(setting_name(k) for k in unknown)
     raise UserError(f"unknown {what}{'s' if len(unknown) > 1 else ''} {names}{hint}; known: "
                     f"{', '.join(sorted(setting_name(k) for k in known))}")
@@ -325,8 +325,7 @@ def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues
         name = key.replace("-", "_")
         if name not in keys:
             known = sorted(k.replace("_", "-") for k in keys)
-            close = closest(key.replace("_", "-"), known)
-            hint = f" (did you mean {close!r}?)" if close else ""
+            hint = did_you_mean(key.replace("_", "-"), known, spell=repr)
             raise UserError(f"config file {path}: unknown key {key!r}{hint}; known keys: "
                             f"{', '.join(known)}")
         if name in _NAME_OR_PATH_KEYS and not isinstance(value, str):
@@ -518,8 +517,8 @@ def _is_number(value) -> bool:
 
 def check_choice(value, name: str, choices) -> None:
     if value not in choices:
-        raise UserError(f"unknown {setting_name(name)} {value!r}; choose one of: "
-                        f"{', '.join(choices)}")
+        raise UserError(f"unknown {setting_name(name)} {value!r}"
+                        f"{did_you_mean(value, choices)}; choose one of: {', '.join(choices)}")
 
 
 def check_number(value, name: str, low=None, high=None, low_open=False, high_open=False):

@@ -9,7 +9,7 @@ import click
 
 from ..config import DEVICES, OPTIMIZERS, PRECISIONS
 from ..errors import UserError
-from .app import cli
+from .app import Choice, cli
 
 
 @cli.command()
@@ -37,12 +37,12 @@ from .app import cli
               help="Every run's --batch-size (default: the data set's).")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True),
               help="Every run's --lr (default: the data set's).")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS),
+@click.option("--optimizer", type=Choice(OPTIMIZERS),
               help="Every run's --optimizer (default: the data set's).")
-@click.option("--device", type=click.Choice(DEVICES),
+@click.option("--device", type=Choice(DEVICES),
               help="Where every run trains (cpu; with cuda the cells' workers share the "
                    "visible GPUs as `mptrain run --device cuda` deals them).")
-@click.option("--precision", type=click.Choice(PRECISIONS), help="Every run's --precision.")
+@click.option("--precision", type=Choice(PRECISIONS), help="Every run's --precision.")
 @click.option("--clients", type=int, help="fedavg cells: simulated clients (default: the "
                                           "data set's).")
 @click.option("--clients-per-round", type=int, help="fedavg cells: clients sampled per round.")

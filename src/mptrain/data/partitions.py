@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError, raised_by_users_code
+from ..errors import UserError, closest, raised_by_users_code
+from ..imports import colon_hint
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 #: The --partition vocabulary, as a refusal of an unknown one names it.
@@ -78,7 +79,8 @@ def parse_partition(spec: str) -> PartitionSpec:
         return PartitionSpec("shards", shards=_whole(args[0], spec, "shards:K needs K"))
     if name and rest and _names_a_function(rest) and not _misspelt_built_in(name):
         return PartitionSpec("function", function=text)
-    raise UserError(f"unknown {named('partition')} {spec!r}{_close_to(name, rest)}; "
+    hint = _close_to(name, rest) or colon_hint(text)
+    raise UserError(f"unknown {named('partition')} {spec!r}{hint}; "
                     f"choose {PARTITION_CHOICES}")
 
 
@@ -94,11 +96,10 @@ def _names_a_function(attribute: str) -> bool:
 def _misspelt_built_in(name: str) -> bool:
     """``shard:make``: a name close to a built-in that no module answers to is a typo (a
     plain name only: a dotted one or a path is clearly the user's module)."""
-    import difflib
     import importlib.util
 
     if "." in name or "/" in name or "\\" in name \
-            or not difflib.get_close_matches(name, BUILT_IN_PARTITIONS, n=1, cutoff=0.6):
+            or closest(name, BUILT_IN_PARTITIONS) is None:
         return False
     try:
         return importlib.util.find_spec(name) is None
@@ -107,13 +108,11 @@ def _misspelt_built_in(name: str) -> bool:
 
 
 def _close_to(name: str, rest: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, BUILT_IN_PARTITIONS, n=1, cutoff=0.6)
-    if not close:
+    close = closest(name, BUILT_IN_PARTITIONS)
+    if close is None:
         return ""
-    keep = rest and close[0] != "iid" and not _names_a_function(rest)
-    return f" (did you mean {close[0]}{':' + rest if keep else ''}?)"
+    keep = rest and close != "iid" and not _names_a_function(rest)
+    return f" (did you mean {close}{':' + rest if keep else ''}?)"
 
 
 def partition_clients(spec: str | PartitionSpec, targets: torch.Tensor, clients: int,

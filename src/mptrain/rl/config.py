@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..config import (MAX_SEED, MAX_WORKER_TIMEOUT_S, START_METHODS, check_choice, check_kind,
                       check_number, check_positive_ints, refuse_unknown)
-from ..errors import UserError, setting_name
+from ..errors import UserError, did_you_mean, setting_name
 from ..strategies.registry import ALGOS, strategy_class
 
 
@@ -215,8 +215,8 @@ def check_rl_setting(name: str, value) -> None:
     if name == "algo":
         check_kind(name, value, "a name")
         if value not in ALGOS:
-            raise UserError(f"unknown {setting_name(name)} {value!r}; choose one of: "
-                            f"{', '.join(ALGOS)}")
+            raise UserError(f"unknown {setting_name(name)} {value!r}"
+                            f"{did_you_mean(value, ALGOS)}; choose one of: {', '.join(ALGOS)}")
     elif name in ("env", "net"):
         check_kind(name, value, "a name")
         if not value:
