@@ -56,6 +56,10 @@ class RunFamily(Protocol):
     def result(self, model: nn.Module, config) -> FitResult:
         """An empty result of this kind of run."""
 
+    def divergence_advice(self) -> str | None:
+        """What a divergence of this run would be owed to rather than the learning rate
+        (training data holding NaN), or None: a lower learning rate is the advice then."""
+
     def banner(self, config, model, plan: RunPlan) -> list[str]: ...
 
     def summary(self, config, model, plan: RunPlan, rows: list[RoundMetrics], wall_s: float,
@@ -136,7 +140,8 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
         result.epochs = [RoundMetrics.from_dict(row) for row in resume.metrics]
     recorder = RunRecorder(config, strategy, family.kind, presenter, keeper, out_dir,
                            plan.workers, strategy.samples_per_round(family.data, plan.workers),
-                           started, result.epochs, model=model, callbacks=callbacks)
+                           started, result.epochs, model=model, callbacks=callbacks,
+                           divergence_advice=family.divergence_advice())
     try:
         # Trackers open here, before the workers fork: none of them leaves a thread running
         # by then (W&B, which must, opens at the first round's end).

@@ -232,9 +232,13 @@ def test_nan_or_infinite_user_data_is_named_in_a_warning(where, capsys):
     # non-finite, and a client with corrupt data is a case to simulate.
     inputs, targets = torch.randn(24, 4), torch.randn(24)
     (inputs if where == "inputs" else targets)[3] = float("nan")
-    with pytest.raises(mptrain.errors.TrainingDiverged):
+    with pytest.raises(mptrain.errors.TrainingDiverged) as stop:
         mptrain.fit(nn.Linear(4, 1), TensorDataset(inputs, targets), epochs=1, batch_size=4,
                     quiet=False)
+    # The stop names the data too, not only "try a lower lr", which cannot help (issue 57).
+    assert str(stop.value).endswith(f"the training data's {where} hold NaN or infinite values "
+                                    "(first in sample 3): drop or fill those samples")
+    assert "lower" not in str(stop.value)
     shown = capsys.readouterr()
     assert (f"the training data's {where} hold NaN or infinite values (first in sample 3): "
             "a step on them has a non-finite loss; drop or fill those samples") \

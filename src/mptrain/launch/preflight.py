@@ -76,7 +76,23 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
         # The loss views each batch's targets as the output: the counts must agree.
         raise UserError(f"the model's output for {samples} samples has shape "
                         f"{tuple(output.shape)} but each target has {bundle.output_size} "
-                        f"value(s); it must return [batch, {bundle.output_size}]")
+                        f"value(s); it must return [batch, {bundle.output_size}]"
+                        + _classes_as_floats(bundle, output))
+
+
+def _classes_as_floats(bundle: DataBundle, output: torch.Tensor) -> str:
+    """Advice where float targets that are whole numbers (``y.float()`` of class labels)
+    met a model with a column per class: float targets mean regression, and the model's
+    shape was right for the classifier the user meant."""
+    data = bundle.train
+    if output.dim() != 2 or output.shape[1] < 2 or not data.built \
+            or not data.targets.is_floating_point() or data.targets.numel() == 0:
+        return ""
+    targets = data.targets
+    if not bool(torch.isfinite(targets).all()) or not bool((targets == targets.round()).all()):
+        return ""
+    return ("; float targets mean regression: for classes give integer targets "
+            "(y.long())")
 
 
 def _check_test_inputs(model: nn.Module, bundle: DataBundle, output: torch.Tensor) -> None:
@@ -145,19 +161,25 @@ def data_warnings(bundle: DataBundle) -> list[str]:
     divergence whose advice (a lower learning rate) cannot help. Not a refusal: fedavg
     drops a client whose update is non-finite, so a client with corrupt data is a case to
     simulate. The built-in sets (built from rows, not held yet) are finite."""
+    return [f"{where}: a step on them has a non-finite loss; drop or fill those samples"
+            for where in non_finite_data(bundle)]
+
+
+def non_finite_data(bundle: DataBundle, sets=("training", "test")) -> list[str]:
+    """Where ``bundle``'s ``sets`` hold a NaN or an infinity: ``the training data's inputs
+    hold NaN or infinite values (first in sample 3)``, one line per tensor."""
     from ..data.shared import first_non_finite
 
-    warnings = []
+    found = []
     for what, data in (("training", bundle.train), ("test", bundle.test)):
-        if data is None or not data.built:
+        if what not in sets or data is None or not data.built:
             continue
         for part, tensor in (("inputs", data.inputs), ("targets", data.targets)):
             first = first_non_finite(tensor)
             if first is not None:
-                warnings.append(f"the {what} data's {part} hold NaN or infinite values "
-                                f"(first in sample {first}): a step on them has a "
-                                "non-finite loss; drop or fill those samples")
-    return warnings
+                found.append(f"the {what} data's {part} hold NaN or infinite values "
+                             f"(first in sample {first})")
+    return found
 
 
 def thread_warnings(requested: int | None, processes: int, cores: int) -> list[str]:
