@@ -55,9 +55,29 @@ class PartitionSpec:
         return self.function if self.kind == "function" else self.kind
 
 
+#: Partition functions given from Python (``fit(partition=my_split)``), by the name that
+#: stands for them in the run's settings: the cut is made in the parent (and in every
+#: torchrun rank, each of which called ``fit`` with the function), so the function itself
+#: never travels to a worker, and a lambda or a notebook's function serves as well.
+_GIVEN_FUNCTIONS: dict = {}
+
+
+def given_function(function) -> str:
+    """The name ``function`` goes by in the run's settings, summary and checkpoint
+    (``module:qualified_name``, the import string it would have on the command line);
+    :func:`user_partition` calls the function itself. A resume gives it again, as it gives
+    an import string again."""
+    name = f"{getattr(function, '__module__', None) or 'python'}:" \
+           f"{getattr(function, '__qualname__', type(function).__name__)}"
+    _GIVEN_FUNCTIONS[name] = function   # the latest call's function is the run's
+    return name
+
+
 def parse_partition(spec: str) -> PartitionSpec:
     """Check the syntax of ``--partition`` without any data, so a run can refuse a typo
     before it loads data or starts processes."""
+    if isinstance(spec, str) and spec in _GIVEN_FUNCTIONS:
+        return PartitionSpec("function", function=spec)
     text = spec.strip() if isinstance(spec, str) else ""
     name, _, rest = text.partition(":")
     args = rest.split(":") if rest else []
@@ -230,7 +250,7 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
     it is one line naming the problem instead of a crash rounds into training."""
     from ..imports import load_object
 
-    split = load_object(function, named('partition'))
+    split = _GIVEN_FUNCTIONS.get(function) or load_object(function, named('partition'))
     where = f"partition function {function}"
     with raised_by_users_code(where):
         produced = split(targets, clients, seed)
@@ -249,7 +269,9 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
 def _user_part(part, client: int, samples: int, where: str) -> torch.Tensor:
     try:
         # A copy: numpy views with negative strides (a[::-1]) cannot become tensors.
-        values = torch.as_tensor(np.array(part.cpu() if torch.is_tensor(part) else part))
+        # A tensor part is copied by torch (numpy 2 warns of a tensor's __array__).
+        values = part.detach().cpu().clone() if torch.is_tensor(part) \
+            else torch.as_tensor(np.array(part))
     except (TypeError, ValueError, RuntimeError):
         raise UserError(f"{where} returned {type(part).__name__} for client {client}; each "
                         "part must be a sequence of sample indices") from None
