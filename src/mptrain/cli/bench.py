@@ -80,6 +80,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     if device is not None:
         from ..launch.preflight import check_device
         check_device(device)
+    threads_per_worker = _threads_up_to_the_cores(threads_per_worker)
     settings = BenchSettings(
         data=data, data_dir=data_dir, model=model,
         strategies=_names(strategies),
@@ -134,3 +135,15 @@ def _int_list(text, flag):
     return counts
 
 
+def _threads_up_to_the_cores(requested: int | None) -> int | None:
+    """``--threads-per-worker`` capped at the usable cores, as every run caps it (each run
+    caps it again at its cores over its workers), said in one line: a bench of 64 threads
+    on 2 cores would measure time-sharing, not the strategies."""
+    from ..launch.tuning import usable_cores
+
+    cores = usable_cores()
+    if requested is None or requested <= cores:
+        return requested
+    click.echo(f"mptrain bench: --threads-per-worker {requested} capped at {cores}, the usable "
+               "cores: more threads than cores time-share them, slowing every step", err=True)
+    return cores
