@@ -125,8 +125,9 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable)
-    # How OpenMP threads wait: only where a worker has more than one to wait for.
-    waiting = [wait_policy_line()] if plan.threads > 1 else []
+    # How OpenMP threads wait: only where a worker has more than one to wait for, and
+    # they spin by default.
+    waiting = [line for line in [wait_policy_line()] if line] if plan.threads > 1 else []
     presenter.banner(family.banner(config, model, plan) + waiting
                      + strategy.describe(plan, model)
                      + tracker_lines(callbacks) + resume_lines(config, resume))
