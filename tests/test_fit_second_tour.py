@@ -59,3 +59,18 @@ def test_a_partition_function_that_returns_bad_clients_is_still_named():
 
         mptrain.fit(nn.Linear(8, 2), TensorDataset(inputs, labels), strategy="fedavg",
                     workers=1, clients=2, clients_per_round=2, rounds=1, partition=bad_split)
+
+
+def test_fit_is_silent_by_default_and_prints_as_the_command_when_asked(capsys):
+    # "fit() prints nothing by default": a choice, now said where fit() is documented.
+    from pathlib import Path
+
+    inputs, labels = labelled()
+    data = TensorDataset(inputs, labels)
+    mptrain.fit(nn.Linear(8, 2), data, epochs=1)
+    assert capsys.readouterr() == ("", "")
+    mptrain.fit(nn.Linear(8, 2), data, epochs=1, quiet=False)
+    assert "epoch 1/1" in capsys.readouterr().out
+    usage = (Path(__file__).resolve().parents[1] / "docs" / "usage.md").read_text()
+    assert "`fit()` prints nothing by default (`quiet=True`)" in usage
+    assert "`quiet=False` prints as the command does" in usage

@@ -297,12 +297,18 @@ class FileValues(dict):
         self.path, self.written = path, written
 
 
+#: The tables of a config file, one per command that reads it (``mptrain run``, ``rl``).
+COMMAND_TABLES = ("run", "rl")
+
+
 def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues:
     """Read a TOML config file whose keys are the long flag names (``-`` or ``_``) of the
     command it configures (``keys``: by default ``mptrain run``'s).
 
-    Keys may sit at the top level or under a table named in ``tables`` (``[run]``; ``mptrain
-    rl`` also takes ``[rl]``). Unknown keys are an error,
+    Keys may sit at the top level or under the command's table: the first of ``tables``
+    that the file has (``[run]``; ``mptrain rl``: ``[rl]``, else ``[run]``, which it read
+    before ``[rl]`` existed). The other commands' tables (:data:`COMMAND_TABLES`) are left
+    to them, so one file can configure both commands. Unknown keys are an error,
     because a silently ignored typo (``epoch = 3``) is worse than a refusal. The values are
     checked where the settings are resolved (``mptrain.settings``), named as written here.
     """
@@ -317,9 +323,10 @@ def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues
         raise UserError(f"cannot read config file {path}: {err}") from None
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"config file {path} is not valid TOML: {err}") from None
-    for table in tables:
-        if isinstance(raw.get(table), dict):
-            raw = {**{k: v for k, v in raw.items() if k != table}, **raw[table]}
+    mine = next((table for table in tables if isinstance(raw.get(table), dict)), None)
+    raw = {**{k: v for k, v in raw.items()
+              if not (k in COMMAND_TABLES and isinstance(v, dict))},
+           **(raw[mine] if mine is not None else {})}
     values, written = {}, {}
     for key, value in raw.items():
         name = key.replace("-", "_")
