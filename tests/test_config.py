@@ -355,3 +355,23 @@ def test_config_file_that_is_not_utf8(tmp_path):
     path.write_bytes(b'epochs = 3\ndata = "\xff\xfe"\n')
     with pytest.raises(UserError, match=str(path)):
         load_config_file(path)
+
+
+def test_one_file_configures_both_commands_each_reading_its_own_table(tmp_path):
+    # `mptrain run --config` of a file with an [rl] table: "unknown key 'rl'" (issue 57);
+    # `mptrain rl` merged [run]'s keys too, and refused its epochs.
+    from mptrain.rl.config import rl_setting_names
+
+    path = tmp_path / "both.toml"
+    path.write_text('seed = 3\n[run]\nepochs = 2\n[rl]\nsteps = 5000\n')
+    assert load_config_file(path) == {"seed": 3, "epochs": 2}
+    assert load_config_file(path, rl_setting_names(), tables=("rl", "run")) == \
+        {"seed": 3, "steps": 5000}
+
+
+def test_an_rl_file_of_before_the_rl_table_is_still_read_from_run(tmp_path):
+    from mptrain.rl.config import rl_setting_names
+
+    path = tmp_path / "old.toml"
+    path.write_text('[run]\nsteps = 5000\n')
+    assert load_config_file(path, rl_setting_names(), tables=("rl", "run")) == {"steps": 5000}

@@ -35,7 +35,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,
     ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
     command line's names with underscores; an unknown one is refused, and refusals name
-    them as written here); what is not given comes from the checkpoint when resuming,
+    them as written here; ``partition`` may also be a function ``(targets, clients, seed) ->
+    one index list per client``, where the command line takes an import string); what is
+    not given comes from the checkpoint when resuming,
     else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint).
 
@@ -52,6 +54,10 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     with spelled(as_keyword):   # what follows names settings as this call does
         checkpoint, out = resolve_resume(resume, out)
         given = {k: v for k, v in settings.items() if v is not None}
+        if callable(given.get("partition")):   # a function of the caller's, not a name
+            from .data.partitions import given_function
+
+            given["partition"] = given_function(given["partition"])
         defaults = train_data.defaults if isinstance(train_data, DataBundle) \
             else TrainingDefaults()
         if checkpoint is not None:

@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 from .data.defaults import TrainingDefaults
 from .engine.precision import PRECISIONS
-from .errors import UserError, closest, setting_name
+from .errors import UserError, did_you_mean, setting_name
 from .federated.choices import ACCOUNTANTS, CLIENT_SAMPLING, SERVER_OPTIMIZERS, VECTORIZE_CLIENTS
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
@@ -188,7 +188,8 @@ def strategy_class(name: str):
     from .strategies import registry
 
     if name not in registry.STRATEGIES:
-        raise UserError(f"unknown {setting_name('strategy')} {name!r}; choose one of: "
+        raise UserError(f"unknown {setting_name('strategy')} {name!r}"
+                        f"{did_you_mean(name, registry.STRATEGIES)}; choose one of: "
                         f"{', '.join(registry.STRATEGIES)}")
     return registry.strategy_class(name)
 
@@ -233,8 +234,7 @@ def refuse_unknown(said: Mapping[str, Any], known, what: str = "setting") -> Non
     unknown = sorted(set(said) - set(known))
     if not unknown:
         return
-    close = closest(unknown[0], known)
-    hint = f" (did you mean {setting_name(close)}?)" if close else ""
+    hint = did_you_mean(unknown[0], known, spell=setting_name)
     names = ", ".join(setting_name(k) for k in unknown)
     raise UserError(f"unknown {what}{'s' if len(unknown) > 1 else ''} {names}{hint}; known: "
                     f"{', '.join(sorted(setting_name(k) for k in known))}")
@@ -300,12 +300,18 @@ class FileValues(dict):
         self.path, self.written = path, written
 
 
+#: The tables of a config file, one per command that reads it (``mptrain run``, ``rl``).
+COMMAND_TABLES = ("run", "rl")
+
+
 def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues:
     """Read a TOML config file whose keys are the long flag names (``-`` or ``_``) of the
     command it configures (``keys``: by default ``mptrain run``'s).
 
-    Keys may sit at the top level or under a table named in ``tables`` (``[run]``; ``mptrain
-    rl`` also takes ``[rl]``). Unknown keys are an error,
+    Keys may sit at the top level or under the command's table: the first of ``tables``
+    that the file has (``[run]``; ``mptrain rl``: ``[rl]``, else ``[run]``, which it read
+    before ``[rl]`` existed). The other commands' tables (:data:`COMMAND_TABLES`) are left
+    to them, so one file can configure both commands. Unknown keys are an error,
     because a silently ignored typo (``epoch = 3``) is worse than a refusal. The values are
     checked where the settings are resolved (``mptrain.settings``), named as written here.
     """
@@ -320,16 +326,16 @@ def load_config_file(path: str | Path, keys=None, tables=("run",)) -> FileValues
         raise UserError(f"cannot read config file {path}: {err}") from None
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"config file {path} is not valid TOML: {err}") from None
-    for table in tables:
-        if isinstance(raw.get(table), dict):
-            raw = {**{k: v for k, v in raw.items() if k != table}, **raw[table]}
+    mine = next((table for table in tables if isinstance(raw.get(table), dict)), None)
+    raw = {**{k: v for k, v in raw.items()
+              if not (k in COMMAND_TABLES and isinstance(v, dict))},
+           **(raw[mine] if mine is not None else {})}
     values, written = {}, {}
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in keys:
             known = sorted(k.replace("_", "-") for k in keys)
-            close = closest(key.replace("_", "-"), known)
-            hint = f" (did you mean {close!r}?)" if close else ""
+            hint = did_you_mean(key.replace("_", "-"), known, spell=repr)
             raise UserError(f"config file {path}: unknown key {key!r}{hint}; known keys: "
                             f"{', '.join(known)}")
         if name in _NAME_OR_PATH_KEYS and not isinstance(value, str):
@@ -521,8 +527,8 @@ def _is_number(value) -> bool:
 
 def check_choice(value, name: str, choices) -> None:
     if value not in choices:
-        raise UserError(f"unknown {setting_name(name)} {value!r}; choose one of: "
-                        f"{', '.join(choices)}")
+        raise UserError(f"unknown {setting_name(name)} {value!r}"
+                        f"{did_you_mean(value, choices)}; choose one of: {', '.join(choices)}")
 
 
 def check_number(value, name: str, low=None, high=None, low_open=False, high_open=False):

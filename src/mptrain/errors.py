@@ -120,6 +120,14 @@ def closest(name: str, choices, cutoff: float = 0.6) -> str | None:
     return close[0] if close else None
 
 
+def did_you_mean(name, choices, cutoff: float = 0.6, spell=str) -> str:
+    """`` (did you mean X?)`` for the choice ``name`` most likely misspells, or ``""``: the
+    one wording of every refusal's suggestion (``spell`` writes the choice: ``repr``, a
+    setting's flag). Only for a string: a number or None misspells nothing."""
+    close = closest(name, choices, cutoff) if isinstance(name, str) else None
+    return f" (did you mean {spell(close)}?)" if close else ""
+
+
 def brief(message: str, limit: int = 200) -> str:
     """The first line of ``message`` (torch's run on for paragraphs), cut to ``limit``
     characters at the end of a sentence, else at a word (marked ``…``)."""

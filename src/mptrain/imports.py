@@ -24,6 +24,18 @@ def is_import_string(text: str) -> bool:
     return ":" in text
 
 
+def colon_hint(text) -> str:
+    """`` (did you mean 'mypkg.stuff:make'?)`` for ``mypkg.stuff.make``: a dotted name
+    where an import string was wanted, its last dot meant as the colon that separates the
+    module from the function; ``""`` for anything else (a path, a name without a dot)."""
+    if not isinstance(text, str) or ":" in text or text.endswith(".py"):
+        return ""
+    module, _, attribute = text.rpartition(".")
+    if not module or not all(part.isidentifier() for part in text.split(".")):
+        return ""
+    return f" (did you mean {module + ':' + attribute!r}?)"
+
+
 def load_object(spec: str, what: str):
     """Import ``module:attribute`` (or ``file.py:attribute``) and return the attribute.
 
@@ -31,8 +43,8 @@ def load_object(spec: str, what: str):
     """
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
-        raise UserError(f"{what} {spec!r} is not an import string; write it as "
-                        "'package.module:function' or 'path/to/file.py:function'")
+        raise UserError(f"{what} {spec!r} is not an import string{colon_hint(spec)}; write "
+                        "it as 'package.module:function' or 'path/to/file.py:function'")
     if module_name.endswith(".py"):
         module = _load_file(Path(module_name), spec, what)
     else:

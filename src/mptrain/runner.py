@@ -56,6 +56,10 @@ class RunFamily(Protocol):
     def result(self, model: nn.Module, config) -> FitResult:
         """An empty result of this kind of run."""
 
+    def divergence_advice(self) -> str | None:
+        """What a divergence of this run would be owed to rather than the learning rate
+        (training data holding NaN), or None: a lower learning rate is the advice then."""
+
     def banner(self, config, model, plan: RunPlan) -> list[str]: ...
 
     def summary(self, config, model, plan: RunPlan, rows: list[RoundMetrics], wall_s: float,
@@ -121,8 +125,9 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable)
-    # How OpenMP threads wait: only where a worker has more than one to wait for.
-    waiting = [wait_policy_line()] if plan.threads > 1 else []
+    # How OpenMP threads wait: only where a worker has more than one to wait for, and
+    # they spin by default.
+    waiting = [line for line in [wait_policy_line()] if line] if plan.threads > 1 else []
     presenter.banner(family.banner(config, model, plan) + waiting
                      + strategy.describe(plan, model)
                      + tracker_lines(callbacks) + resume_lines(config, resume))
@@ -136,7 +141,8 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
         result.epochs = [RoundMetrics.from_dict(row) for row in resume.metrics]
     recorder = RunRecorder(config, strategy, family.kind, presenter, keeper, out_dir,
                            plan.workers, strategy.samples_per_round(family.data, plan.workers),
-                           started, result.epochs, model=model, callbacks=callbacks)
+                           started, result.epochs, model=model, callbacks=callbacks,
+                           divergence_advice=family.divergence_advice())
     try:
         # Trackers open here, before the workers fork: none of them leaves a thread running
         # by then (W&B, which must, opens at the first round's end).

@@ -33,6 +33,14 @@ class SupervisedFamily:
     def preflight(self, config, model, strategy, plan) -> list[str]:
         return preflight(config, self.data, model, strategy, plan)
 
+    def divergence_advice(self) -> str | None:
+        """Training data with missing values (the warning before the run named them) makes
+        the loss non-finite whatever the learning rate: the divergence names the data."""
+        from .launch.preflight import non_finite_data
+
+        found = non_finite_data(self.data, sets=("training",))
+        return f"{found[0]}: drop or fill those samples" if found else None
+
     def result(self, model, config) -> FitResult:
         return FitResult(model=model, config=config)
 

@@ -115,6 +115,34 @@ def test_an_rl_resume_with_no_steps_left_is_refused():
     assert rl_config([keywords({"steps": 40_000}, "rl.fit()")], checkpoint=resumed).units == 4
 
 
+def test_an_rl_run_cut_short_of_a_round_resumes_to_the_steps_asked():
+    # A 6,000-step run in rounds of 10,000, resumed to 9,000: "already at round 1 ...
+    # give --steps above 10000" (issue 57); its one round held 6,000 steps.
+    resumed = checkpoint_of(RLConfig(steps=6_000, round_steps=10_000), epoch=1)
+    config = rl_config([keywords({"steps": 9_000}, "rl.fit()")], checkpoint=resumed)
+    assert config.units == 2
+    assert (config.round_end(1), config.round_size(1)) == (9_000, 3_000)
+    with pytest.raises(UserError, match="already at round 1 .* give steps above 6000 "):
+        rl_config([keywords({"steps": 6_000}, "rl.fit()")], checkpoint=resumed)
+    # Resumed again after that second round, it goes on from 9,000.
+    again = checkpoint_of(config, epoch=2)
+    later = rl_config([keywords({"steps": 25_000}, "rl.fit()")], checkpoint=again)
+    assert [later.round_end(i) for i in (1, 2, 3)] == [9_000, 19_000, 25_000]
+
+
+def test_an_rl_resume_in_rounds_of_another_size_goes_on_from_the_steps_done():
+    # Rounds of 5,000 after three of 10,000 ended at 20,000: round 4 ran no step.
+    resumed = checkpoint_of(RLConfig(steps=30_000, round_steps=10_000), epoch=3)
+    config = rl_config([keywords({"steps": 40_000, "round_steps": 5_000}, "rl.fit()")],
+                       checkpoint=resumed)
+    assert config.units == 5 and [config.round_end(i) for i in (3, 4)] == [35_000, 40_000]
+
+
+def test_rl_resume_bookkeeping_is_no_setting():
+    with pytest.raises(UserError, match="unknown setting resumed_step"):
+        mptrain.rl.fit("CartPole-v1", "a3c", resumed_step=5)
+
+
 def test_a_resume_under_another_strategy_names_the_checkpoints():
     # It blamed --sync-every, which the user never gave: the checkpoint's sync setting.
     resumed = checkpoint_of(TrainConfig(strategy="sync", workers=2, sync_every=2), epoch=1)

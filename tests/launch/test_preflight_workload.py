@@ -208,21 +208,59 @@ def test_fit_is_told_its_keywords_not_the_flags(strategy, words):
     assert words in str(info.value) and "--" not in str(info.value)
 
 
-@pytest.mark.parametrize("requested, processes, cores, warned", [
-    (None, 2, 2, False),      # mptrain's own budget never oversubscribes
-    (1, 2, 2, False), (2, 1, 2, False), (64, 1, 2, True), (2, 2, 2, True), (1, 4, 2, False),
+@pytest.mark.parametrize("strategy, workers, cores, requested, threads", [
+    ("single", 1, 2, None, 2),      # mptrain's own budget never oversubscribes
+    ("single", 1, 2, 64, 2),        # 64 threads on 2 cores: 62 samples/s instead of ~1,300
+    ("hogwild", 2, 2, 2, 1),        # two processes of 2 threads on 2 cores
+    ("hogwild", 2, 8, 2, 2),
+    ("sync", 8, 4, 2, 2),           # ranks taking turns in 2 processes of 2 threads
+    ("sync", 1, 2, 1, 1),
 ])
-def test_asking_for_more_threads_than_cores_is_a_warning(requested, processes, cores, warned):
-    # `--threads-per-worker 64` on 2 cores ran silently, time-sharing the cores: the trap
-    # mptrain's thread budget exists to avoid. (Too many workers have their own warning.)
+def test_more_threads_than_cores_are_capped_at_the_cores(strategy, workers, cores, requested,
+                                                         threads):
+    # `--threads-per-worker 64` on 2 cores ran with 64 threads and a warning (issue 57).
+    from mptrain.config import TrainConfig
+    from mptrain.launch import plan as plan_module
+    from mptrain.strategies import make_strategy
+
+    config = TrainConfig(strategy=strategy, workers=workers, threads_per_worker=requested)
+    from mptrain.api import bundle_from_datasets
+
+    data = bundle_from_datasets(
+        TensorDataset(torch.randn(64, 4), torch.arange(64) % 2), None)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(plan_module, "usable_cores", lambda: cores)
+        plan = plan_module.plan_workers(config, make_strategy(config), nn.Linear(4, 2), data) \
+            if workers > 1 else plan_module.plan_in_process(config)
+    assert plan.threads == threads
+
+
+@pytest.mark.parametrize("requested, granted, processes, cores, said", [
+    (None, 2, 1, 2, False), (1, 1, 2, 2, False), (2, 2, 1, 2, False), (64, 2, 1, 2, True),
+    (2, 1, 2, 2, True),
+])
+def test_a_capped_thread_count_is_said_in_one_line(requested, granted, processes, cores, said):
     from mptrain.launch.preflight import thread_warnings
 
-    warnings = thread_warnings(requested, processes, cores)
-    assert bool(warnings) == warned
-    if warned:
-        assert warnings == [f"--threads-per-worker {requested} in each of {processes} "
-                            f"process(es) on {cores} usable cores: the threads time-share "
-                            f"the cores; leave it out for {max(1, cores // processes)}"]
+    lines = thread_warnings(requested, granted, processes, cores)
+    assert bool(lines) == said
+    if said:
+        assert lines == [f"--threads-per-worker {requested} capped at {granted}: "
+                         f"{processes} process{'es' if processes > 1 else ''} on {cores} "
+                         "usable cores, and more threads than cores time-share them, "
+                         "slowing every step"]
+
+
+def test_the_bench_caps_its_threads_at_the_cores_and_says_so(monkeypatch, capsys):
+    from mptrain.cli import bench
+    from mptrain.launch import tuning
+
+    monkeypatch.setattr(tuning, "usable_cores", lambda: 2)
+    assert bench._threads_up_to_the_cores(64) == 2
+    assert bench._threads_up_to_the_cores(2) == 2 and bench._threads_up_to_the_cores(None) is None
+    assert capsys.readouterr().err == ("mptrain bench: --threads-per-worker 64 capped at 2, "
+                                       "the usable cores: more threads than cores time-share "
+                                       "them, slowing every step\n")
 
 
 @pytest.mark.parametrize("where", ["inputs", "targets"])
@@ -232,9 +270,13 @@ def test_nan_or_infinite_user_data_is_named_in_a_warning(where, capsys):
     # non-finite, and a client with corrupt data is a case to simulate.
     inputs, targets = torch.randn(24, 4), torch.randn(24)
     (inputs if where == "inputs" else targets)[3] = float("nan")
-    with pytest.raises(mptrain.errors.TrainingDiverged):
+    with pytest.raises(mptrain.errors.TrainingDiverged) as stop:
         mptrain.fit(nn.Linear(4, 1), TensorDataset(inputs, targets), epochs=1, batch_size=4,
                     quiet=False)
+    # The stop names the data too, not only "try a lower lr", which cannot help (issue 57).
+    assert str(stop.value).endswith(f"the training data's {where} hold NaN or infinite values "
+                                    "(first in sample 3): drop or fill those samples")
+    assert "lower" not in str(stop.value)
     shown = capsys.readouterr()
     assert (f"the training data's {where} hold NaN or infinite values (first in sample 3): "
             "a step on them has a non-finite loss; drop or fill those samples") \

@@ -103,3 +103,13 @@ def test_a_checkpoint_hands_on_only_what_its_algorithm_reads(algo, name, stored)
     config = rl_config([keywords({"steps": 40_000}, "rl.fit()")], checkpoint=checkpoint)
     assert config.algo == algo and config.steps == 40_000
     assert getattr(config, name) == getattr(RLConfig.from_dict({"algo": algo}), name)
+
+
+def test_ppo_says_why_its_rounds_are_longer_than_round_steps():
+    # The README's `--round-steps 5000` showed rounds of 5,120 steps without a word why.
+    from mptrain.rl.ppo import rounded_rounds
+
+    config = RLConfig(algo="ppo", workers=2, steps=50_000, round_steps=5_000)
+    assert rounded_rounds(config) == ["rounds end at whole rollouts of 512 transitions: "
+                                      "--round-steps 5000 gives rounds of about 5,120 steps"]
+    assert rounded_rounds(RLConfig(algo="ppo", workers=2, round_steps=5_120)) == []

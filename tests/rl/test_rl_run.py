@@ -148,3 +148,14 @@ def test_a3c_trains_a_value_head_of_shape_n_by_1_as_one_of_shape_n():
     flat = fit("CartPole-v1", "a3c", net=f"{nets}:make_squeezed_value", **short)
     for a, b in zip(column.model.state_dict().values(), flat.model.state_dict().values()):
         assert torch.equal(a, b)
+
+
+@pytest.mark.timeout(120)
+def test_a_run_cut_short_of_a_round_resumes_to_the_steps_asked(tmp_path: Path):
+    # `--steps 600` in rounds of 1,000, resumed to 900: refused "already at round 1 ...
+    # give --steps above 1000" (issue 57); the second round is the 300 steps left.
+    short = dict(workers=1, round_steps=1_000, seed=0, eval_episodes=1)
+    fit("CartPole-v1", "a3c", steps=600, out=tmp_path, checkpoint_every=1, **short)
+    resumed = fit(resume=tmp_path, steps=900)
+    assert [(row.epoch, row.train_samples) for row in resumed.rounds] == [(1, 600), (2, 300)]
+    assert resumed.rounds[-1].extras["env_steps"] == 900

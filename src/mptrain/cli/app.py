@@ -3,6 +3,21 @@
 import click
 
 from .. import __version__
+from ..errors import did_you_mean
+
+
+class Choice(click.Choice):
+    """click's choice of names, whose refusal of a misspelt one (``--strategy hogwlid``)
+    says which was meant, as every other refusal of a name does."""
+
+    def convert(self, value, param, ctx):
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter as refused:
+            hint = did_you_mean(value, self.choices)
+            if not hint:
+                raise
+            self.fail(refused.message.rstrip(".") + hint, param, ctx)
 
 
 class NonEmptyValues(click.Command):

@@ -9,7 +9,7 @@ import click
 
 from ..config import DEVICES, OPTIMIZERS, PRECISIONS
 from ..errors import UserError
-from .app import cli
+from .app import Choice, cli
 
 
 @cli.command()
@@ -37,12 +37,12 @@ from .app import cli
               help="Every run's --batch-size (default: the data set's).")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True),
               help="Every run's --lr (default: the data set's).")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS),
+@click.option("--optimizer", type=Choice(OPTIMIZERS),
               help="Every run's --optimizer (default: the data set's).")
-@click.option("--device", type=click.Choice(DEVICES),
+@click.option("--device", type=Choice(DEVICES),
               help="Where every run trains (cpu; with cuda the cells' workers share the "
                    "visible GPUs as `mptrain run --device cuda` deals them).")
-@click.option("--precision", type=click.Choice(PRECISIONS), help="Every run's --precision.")
+@click.option("--precision", type=Choice(PRECISIONS), help="Every run's --precision.")
 @click.option("--clients", type=int, help="fedavg cells: simulated clients (default: the "
                                           "data set's).")
 @click.option("--clients-per-round", type=int, help="fedavg cells: clients sampled per round.")
@@ -80,6 +80,7 @@ def bench(data, data_dir, model, strategies, workers_list, epochs, steps, repeat
     if device is not None:
         from ..launch.preflight import check_device
         check_device(device)
+    threads_per_worker = _threads_up_to_the_cores(threads_per_worker)
     settings = BenchSettings(
         data=data, data_dir=data_dir, model=model,
         strategies=_names(strategies),
@@ -134,3 +135,15 @@ def _int_list(text, flag):
     return counts
 
 
+def _threads_up_to_the_cores(requested: int | None) -> int | None:
+    """``--threads-per-worker`` capped at the usable cores, as every run caps it (each run
+    caps it again at its cores over its workers), said in one line: a bench of 64 threads
+    on 2 cores would measure time-sharing, not the strategies."""
+    from ..launch.tuning import usable_cores
+
+    cores = usable_cores()
+    if requested is None or requested <= cores:
+        return requested
+    click.echo(f"mptrain bench: --threads-per-worker {requested} capped at {cores}, the usable "
+               "cores: more threads than cores time-share them, slowing every step", err=True)
+    return cores

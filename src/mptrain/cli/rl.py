@@ -6,12 +6,12 @@ import click
 
 from ..config import START_METHODS
 from ..strategies.registry import ALGOS
-from .app import cli, joined_loggers, supervised_run_options
+from .app import Choice, cli, joined_loggers, supervised_run_options
 
 
 @cli.command()
 @click.option("--env", help="Gymnasium id (CartPole-v1, the default) or module:make_env.")
-@click.option("--algo", type=click.Choice(ALGOS),
+@click.option("--algo", type=Choice(ALGOS),
               help="a3c: actor-learners, lock-free shared model (default); dqn: actors feed "
                    "a shared replay buffer, one learner; ppo: actors on vectorized "
                    "environments, synchronous rollouts, one learner.")
@@ -70,7 +70,7 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--eps-steps", type=int,
               help="dqn: steps over which epsilon falls from --eps-start to --eps-end "
                    "(8,000).")
-@click.option("--start-method", type=click.Choice(START_METHODS),
+@click.option("--start-method", type=Choice(START_METHODS),
               help="Override the automatic choice of how actors start (fork on Linux).")
 @click.option("--threads-per-worker", type=int, help="torch threads per actor (1).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import click
 
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, VECTORIZE_CLIENTS,
-                      check_setting, load_config_file)
+                      load_config_file)
 from ..federated.robust.spec import AGGREGATOR_HELP, ATTACK_HELP
 from ..settings import DATA_COLUMNS, RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
@@ -17,7 +16,7 @@ from ..settings import flags as flags_layer
 from ..data.recipes import RECIPES
 from .defaults_help import default_text
 from ..strategies.registry import STRATEGIES
-from .app import NonEmptyValues, cli, joined_loggers, supervised_run_options
+from .app import Choice, NonEmptyValues, cli, joined_loggers, supervised_run_options
 
 #: Options that say where things are and who is told, not how to train: a resumed run may
 #: change them, and a checkpoint does not keep them as settings.
@@ -82,7 +81,7 @@ class GroupedHelp(NonEmptyValues):
                               "leaf-femnist-cnn, leaf-shakespeare-lstm, mclr, resnet18-gn, "
                               "or module:factory, a function of no arguments returning an "
                               "nn.Module (default: the data set's own).")
-@click.option("--strategy", type=click.Choice(STRATEGIES), help="How work is split (single).")
+@click.option("--strategy", type=Choice(STRATEGIES), help="How work is split (single).")
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
                    "all visible).")
@@ -96,12 +95,12 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--momentum", type=float,
               help=f"SGD momentum; Adam's beta1 ({default_text('momentum')}; fedavg "
                    f"{default_text('momentum', True)}).")
-@click.option("--optimizer", type=click.Choice(OPTIMIZERS),
+@click.option("--optimizer", type=Choice(OPTIMIZERS),
               help=f"sgd or adam ({default_text('optimizer')}; fedavg "
                    f"{default_text('optimizer', True)}).")
 @click.option("--lr-decay", type=float,
               help="Multiply the learning rate by this after every epoch (1: constant).")
-@click.option("--lr-schedule", type=click.Choice(LR_SCHEDULES),
+@click.option("--lr-schedule", type=Choice(LR_SCHEDULES),
               help="step: constant within an epoch; cosine: annealed to 0 within each epoch.")
 @click.option("--weight-decay", type=float, help="L2 penalty (default 0).")
 @click.option("--seed", type=int, help="Seed for initialisation and shuffling (default 0).")
@@ -112,10 +111,10 @@ class GroupedHelp(NonEmptyValues):
                    f"({default_text('sync_every')}).")
 @click.option("--share-optimizer-state/--no-share-optimizer-state", default=None,
               help="hogwild: one optimizer state in shared memory for all workers.")
-@click.option("--ddp-backend", type=click.Choice(DDP_BACKENDS),
+@click.option("--ddp-backend", type=Choice(DDP_BACKENDS),
               help="ddp: how gradients are averaged (auto: shared memory on one CPU machine).")
-@click.option("--device", type=click.Choice(DEVICES), help="Where to train (cpu).")
-@click.option("--precision", type=click.Choice(PRECISIONS),
+@click.option("--device", type=Choice(DEVICES), help="Where to train (cpu).")
+@click.option("--precision", type=Choice(PRECISIONS),
               help="32: float32 throughout (default); bf16: forward passes in bfloat16 "
                    "under autocast, parameters and gradients float32 (fast on GPUs from "
                    "Ampere on and CPUs with AVX512-BF16/AMX, emulated and slower elsewhere).")
@@ -123,12 +122,12 @@ class GroupedHelp(NonEmptyValues):
               help="Each worker's model under torch.compile (on a GPU with CUDA graphs where "
                    "the strategy allows); one worker compiles first, the others read its "
                    "cache. Needs a C++ compiler on CPU, Triton on a GPU.")
-@click.option("--start-method", type=click.Choice(START_METHODS),
+@click.option("--start-method", type=Choice(START_METHODS),
               help="Override the automatic choice (fork on CPU/Linux, spawn with CUDA).")
 @click.option("--steps-per-epoch", type=int,
               help="Cut every epoch after N steps per worker (quick looks; hogwild: N x workers "
                    "batches in all, taken as the workers come).")
-@click.option("--sharing-strategy", type=click.Choice(SHARING_STRATEGIES),
+@click.option("--sharing-strategy", type=Choice(SHARING_STRATEGIES),
               help="How tensors are shared between processes (auto: from the open-file "
                    "limit).")
 @click.option("--eval-every", type=int,
@@ -152,7 +151,7 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--partition", help="fedavg: " + PARTITION_HELP)
 @click.option("--prox-mu", type=float, help="fedavg: FedProx proximal term (0: plain FedAvg).")
 @click.option("--server-optimizer", "--server-opt", "server_optimizer",
-              type=click.Choice(SERVER_OPTIMIZERS),
+              type=Choice(SERVER_OPTIMIZERS),
               help="fedavg: the server's optimizer of the averaged update (Reddi et al. "
                    "2021): sgd (FedAvg, FedAvgM), adam, yogi, adagrad.")
 @click.option("--server-lr", type=float,
@@ -164,7 +163,7 @@ class GroupedHelp(NonEmptyValues):
               help="fedavg: adam/yogi/adagrad adaptivity tau (1e-3).")
 @click.option("--scaffold/--no-scaffold", default=None,
               help="fedavg: SCAFFOLD control variates (Karimireddy et al. 2020, option II).")
-@click.option("--sampling", type=click.Choice(CLIENT_SAMPLING),
+@click.option("--sampling", type=Choice(CLIENT_SAMPLING),
               help="fedavg: fixed-size uniform sample per round, or Poisson (each client "
                    "joins with q = clients-per-round / clients; needed by DP).")
 @click.option("--dropout-rate", type=float,
@@ -181,7 +180,7 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--dp-delta", type=float, help="fedavg: delta of the epsilon reported (1e-5).")
 @click.option("--target-epsilon", type=float,
               help="fedavg: stop before the privacy spent would pass this epsilon.")
-@click.option("--accountant", type=click.Choice(ACCOUNTANTS),
+@click.option("--accountant", type=Choice(ACCOUNTANTS),
               help="fedavg: dp-accounting's RDP (default) or PLD accountant.")
 @click.option("--dp-clip-quantile", type=float,
               help="fedavg: adapt the clip to this quantile of update norms (Andrew et al. "
@@ -192,7 +191,7 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--client-eval-every", type=int,
               help="fedavg: every N rounds evaluate the global model on every client's data "
                    "(mean, std, 10th percentile, worst).")
-@click.option("--vectorize-clients", type=click.Choice(VECTORIZE_CLIENTS),
+@click.option("--vectorize-clients", type=Choice(VECTORIZE_CLIENTS),
               help="fedavg: train a worker's clients together as stacked model copies: "
                    "auto (where its rule says faster; default), on, off (one at a time).")
 @click.option("--vectorize-chunk", type=int,

@@ -5,7 +5,6 @@ file can be wrong is reported as a :class:`UserError` that names the file and sa
 instead of a numpy reshape error deep inside a worker.
 """
 
-import gzip
 import math
 import os
 import zlib

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..errors import UserError, raised_by_users_code
+from ..errors import UserError, closest, raised_by_users_code
+from ..imports import colon_hint
 from .partition_laws import (SIZE_LAWS, inner_dirichlet_owner, pathological_owner,
                              size_law_owner, size_law_sizes)
 from ..errors import setting_name as named   # as the caller spelled the setting
@@ -63,9 +64,29 @@ class PartitionSpec:
         return self.function if self.kind == "function" else self.kind
 
 
+#: Partition functions given from Python (``fit(partition=my_split)``), by the name that
+#: stands for them in the run's settings: the cut is made in the parent (and in every
+#: torchrun rank, each of which called ``fit`` with the function), so the function itself
+#: never travels to a worker, and a lambda or a notebook's function serves as well.
+_GIVEN_FUNCTIONS: dict = {}
+
+
+def given_function(function) -> str:
+    """The name ``function`` goes by in the run's settings, summary and checkpoint
+    (``module:qualified_name``, the import string it would have on the command line);
+    :func:`user_partition` calls the function itself. A resume gives it again, as it gives
+    an import string again."""
+    name = f"{getattr(function, '__module__', None) or 'python'}:" \
+           f"{getattr(function, '__qualname__', type(function).__name__)}"
+    _GIVEN_FUNCTIONS[name] = function   # the latest call's function is the run's
+    return name
+
+
 def parse_partition(spec: str) -> PartitionSpec:
     """Check the syntax of ``--partition`` without any data, so a run can refuse a typo
     before it loads data or starts processes."""
+    if isinstance(spec, str) and spec in _GIVEN_FUNCTIONS:
+        return PartitionSpec("function", function=spec)
     text = spec.strip() if isinstance(spec, str) else ""
     name, _, rest = text.partition(":")
     args = rest.split(":") if rest else []
@@ -104,7 +125,8 @@ def parse_partition(spec: str) -> PartitionSpec:
         return PartitionSpec("shards", shards=_whole(args[0], spec, "shards:K needs K"))
     if name and rest and _names_a_function(rest) and not _misspelt_built_in(name):
         return PartitionSpec("function", function=text)
-    raise UserError(f"unknown {named('partition')} {spec!r}{_close_to(name, rest)}; "
+    hint = _close_to(name, rest) or colon_hint(text)
+    raise UserError(f"unknown {named('partition')} {spec!r}{hint}; "
                     f"choose {PARTITION_CHOICES}")
 
 
@@ -124,11 +146,10 @@ def _names_a_function(attribute: str) -> bool:
 def _misspelt_built_in(name: str) -> bool:
     """``shard:make``: a name close to a built-in that no module answers to is a typo (a
     plain name only: a dotted one or a path is clearly the user's module)."""
-    import difflib
     import importlib.util
 
     if "." in name or "/" in name or "\\" in name \
-            or not difflib.get_close_matches(name, BUILT_IN_PARTITIONS, n=1, cutoff=TYPO_CUTOFF):
+            or closest(name, BUILT_IN_PARTITIONS, TYPO_CUTOFF) is None:
         return False
     try:
         return importlib.util.find_spec(name) is None
@@ -137,13 +158,11 @@ def _misspelt_built_in(name: str) -> bool:
 
 
 def _close_to(name: str, rest: str) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(name, BUILT_IN_PARTITIONS, n=1, cutoff=TYPO_CUTOFF)
-    if not close:
+    close = closest(name, BUILT_IN_PARTITIONS, TYPO_CUTOFF)
+    if close is None:
         return ""
-    keep = rest and close[0] != "iid" and not _names_a_function(rest)
-    return f" (did you mean {close[0]}{':' + rest if keep else ''}?)"
+    keep = rest and close != "iid" and not _names_a_function(rest)
+    return f" (did you mean {close}{':' + rest if keep else ''}?)"
 
 
 def partition_clients(spec: str | PartitionSpec, targets: torch.Tensor, clients: int,
@@ -301,7 +320,7 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
     it is one line naming the problem instead of a crash rounds into training."""
     from ..imports import load_object
 
-    split = load_object(function, named('partition'))
+    split = _GIVEN_FUNCTIONS.get(function) or load_object(function, named('partition'))
     where = f"partition function {function}"
     with raised_by_users_code(where):
         produced = split(targets, clients, seed)
@@ -320,7 +339,9 @@ def user_partition(function: str, targets: torch.Tensor, clients: int,
 def _user_part(part, client: int, samples: int, where: str) -> torch.Tensor:
     try:
         # A copy: numpy views with negative strides (a[::-1]) cannot become tensors.
-        values = torch.as_tensor(np.array(part.cpu() if torch.is_tensor(part) else part))
+        # A tensor part is copied by torch (numpy 2 warns of a tensor's __array__).
+        values = part.detach().cpu().clone() if torch.is_tensor(part) \
+            else torch.as_tensor(np.array(part))
     except (TypeError, ValueError, RuntimeError):
         raise UserError(f"{where} returned {type(part).__name__} for client {client}; each "
                         "part must be a sequence of sample indices") from None

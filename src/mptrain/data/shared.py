@@ -234,6 +234,13 @@ def _as_tensor(value, what, index) -> torch.Tensor:
         return torch.tensor(int(value), dtype=torch.int64)
     if isinstance(value, numbers.Real):
         return torch.tensor(float(value), dtype=torch.float32)
+    if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray)
+                                          and value.dtype.kind in "USO"):
+        # Labels as class names ("cat"): the loss takes class indices.
+        raise UserError(f"{what}[{index}] holds a {type(value).__name__} ({value!r:.40}); "
+                        "samples must be tensors, numpy arrays or numbers: map class names "
+                        "to integers (e.g. {name: i for i, name in "
+                        "enumerate(sorted(set(names)))})")
     if isinstance(value, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(value))
     raise UserError(f"{what}[{index}] holds a {type(value).__name__}; samples must be "

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import UserError
-from ..imports import call_factory, is_import_string
+from ..errors import UserError, did_you_mean
+from ..imports import call_factory, colon_hint, is_import_string
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
@@ -112,9 +112,10 @@ def load_data(name: str, data_dir: str | None = None, *, clients: int | None = N
         return mnist(data_dir)
     if is_import_string(name):
         return from_factory(name)
-    raise UserError(f"unknown data set {name!r}; choose one of: {', '.join(BUILTIN_SOURCES)}, "
-                    "leaf:DIR, hf:NAME, synthetic:ALPHA,BETA, synthetic-iid, or give an "
-                    "import string 'package.module:make_data'")
+    hint = colon_hint(name) or did_you_mean(name, BUILTIN_SOURCES)
+    raise UserError(f"unknown data set {name!r}{hint}; choose one of: "
+                    f"{', '.join(BUILTIN_SOURCES)}, leaf:DIR, hf:NAME, synthetic:ALPHA,BETA, "
+                    "synthetic-iid, or give an import string 'package.module:make_data'")
 
 
 #: Prefixes of the natural data sets (``data.natural``): clients are in the data.

@@ -65,19 +65,17 @@ def this_process_is_the_command() -> None:
         _chose_passive = True
 
 
-def wait_policy_line() -> str:
-    """How this process's OpenMP threads wait, and who chose it: a line of the banner."""
-    if _chose_passive:
-        return (f"OpenMP threads sleep after a short spin while they wait "
-                f"({WAIT_POLICY}=PASSIVE {SPIN_COUNT}={SHORT_SPIN}, mptrain's choice: long "
-                f"spins slow runs on a busy machine, none slow small models' steps; "
-                f"{WAIT_POLICY}=ACTIVE to spin)")
-    said = [f"{name}={os.environ[name]}" for name in (WAIT_POLICY, SPIN_COUNT)
-            if os.environ.get(name)]
-    if said:
-        return f"OpenMP threads wait as your {' '.join(said)} says"
-    return (f"OpenMP threads spin while they wait (OpenMP's default; on a busy machine set "
-            f"{WAIT_POLICY}=PASSIVE before torch is imported)")
+def wait_policy_line() -> str | None:
+    """A line of the banner where how OpenMP's threads wait may cost the user: only in a
+    process mptrain does not own (``fit()``) whose threads spin by OpenMP's default, which
+    slows training several times on a machine busy with other work. None where mptrain
+    chose (the ``mptrain`` command: a short spin, then sleep) or the user's variables did:
+    a line on every run saying so was jargon nobody could act on (issue 57)."""
+    if _chose_passive or any(os.environ.get(name) for name in (WAIT_POLICY, SPIN_COUNT)):
+        return None
+    return (f"worker threads spin while they wait (OpenMP's default): on a machine busy with "
+            f"other work, set {WAIT_POLICY}=PASSIVE before importing torch, or use the "
+            "mptrain command, which does")
 
 
 def keep_this_process_on_one_thread() -> None:

@@ -21,7 +21,7 @@ from .preflight import (check_device, check_model_fits_data, check_model_trains,
                         check_workload, data_warnings, thread_warnings)
 from .sharing import check_shm_space, choose_sharing_strategy
 from .start_method import choose_start_method
-from .tuning import threads_per_worker, usable_cores
+from .tuning import thread_cap, threads_per_worker, usable_cores
 from .world import ExternalWorld
 
 
@@ -62,11 +62,11 @@ def plan_workers(config, strategy, model, data) -> RunPlan:
     """mptrain's own worker processes on this machine."""
     workers, cores = config.workers, usable_cores()
     threads = threads_per_worker(workers, config.threads_per_worker, cores)
-    method, reason = choose_start_method(config.start_method, config.device, threads)
     comm = strategy.comm_kind(config, None)
-    plan = RunPlan(workers, threads, method, reason, comm, cores=cores,
-                   processes=turn_taking_processes(config, strategy, comm, workers, cores,
-                                                   threads))
+    processes = turn_taking_processes(config, strategy, comm, workers, cores, threads)
+    threads = thread_cap(threads, processes or workers, cores)
+    method, reason = choose_start_method(config.start_method, config.device, threads)
+    plan = RunPlan(workers, threads, method, reason, comm, cores=cores, processes=processes)
     needs = strategy.needs(model, data, plan)
     sharing, why = choose_sharing_strategy(config.sharing_strategy,
                                            needs.shared_tensors + 8)  # + data, board, group
@@ -78,7 +78,8 @@ def plan_under_launcher(config, strategy, world: ExternalWorld) -> RunPlan:
     check_device(config.device)   # before joining: nccl without a GPU is a traceback
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
     cores = usable_cores()
-    threads = threads_per_worker(local, config.threads_per_worker, cores)
+    threads = thread_cap(threads_per_worker(local, config.threads_per_worker, cores), local,
+                         cores)
     return RunPlan(world.world_size, threads, None, f"started by {world.launcher}",
                    strategy.comm_kind(config, local), cores=cores,
                    local_workers=local, rank_zero_here=world.node == 0)
@@ -110,7 +111,7 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
                               .private_parameter_copies,
                               queued_batches=strategy.batches_from_a_queue(plan.workers))
     warnings += data_warnings(bundle)
-    warnings += thread_warnings(config.threads_per_worker,
+    warnings += thread_warnings(config.threads_per_worker, plan.threads,
                                 plan.processes or plan.local_workers or plan.workers,
                                 plan.cores)
     warnings += precision_warnings(config.precision, config.device)

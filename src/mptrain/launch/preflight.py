@@ -15,6 +15,7 @@ from ..config import TrainConfig
 from ..data.sources import CLASSIFICATION, DataBundle
 from ..errors import UserError, error_line
 from ..errors import setting_name as named   # as the caller spelled the setting
+from ..report.words import count
 
 _SPAWN_REIMPORTS = ("mptrain started worker processes with the 'spawn' start method, which "
                     "re-imports your main script in every worker")
@@ -76,7 +77,23 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
         # The loss views each batch's targets as the output: the counts must agree.
         raise UserError(f"the model's output for {samples} samples has shape "
                         f"{tuple(output.shape)} but each target has {bundle.output_size} "
-                        f"value(s); it must return [batch, {bundle.output_size}]")
+                        f"value(s); it must return [batch, {bundle.output_size}]"
+                        + _classes_as_floats(bundle, output))
+
+
+def _classes_as_floats(bundle: DataBundle, output: torch.Tensor) -> str:
+    """Advice where float targets that are whole numbers (``y.float()`` of class labels)
+    met a model with a column per class: float targets mean regression, and the model's
+    shape was right for the classifier the user meant."""
+    data = bundle.train
+    if output.dim() != 2 or output.shape[1] < 2 or not data.built \
+            or not data.targets.is_floating_point() or data.targets.numel() == 0:
+        return ""
+    targets = data.targets
+    if not bool(torch.isfinite(targets).all()) or not bool((targets == targets.round()).all()):
+        return ""
+    return ("; float targets mean regression: for classes give integer targets "
+            "(y.long())")
 
 
 def _check_test_inputs(model: nn.Module, bundle: DataBundle, output: torch.Tensor) -> None:
@@ -145,30 +162,38 @@ def data_warnings(bundle: DataBundle) -> list[str]:
     divergence whose advice (a lower learning rate) cannot help. Not a refusal: fedavg
     drops a client whose update is non-finite, so a client with corrupt data is a case to
     simulate. The built-in sets (built from rows, not held yet) are finite."""
+    return [f"{where}: a step on them has a non-finite loss; drop or fill those samples"
+            for where in non_finite_data(bundle)]
+
+
+def non_finite_data(bundle: DataBundle, sets=("training", "test")) -> list[str]:
+    """Where ``bundle``'s ``sets`` hold a NaN or an infinity: ``the training data's inputs
+    hold NaN or infinite values (first in sample 3)``, one line per tensor."""
     from ..data.shared import first_non_finite
 
-    warnings = []
+    found = []
     for what, data in (("training", bundle.train), ("test", bundle.test)):
-        if data is None or not data.built:
+        if what not in sets or data is None or not data.built:
             continue
         for part, tensor in (("inputs", data.inputs), ("targets", data.targets)):
             first = first_non_finite(tensor)
             if first is not None:
-                warnings.append(f"the {what} data's {part} hold NaN or infinite values "
-                                f"(first in sample {first}): a step on them has a "
-                                "non-finite loss; drop or fill those samples")
-    return warnings
+                found.append(f"the {what} data's {part} hold NaN or infinite values "
+                             f"(first in sample {first})")
+    return found
 
 
-def thread_warnings(requested: int | None, processes: int, cores: int) -> list[str]:
-    """A warning where ``--threads-per-worker`` (``requested``; None: mptrain's budget of
-    cores // workers, which never oversubscribes) puts more threads in ``processes`` than
-    the machine has cores: they time-share them, and a step waits for its slowest thread."""
-    if requested is None or requested == 1 or requested * processes <= cores:
+def thread_warnings(requested: int | None, granted: int, processes: int,
+                    cores: int) -> list[str]:
+    """The line that says ``--threads-per-worker`` (``requested``; None: mptrain's budget
+    of cores // workers) was capped at ``granted`` (``tuning.thread_cap``): more threads
+    in ``processes`` than the machine has cores time-share them, and a step waits for its
+    slowest thread (64 on 2 cores trained at 62 samples/s instead of ~1,300)."""
+    if requested is None or granted >= requested:
         return []
-    return [f"{named('threads_per_worker')} {requested} in each of {processes} process(es) "
-            f"on {cores} usable cores: the threads time-share the cores; leave it out for "
-            f"{max(1, cores // processes)}"]
+    return [f"{named('threads_per_worker')} {requested} capped at {granted}: "
+            f"{count(processes, 'process')} on {count(cores, 'usable core')}, and more "
+            "threads than cores time-share them, slowing every step"]
 
 
 def _check_batches_for_every_worker(samples: int, batch_size: int, workers: int) -> None:

@@ -35,9 +35,19 @@ def usable_cores() -> int:
 
 
 def threads_per_worker(workers: int, requested: int | None, cores: int) -> int:
+    """mptrain's budget, ``cores // workers``, or the ``requested`` count (``--threads-per-
+    worker``) up to the cores: more threads in one process than cores only time-share
+    them, and each step waits for the slowest (64 threads on 2 cores trained 20x slower).
+    :func:`thread_cap` caps it again once the number of processes is known."""
     if requested is not None:
-        return requested
+        return min(requested, cores)
     return max(1, cores // workers)
+
+
+def thread_cap(threads: int, processes: int, cores: int) -> int:
+    """``threads`` in each of ``processes`` processes, capped so that together they take no
+    more than the ``cores`` (one each at least)."""
+    return min(threads, max(1, cores // processes))
 
 
 def child_environment(threads: int) -> dict:

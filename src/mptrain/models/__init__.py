@@ -7,8 +7,8 @@ import math
 import torch
 import torch.nn as nn
 
-from ..errors import UserError
-from ..imports import call_factory, is_import_string
+from ..errors import UserError, did_you_mean
+from ..imports import call_factory, colon_hint, is_import_string
 from .nets import MLP, DigitsCNN, FedAvgCNN, Mnist2NN, MnistCNN
 
 BUILTIN_MODELS = ("digits-cnn", "mnist-cnn", "mnist-2nn", "mnist-cnn-fedavg", "linear", "mlp",
@@ -58,7 +58,8 @@ def build_model(name: str, input_shape: tuple, output_size: int, seed: int = 0) 
     published = _published(name, tuple(input_shape), in_features, output_size)
     if published is not None:
         return published
-    raise UserError(f"unknown model {name!r}; choose one of: {', '.join(BUILTIN_MODELS)}, "
+    hint = colon_hint(name) or did_you_mean(name, BUILTIN_MODELS)
+    raise UserError(f"unknown model {name!r}{hint}; choose one of: {', '.join(BUILTIN_MODELS)}, "
                     "or give an import string 'package.module:make_model'")
 
 

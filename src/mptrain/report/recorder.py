@@ -18,13 +18,16 @@ from .outputs import write_jsonl
 class RunRecorder:
     def __init__(self, config, strategy, task: str, presenter, keeper, out_dir: Path | None,
                  workers: int, samples_per_round: int, run_started: float,
-                 history: list[RoundMetrics], model=None, callbacks=None):
+                 history: list[RoundMetrics], model=None, callbacks=None,
+                 divergence_advice: str | None = None):
         self.config, self.presenter, self.keeper, self.out_dir = config, presenter, keeper, \
             out_dir
         self.model = model   # the parent's: what a checkpoint of the round would hold
         self.strategy, self.samples_per_round = strategy, samples_per_round
         self.callbacks = callbacks  # callbacks.CallbackList: trackers and the user's
         self.history = history   # shared with the FitResult
+        # What a divergence is owed to when not to the learning rate (NaN in the data).
+        self.divergence_advice = divergence_advice
         self.collector = RoundCollector(workers, task, run_started=run_started,
                                         extras=strategy.round_extras)
 
@@ -90,7 +93,8 @@ class RunRecorder:
                     f"{self.keeper.saved_path}")
         else:
             kept = "no checkpoint was written"
-        return f"training diverged: {what}; stopped, {kept}; try a lower {named('lr')}"
+        advice = self.divergence_advice or f"try a lower {named('lr')}"
+        return f"training diverged: {what}; stopped, {kept}; {advice}"
 
     def reached_target(self, metrics: RoundMetrics) -> bool:
         target = self.config.target_accuracy

@@ -17,17 +17,20 @@ from .nets import build_network
 from .family import RLResult, RLFamily
 
 
-def rl_family():
-    """The RL family as the settings resolver (``mptrain.settings``) sees it."""
+def rl_family(checkpoint=None):
+    """The RL family as the settings resolver (``mptrain.settings``) sees it; a resumed
+    run's rounds go on from the steps ``checkpoint``'s rounds held."""
     from ..settings import Family
-    from .config import applicable_rl_settings, check_rl_setting, rl_setting_names
+    from .config import applicable_rl_settings, check_rl_setting, resumed_at, rl_setting_names
+
+    start = resumed_at(checkpoint)
 
     def more_work(config, done):
-        return "steps", done * config.round_steps + 1
+        return "steps", config.round_end(done - 1) + 1 if done else 1
 
     return Family(strategy_key="algo", known=rl_setting_names,
                   check=check_rl_setting, resumable=applicable_rl_settings,
-                  build=lambda said, _defaults: RLConfig.from_dict(said),
+                  build=lambda said, _defaults: RLConfig.from_dict(said, resumed_at=start),
                   more_work=more_work)
 
 
@@ -35,7 +38,8 @@ def rl_config(layers, *, checkpoint=None, resume_from: str | None = None) -> RLC
     """An RL run's config from settings ``layers`` over ``checkpoint``."""
     from ..settings import resolve
 
-    return resolve(rl_family(), layers, checkpoint=checkpoint, resume_from=resume_from)
+    return resolve(rl_family(checkpoint), layers, checkpoint=checkpoint,
+                   resume_from=resume_from)
 
 
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,

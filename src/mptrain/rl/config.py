@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, fields
 
 from ..config import (MAX_SEED, MAX_WORKER_TIMEOUT_S, START_METHODS, check_choice, check_kind,
                       check_number, check_positive_ints, refuse_unknown)
-from ..errors import UserError, setting_name
+from ..errors import UserError, did_you_mean, setting_name
 from ..strategies.registry import ALGOS, strategy_class
 
 
@@ -67,6 +67,9 @@ class RLConfig:
     checkpoint_every: int | None = None  # rounds
     max_restarts: int = 0
     quiet: bool = False
+    # -- where a resumed run takes up its rounds (not settings: ``resumed_at``) -------------
+    resumed_round: int = 0        # rounds done when the run was last resumed ...
+    resumed_step: int = 0         # ... and the environment steps they held
 
     device = "cpu"              # class attributes: what the shared launch code asks
     sharing_strategy = "auto"
@@ -91,7 +94,10 @@ class RLConfig:
 
     @property
     def units(self) -> int:
-        return math.ceil(self.steps / self.round_steps)
+        """Rounds in the run: those done when it was resumed, then rounds of
+        ``round_steps`` up to ``steps`` (the last one shorter)."""
+        return self.resumed_round + math.ceil(max(0, self.steps - self.resumed_step)
+                                              / self.round_steps)
 
     @property
     def learning_rate(self) -> float:
@@ -105,7 +111,8 @@ class RLConfig:
 
     def round_end(self, index: int) -> int:
         """Total environment steps at the end of round ``index`` (0-based)."""
-        return min(self.steps, (index + 1) * self.round_steps)
+        return round_end({name: getattr(self, name) for name in
+                          ("steps", "round_steps", "resumed_round", "resumed_step")}, index)
 
     def round_size(self, index: int) -> int:
         """Environment steps in round ``index``, over all actors."""
@@ -115,13 +122,39 @@ class RLConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "RLConfig":
-        """The config of ``values`` (``None``: not said); an unknown name is refused in one
-        line listing the known ones -- a silently ignored typo would run the defaults."""
+    def from_dict(cls, values: dict, resumed_at: tuple[int, int] | None = None
+                  ) -> "RLConfig":
+        """The config of ``values`` (``None``: not said; an ``as_dict()`` too); an unknown
+        name is refused in one line listing the known ones -- a silently ignored typo would
+        run the defaults. ``resumed_at``: the rounds and steps a resumed run starts from
+        (:func:`resumed_at`; None: those in ``values``, if any)."""
         said = {k: v for k, v in values.items() if v is not None}
+        held = tuple(said.pop(name, 0) for name in ("resumed_round", "resumed_step"))
         refuse_unknown(said, rl_setting_names())
         refuse_unused(said)
-        return cls(**said)
+        start = held if resumed_at is None else resumed_at
+        return cls(**said, resumed_round=start[0], resumed_step=start[1])
+
+
+def round_end(config: dict, index: int) -> int:
+    """Total environment steps at the end of round ``index`` (0-based) of the run whose
+    settings are ``config`` (an ``RLConfig.as_dict()``, a checkpoint's): rounds of
+    ``round_steps`` from where it was last resumed (the start: 0 rounds, 0 steps) up to
+    ``steps``. A run resumed after a short last round (a 6,000-step run in rounds of 10,000,
+    resumed to 9,000) goes on from the steps that round held, not from a multiple of
+    ``round_steps``; the rounds before its resume are not asked for again."""
+    rounds, steps = config.get("resumed_round", 0), config.get("resumed_step", 0)
+    if index + 1 <= rounds:
+        return steps if index + 1 == rounds else min(steps, (index + 1) * config["round_steps"])
+    return min(config["steps"], steps + (index + 1 - rounds) * config["round_steps"])
+
+
+def resumed_at(checkpoint) -> tuple[int, int]:
+    """The rounds a checkpoint's run had done and the environment steps they held: where
+    a run resumed from it takes up its rounds."""
+    if checkpoint is None or checkpoint.epoch == 0:
+        return (0, 0)
+    return (checkpoint.epoch, round_end(checkpoint.config, checkpoint.epoch - 1))
 
 
 #: Settings whose default depends on the algorithm: name -> (the default, {algo: its own}).
@@ -181,8 +214,12 @@ def algo_defaults(algo: str) -> dict:
     return {name: own.get(algo, default) for name, (default, own) in ALGO_DEFAULTS.items()}
 
 
+#: RLConfig's fields that are no settings: where a resumed run took up its rounds.
+RESUME_FIELDS = frozenset({"resumed_round", "resumed_step"})
+
+
 def rl_setting_names() -> frozenset:
-    return frozenset(f.name for f in fields(RLConfig))
+    return frozenset(f.name for f in fields(RLConfig)) - RESUME_FIELDS
 
 
 # -- each setting on its own: kind first (a config file may hold "0.1"), then range --------
@@ -215,8 +252,8 @@ def check_rl_setting(name: str, value) -> None:
     if name == "algo":
         check_kind(name, value, "a name")
         if value not in ALGOS:
-            raise UserError(f"unknown {setting_name(name)} {value!r}; choose one of: "
-                            f"{', '.join(ALGOS)}")
+            raise UserError(f"unknown {setting_name(name)} {value!r}"
+                            f"{did_you_mean(value, ALGOS)}; choose one of: {', '.join(ALGOS)}")
     elif name in ("env", "net"):
         check_kind(name, value, "a name")
         if not value:

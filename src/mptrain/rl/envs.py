@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
-from ..imports import call_factory, is_import_string
+from ..imports import call_factory, colon_hint, is_import_string
 
 INSTALL_HINT = "reinforcement learning needs gymnasium: pip install 'mptrain[rl]'"
 #: What the actors use of an environment (one made otherwise than by Gymnasium may do).
@@ -39,7 +39,8 @@ def make_env(spec: str, seed: int | None = None):
         try:
             env = gymnasium.make(spec)
         except gymnasium.error.Error as err:
-            raise UserError(f"{named('env')} {spec!r}: {err}; give a Gymnasium id such as "
+            raise UserError(f"{named('env')} {spec!r}{colon_hint(spec)}: {err}; give a "
+                            "Gymnasium id such as "
                             "CartPole-v1 or an import string 'module:make_env'") from None
     if seed is not None:
         env.action_space.seed(seed)

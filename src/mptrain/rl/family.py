@@ -41,6 +41,9 @@ class RLFamily:
         check_shared_memory(self.data, model, strategy, plan)
         return []
 
+    def divergence_advice(self) -> str | None:
+        return None   # an environment's observations are the agent's to cope with
+
     def result(self, model: nn.Module, config) -> RLResult:
         return RLResult(model=model, config=config)
 

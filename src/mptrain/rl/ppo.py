@@ -59,6 +59,18 @@ def updates_by(config, steps: int) -> int:
     return math.ceil(steps / rollout_size(config))
 
 
+def rounded_rounds(config) -> list[str]:
+    """The banner's word on rounds that end at whole rollouts (``--round-steps 5000``
+    shown as rounds of 5,120 steps, unexplained, before): [] where they need none."""
+    size = rollout_size(config)
+    if config.round_steps % size == 0:
+        return []
+    ends = updates_by(config, config.round_steps) * size
+    return [f"rounds end at whole rollouts of {size:,} transitions: "
+            f"{setting_name('round_steps')} {config.round_steps} gives rounds of about {ends:,} "
+            "steps"]
+
+
 class PPOStrategy(ActorStrategy):
     name = "ppo"
     network = SeparateActorCritic   # built-in network; a --net returns what a3c's does
@@ -119,7 +131,8 @@ class PPOStrategy(ActorStrategy):
                 f"steps = {rollout_size(c):,} transitions per update, rank 0 the learner: "
                 f"{c.update_epochs} epochs of minibatches of {minibatch_size(c)}, clip "
                 f"{c.clip_coef:g}, GAE lambda {c.gae_lambda:g}, entropy {c.entropy_coef:g}"
-                + (", learning rate annealed" if c.anneal_lr else "")]
+                + (", learning rate annealed" if c.anneal_lr else "")] \
+            + rounded_rounds(c)
 
 
 class PPOProgram(ActorProgram):

@@ -87,7 +87,7 @@ class FedAvgProgram(WorkerProgram):
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
-        c, f, group, shared = self.config, self.config.fedavg, self.group, self.shared
+        f, group, shared = self.config.fedavg, self.group, self.shared
         sampled = self._sample(round_index)
         assignment = assign_clients(sampled, self.trainer.sizes, group.world_size)
         mine = assignment[group.rank]
