@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -62,12 +63,16 @@ def cases(out: str, gpus: bool) -> list[tuple[str, list[str], int, str]]:
 
 def run_case(name: str, command: list[str], expected_rc: int, expected_text: str) -> bool:
     start = time.monotonic()
+    # A session of its own: a command past its time is killed with every process it
+    # started (workers, torchrun's ranks), not only the first.
+    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-        output, rc = done.stdout + done.stderr, done.returncode
-    except subprocess.TimeoutExpired as timeout:
-        output, rc = f"{timeout.stdout or ''}{timeout.stderr or ''}", None
+        output, _ = process.communicate(timeout=TIMEOUT_S)
+        rc = process.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, rc = process.communicate()[0], None
     took = time.monotonic() - start
     passed = rc == expected_rc and expected_text in output
     print(f"{'ok  ' if passed else 'FAIL'} {name} ({took:.1f} s)", flush=True)
