@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mptrain.errors import UserError
-from mptrain.rl.flat_adam import FlatAdam
+from mptrain.rl import flat_adam
+from mptrain.rl.flat_adam import FlatAdam, fused_adam_runs
 from mptrain.rl.nets import SeparateActorCritic
 
 from dynamo_free import imports_dynamo
@@ -19,13 +20,16 @@ def loss_of(net, step: int) -> torch.Tensor:
     return (logits ** 2).sum() + 10 * (values - 3).pow(2).mean()
 
 
-@pytest.mark.parametrize("max_norm", [None, 0.5])
-def test_flat_adam_steps_as_torch_fused_adam_with_clipping_bit_for_bit(max_norm):
+CPU_HAS_FUSED_ADAM = fused_adam_runs(torch.device("cpu"), torch.float32)
+
+
+def steps_as_torch_adam_bit_for_bit(max_norm, torch_settings: dict,
+                                    fused: bool | None) -> FlatAdam:
     torch.manual_seed(0)
     reference = SeparateActorCritic(4, 2)
     mine = copy.deepcopy(reference)
-    adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, fused=True)
-    flat = FlatAdam(mine, lr=3e-3, eps=1e-5)
+    adam = torch.optim.Adam(reference.parameters(), lr=3e-3, eps=1e-5, **torch_settings)
+    flat = FlatAdam(mine, lr=3e-3, eps=1e-5, fused=fused)
     for step in range(20):
         adam.zero_grad()
         loss_of(reference, step).backward()
@@ -44,6 +48,36 @@ def test_flat_adam_steps_as_torch_fused_adam_with_clipping_bit_for_bit(max_norm)
     assert all(p.untyped_storage().data_ptr() == flat.flat.untyped_storage().data_ptr()
                for p in mine.parameters())
     assert flat.grad.abs().sum() > 0 and flat.steps == 20
+    return flat
+
+
+@pytest.mark.skipif(not CPU_HAS_FUSED_ADAM, reason="this torch has no fused Adam on CPU (<2.4)")
+@pytest.mark.parametrize("max_norm", [None, 0.5])
+def test_flat_adam_steps_as_torch_fused_adam_with_clipping_bit_for_bit(max_norm):
+    assert steps_as_torch_adam_bit_for_bit(max_norm, {"fused": True}, fused=None).fused
+
+
+@pytest.mark.parametrize("torch_settings", [{"foreach": False}, {"foreach": True}])
+@pytest.mark.parametrize("max_norm", [None, 0.5])
+def test_without_the_fused_kernel_flat_adam_steps_as_torch_adam_bit_for_bit(
+        max_norm, torch_settings):
+    """The step of a torch without a fused CPU Adam (2.2, 2.3), asked for here."""
+    assert not steps_as_torch_adam_bit_for_bit(max_norm, torch_settings, fused=False).fused
+
+
+def test_a_torch_without_the_fused_kernel_gets_the_unfused_step(monkeypatch):
+    def no_kernel(*args, **kwargs):
+        raise NotImplementedError("Could not run 'aten::_fused_adam_' with arguments from "
+                                  "the 'CPU' backend")
+    monkeypatch.setattr(torch, "_fused_adam_", no_kernel)
+    monkeypatch.setattr(flat_adam, "fused_adam_runs",
+                        flat_adam.fused_adam_runs.__wrapped__)   # asked afresh, not cached
+    net = SeparateActorCritic(4, 2)
+    flat = FlatAdam(net, lr=1e-3)
+    before = flat.flat.clone()
+    loss_of(net, 0).backward()
+    flat.step()
+    assert not flat.fused and flat.steps == 1 and not torch.equal(flat.flat, before)
 
 
 def test_a_network_of_several_dtypes_is_refused_in_one_line():

@@ -15,9 +15,18 @@ The arithmetic is torch's, operation for operation: the norm of the gradients is
 (``torch._fused_adam_``) on the same per-parameter tensors (views of the flat ones). So a
 run steps exactly as it did with ``torch.optim``: the same seed gives the same run as
 before this class, and a test compares the two bit for bit.
+
+A torch without that kernel for the parameters' device (CPU before torch 2.4, the oldest
+pyproject.toml accepts being 2.2) gets the step ``torch.optim.Adam`` takes there instead:
+its per-tensor loop (``_single_tensor_adam``), the same operations on the same views, in
+``_foreach_`` form (on a CPU each runs that loop's operation tensor by tensor). A test
+compares it with ``torch.optim.Adam`` bit for bit under the current torch too, by asking for
+it (``fused=False``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn as nn
@@ -30,10 +39,11 @@ class FlatAdam:
     parameter becomes a view of its slice) and whose gradients it points at slices of
     another (``grad``): backward passes accumulate there, in place (zeroed before, so the
     sum is the gradient itself), and no gradient is ever allocated. ``net`` must be this
-    optimizer's own: nothing else may hold its parameters' old storage."""
+    optimizer's own: nothing else may hold its parameters' old storage. ``fused``: whether
+    to step with torch's fused kernel; None (the default) where this torch has it."""
 
     def __init__(self, net: nn.Module, lr: float, eps: float = 1e-8,
-                 betas: tuple[float, float] = (0.9, 0.999)):
+                 betas: tuple[float, float] = (0.9, 0.999), fused: bool | None = None):
         self.params = list(net.parameters())
         dtypes = {p.dtype for p in self.params}
         if len(dtypes) > 1 or any(not p.is_floating_point() for p in self.params):
@@ -53,6 +63,8 @@ class FlatAdam:
         self._moments = self.views(self.exp_avg), self.views(self.exp_avg_sq)
         self.step_count = torch.zeros((), dtype=torch.float32)   # as torch.optim keeps it
         self.lr, self.eps, self.betas = lr, eps, betas
+        self.fused = fused_adam_runs(self.flat.device, self.flat.dtype) if fused is None \
+            else fused
 
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """``flat`` cut into tensors of the parameters' shapes (views)."""
@@ -82,10 +94,22 @@ class FlatAdam:
     def step(self) -> None:
         torch._foreach_add_([self.step_count], 1)
         exp_avgs, exp_avg_sqs = self._moments
-        torch._fused_adam_(self._values, self._grads, exp_avgs, exp_avg_sqs, [],
-                           [self.step_count] * len(self._values), amsgrad=False, lr=self.lr,
-                           beta1=self.betas[0], beta2=self.betas[1], weight_decay=0.0,
-                           eps=self.eps, maximize=False)
+        if self.fused:
+            _fused_step(self._values, self._grads, exp_avgs, exp_avg_sqs, self.step_count,
+                        self.lr, self.betas, self.eps)
+            return
+        # torch.optim.Adam's loop (_single_tensor_adam), each operation over all the views
+        beta1, beta2 = self.betas
+        step = self.step_count.item()
+        step_size = self.lr / (1 - beta1 ** step)
+        bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+        torch._foreach_lerp_(exp_avgs, self._grads, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+        torch._foreach_addcmul_(exp_avg_sqs, self._grads, self._grads, 1 - beta2)
+        denominators = torch._foreach_sqrt(exp_avg_sqs)
+        torch._foreach_div_(denominators, bias_correction2_sqrt)
+        torch._foreach_add_(denominators, self.eps)
+        torch._foreach_addcdiv_(self._values, exp_avgs, denominators, -step_size)
 
     def state_dict(self) -> dict:
         return {"steps": self.steps, "exp_avg": self.exp_avg.clone(),
@@ -107,3 +131,26 @@ class FlatAdam:
         self.step_count.fill_(int(state["steps"]))
         self.exp_avg.copy_(state["exp_avg"])
         self.exp_avg_sq.copy_(state["exp_avg_sq"])
+
+
+def _fused_step(values, grads, exp_avgs, exp_avg_sqs, step_count: torch.Tensor, lr: float,
+                betas: tuple[float, float], eps: float) -> None:
+    """``torch.optim.Adam(fused=True)``'s step: one kernel over all the tensors."""
+    torch._fused_adam_(values, grads, exp_avgs, exp_avg_sqs, [], [step_count] * len(values),
+                       amsgrad=False, lr=lr, beta1=betas[0], beta2=betas[1],
+                       weight_decay=0.0, eps=eps, maximize=False)
+
+
+@functools.lru_cache(maxsize=None)
+def fused_adam_runs(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether this torch has the fused Adam kernel for tensors of ``dtype`` on ``device``
+    (a CPU's since torch 2.4): asked by running it once on a tensor of one element, the
+    way :meth:`FlatAdam.step` calls it (a version number would not tell a build without
+    it)."""
+    one = torch.zeros(1, device=device, dtype=dtype)
+    try:
+        _fused_step([one], [one.clone()], [one.clone()], [one.clone()],
+                    torch.ones((), dtype=torch.float32), lr=0.0, betas=(0.9, 0.999), eps=1e-8)
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return False
+    return True
