@@ -176,12 +176,10 @@ def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
     Loading a file must never choose code to run: built-in names (``digits``, ``iid``) may
     come from a checkpoint, the user's own modules only from the user's own flags, config
     file or call."""
-    from .imports import is_import_string
-
     recorded = {**checkpoint.config, **checkpoint.run}
     for name, given in names.items():
         value = recorded.get(name)
-        if not isinstance(value, str) or not is_import_string(value):
+        if not names_users_code(name, value):
             continue
         flag = named(name)
         if given is None:
@@ -207,10 +205,18 @@ def user_code_flags(recorded: dict) -> list[str]:
 
 
 def _user_code(recorded: dict) -> list[tuple[str, str]]:
-    from .imports import is_import_string
-
     return [(name, recorded[name]) for name in USER_CODE_NAMES
-            if isinstance(recorded.get(name), str) and is_import_string(recorded[name])]
+            if names_users_code(name, recorded.get(name))]
+
+
+def names_users_code(name: str, value) -> bool:
+    """Whether setting or run entry ``name`` set to ``value`` names the user's code (an
+    import string or a file path), which a checkpoint never supplies. A built-in partition
+    has a colon too (``dirichlet:0.3``, ``shards:2``) but names no code: the checkpoint
+    holds it, and a resume without it trains the same clients."""
+    from .imports import can_name_code
+
+    return name in USER_CODE_NAMES and isinstance(value, str) and can_name_code(value)
 
 
 class CheckpointKeeper:

@@ -24,6 +24,14 @@ def is_import_string(text: str) -> bool:
     return ":" in text
 
 
+def can_name_code(text: str) -> bool:
+    """Whether ``text`` can name a function: ``module:attribute`` (or ``file.py:attribute``)
+    whose attribute is a dotted name. ``dirichlet:0.3`` cannot: a built-in with a
+    parameter, not code of the user's."""
+    module, _, attribute = text.partition(":")
+    return bool(module) and all(part.isidentifier() for part in attribute.split("."))
+
+
 def load_object(spec: str, what: str):
     """Import ``module:attribute`` (or ``file.py:attribute``) and return the attribute.
 
