@@ -49,6 +49,8 @@ class RunFamily(Protocol):
     data: object
     #: How a worker scores a round (an ``engine.evaluation.RoundEvaluation`` class).
     evaluation: type
+    #: What the run's checkpoints record of its data (``data.fingerprint``); None: nothing.
+    data_fingerprint: dict | None
 
     def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
         """Refuse what cannot run, before any process starts; warnings to show."""
@@ -120,7 +122,7 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     held.enter_context(out_dir_held(out_dir))
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
-                              keep_on_disk=joined.restartable)
+                              keep_on_disk=joined.restartable, data=family.data_fingerprint)
     # How OpenMP threads wait: only where a worker has more than one to wait for.
     waiting = [wait_policy_line()] if plan.threads > 1 else []
     presenter.banner(family.banner(config, model, plan) + waiting

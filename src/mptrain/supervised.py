@@ -22,6 +22,9 @@ class SupervisedFamily:
     #: How ``mptrain run --resume`` rebuilds the data and model (``data``, ``data_dir``,
     #: ``model``), recorded in checkpoints.
     run_info: dict = field(default_factory=dict)
+    #: The data's fingerprint (``data.fingerprint``) where a checkpoint records it or a
+    #: resume checks it; None where neither happens (it costs a pass over the data).
+    data_fingerprint: dict | None = None
     who: str = "workers"
     command: str = "mptrain run"
     evaluation = TestSetEvaluation

@@ -66,7 +66,7 @@ def partitions(data, data_dir, clients, partition, seed, out):
 
     spec = parse_partition(partition)  # a typo fails before the data set is loaded
     out_dir = prepare_out_dir(out) if out else None
-    bundle = load_data(data, data_dir)
+    bundle = load_data(data, data_dir, seed)   # your factory's data as a run's of this seed
     if clients is None:   # the data set's federated recipe, as mptrain run's
         clients = bundle.defaults.federated["clients"]
     targets = bundle.train.targets

@@ -255,7 +255,7 @@ def _prepare(layers, where: dict, resume):
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
     launcher = launcher_for(config, said)
-    bundle = load_data(locations["data"] or "digits", locations["data_dir"])
+    bundle = load_data(locations["data"] or "digits", locations["data_dir"], config.seed)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
                         bundle.output_size, config.seed)
     return model, bundle, locations, config, checkpoint, launcher

@@ -79,6 +79,12 @@ class SharedTensorDataset(Dataset):
         return self._inputs
 
     @property
+    def held_inputs(self):
+        """The inputs as held: a tensor, or a ``RowSource`` not built yet (read row by row
+        without building it: ``data.fingerprint``)."""
+        return self._inputs
+
+    @property
     def built(self) -> bool:
         """Whether the inputs are tensors already (a ``RowSource`` is built on first use)."""
         return not isinstance(self._inputs, RowSource)

@@ -16,6 +16,7 @@ from ..imports import call_factory, is_import_string
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
+from .seeding import seeded
 from .shared import RowSource, SharedTensorDataset, materialize
 
 BUILTIN_SOURCES = ("digits", "digits-60k", "linreg", "mnist")
@@ -70,8 +71,10 @@ class DataBundle:
         return self.train.nbytes + (self.test.nbytes if self.test is not None else 0)
 
 
-def load_data(name: str, data_dir: str | None = None) -> DataBundle:
-    """Build the data set ``name``: a built-in, or ``module:factory``."""
+def load_data(name: str, data_dir: str | None = None, seed: int = 0) -> DataBundle:
+    """Build the data set ``name``: a built-in, or ``module:factory`` (called, and its data
+    sets stacked, under ``seed``: see ``data.seeding``). The built-ins draw from their own
+    fixed generators."""
     if name != "mnist" and data_dir is not None:
         raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
     if name == "digits":
@@ -86,7 +89,7 @@ def load_data(name: str, data_dir: str | None = None) -> DataBundle:
                             "IDX files (train-images-idx3-ubyte[.gz], ...)")
         return mnist(data_dir)
     if is_import_string(name):
-        return from_factory(name)
+        return from_factory(name, seed)
     raise UserError(f"unknown data set {name!r}; choose one of: {', '.join(BUILTIN_SOURCES)}, "
                     "or give an import string 'package.module:make_data'")
 
@@ -196,14 +199,16 @@ def mnist(data_dir: str) -> DataBundle:
     )
 
 
-def from_factory(spec: str) -> DataBundle:
-    """Call a user factory that returns ``(train_dataset, test_dataset_or_None)``."""
-    produced = call_factory(spec, "--data")
-    if not (isinstance(produced, (tuple, list)) and len(produced) == 2):
-        raise UserError(f"--data {spec!r} returned {type(produced).__name__}; the factory must "
-                        "return a pair (train_dataset, test_dataset), test may be None")
-    train = materialize(produced[0], "training data")
-    test = materialize(produced[1], "test data") if produced[1] is not None else None
+def from_factory(spec: str, seed: int = 0) -> DataBundle:
+    """Call a user factory that returns ``(train_dataset, test_dataset_or_None)``, seeded:
+    the same ``seed`` gives the same data, which a resume must have."""
+    with seeded(seed):
+        produced = call_factory(spec, "--data")
+        if not (isinstance(produced, (tuple, list)) and len(produced) == 2):
+            raise UserError(f"--data {spec!r} returned {type(produced).__name__}; the factory "
+                            "must return a pair (train_dataset, test_dataset), test may be None")
+        train = materialize(produced[0], "training data")
+        test = materialize(produced[1], "test data") if produced[1] is not None else None
     return user_bundle(spec, train, test, default_model="mlp", defaults=GENERIC_DEFAULTS)
 
 

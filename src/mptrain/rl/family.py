@@ -36,6 +36,8 @@ class RLFamily:
     who: str = "actors"
     command: str = "mptrain rl"
     evaluation = GreedyEvaluation
+    #: An environment is no data set to fingerprint: a resume checks its settings only.
+    data_fingerprint = None
 
     def preflight(self, config, model, strategy, plan) -> list[str]:
         check_shared_memory(self.data, model, strategy, plan)
