@@ -149,6 +149,8 @@ def data_warnings(bundle: DataBundle) -> list[str]:
 
     warnings = []
     for what, data in (("training", bundle.train), ("test", bundle.test)):
+        if data is not None and data.varied_sample is not None:
+            warnings.append(frozen_randomness_warning(what, data.varied_sample))
         if data is None or not data.built:
             continue
         for part, tensor in (("inputs", data.inputs), ("targets", data.targets)):
@@ -158,6 +160,17 @@ def data_warnings(bundle: DataBundle) -> list[str]:
                                 f"(first in sample {first}): a step on them has a "
                                 "non-finite loss; drop or fill those samples")
     return warnings
+
+
+def frozen_randomness_warning(what: str, index: int) -> str:
+    """A ``__getitem__`` that draws at random (augmentation) is read once: its draws are the
+    data of every epoch. Until mptrain has per-batch transforms, the ways to what the user
+    meant are more data or none."""
+    return (f"the {what} data's __getitem__ gave sample {index} other values when read "
+            "again: its randomness (augmentation) is drawn once, when mptrain stacks the "
+            "data before training, and every epoch sees the same draws; for fresh draws "
+            "each epoch, put several augmented copies of each sample in the data set, or "
+            "give a fixed data set (mptrain has no per-batch transforms yet)")
 
 
 def thread_warnings(requested: int | None, processes: int, cores: int) -> list[str]:
