@@ -22,7 +22,7 @@ from .supervised import SupervisedFamily
 
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
-        quiet: bool = True, resume: str | Path | Checkpoint | None = None,
+        overwrite: bool = False, quiet: bool = True, resume: str | Path | Checkpoint | None = None,
         loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> FitResult:
     """Train ``model`` on ``train_data`` and return a :class:`FitResult`.
@@ -37,7 +37,8 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     command line's names with underscores; an unknown one is refused, and refusals name
     them as written here); what is not given comes from the checkpoint when resuming,
     else from the data set's defaults. ``resume`` is the --out folder of an
-    earlier run with ``checkpoint_every`` (or a loaded checkpoint).
+    earlier run with ``checkpoint_every`` (or a loaded checkpoint). ``out`` holding
+    another run's outputs is refused unless ``overwrite`` (or ``resume`` is that run).
 
     ``loggers``: experiment trackers that get every round live (``"tensorboard"``,
     ``"mlflow"``, ``"wandb"``, ``"csv"``, a list or comma-separated; see
@@ -56,7 +57,8 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
             else TrainingDefaults()
         if checkpoint is not None:
             user_code_in(checkpoint, {"partition": given.get("partition")})
-        config = resolved_config([keywords({**given, "quiet": quiet}, "fit()")], checkpoint,
+        said = {**given, "quiet": quiet, "overwrite": overwrite}
+        config = resolved_config([keywords(said, "fit()")], checkpoint,
                                  defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)

@@ -29,7 +29,7 @@ from .launch.restarts import train_with_restarts
 from .launch.start_method import AS_REQUESTED
 from .report.console import ConsolePresenter
 from .report.metrics import RoundMetrics
-from .report.outputs import prepare_out_dir
+from .report.outputs import prepare_out_dir, refuse_other_runs_outputs
 from .report.recorder import RunRecorder
 from .result import FitResult
 
@@ -120,6 +120,9 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     out = request.out if launcher.writes_outputs else None
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
     held.enter_context(out_dir_held(out_dir))
+    if out_dir is not None and not (config.overwrite or joined.restarted
+                                    or resumed_in(resume, out_dir)):
+        refuse_other_runs_outputs(out_dir)   # after the lock: a live run is the lock's to name
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable, data=family.data_fingerprint)
@@ -168,6 +171,14 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     callbacks.on_end(result.summary, out_dir)
     presenter.result(family.result_lines(result.summary, out_dir))
     return result
+
+
+def resumed_in(resume: Checkpoint | None, out_dir: Path) -> bool:
+    """Whether the run resumes from a checkpoint in ``out_dir``: it continues the run whose
+    outputs are there."""
+    if resume is None or resume.source is None:
+        return False
+    return Path(resume.source).resolve().parent == Path(out_dir).resolve()
 
 
 def make_callbacks(request: RunRequest, presenter) -> CallbackList:
