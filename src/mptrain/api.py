@@ -22,8 +22,8 @@ from .supervised import SupervisedFamily
 
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
-        overwrite: bool = False, quiet: bool = True, resume: str | Path | Checkpoint | None = None,
-        loggers=None, tb_dir: str | Path | None = None, callbacks=None,
+        overwrite: bool = False, quiet: bool = True,
+        resume: str | Path | Checkpoint | None = None, loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> FitResult:
     """Train ``model`` on ``train_data`` and return a :class:`FitResult`.
 
@@ -129,48 +129,11 @@ def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name:
     if config.checkpoint_every and out is None:
         raise UserError(f"{setting_name('checkpoint_every')} needs {setting_name('out')} "
                         "DIR, the folder the checkpoint is written to")
-    family = SupervisedFamily(bundle, model_name, run_info=dict(run_info or {}),
-                              data_fingerprint=checked_data(bundle, config, checkpoint,
-                                                            launcher))
+    family = SupervisedFamily(bundle, model_name, run_info=dict(run_info or {}))
     return run(RunRequest(config=config, strategy=make_strategy(config), launcher=launcher,
                           model=model, family=family, out=out, resume=checkpoint,
                           quiet=config.quiet, loggers=tuple(loggers), tb_dir=tb_dir,
                           callbacks=list(callbacks or [])))
-
-
-def checked_data(bundle: DataBundle, config: TrainConfig, checkpoint: Checkpoint | None,
-                 launcher: Launcher) -> dict | None:
-    """The data's fingerprint where a checkpoint will record it or a resume checks it (it
-    costs a pass over the data's bytes, about 0.1 s for MNIST; nothing otherwise); a resume
-    on data other than its checkpoint's is refused here, before any process starts. A
-    checkpoint written before fingerprints (``data`` None) is resumed unchecked."""
-    if checkpoint is None and not config.checkpoint_every:
-        return None
-    from .data.fingerprint import difference, fingerprint
-
-    launcher.place_data(bundle)   # built once, where it stays: its bytes are read there
-    now = fingerprint(bundle)
-    if checkpoint is not None and checkpoint.data is not None:
-        differs = difference(checkpoint.data, now)
-        if differs is not None:
-            raise UserError(f"this is not the data the checkpoint was trained on: {differs}; "
-                            f"{_same_data_advice(config, checkpoint)}")
-    return now
-
-
-def _same_data_advice(config: TrainConfig, checkpoint: Checkpoint) -> str:
-    """What gives the resume its checkpoint's data back: the same seed (the user's data is
-    built under it), the same factory and files -- or a new run."""
-    seed, stored = setting_name("seed"), checkpoint.config.get("seed")
-    if isinstance(stored, int) and stored != config.seed:
-        return (f"its run built the data under {seed} {stored}, this one under "
-                f"{config.seed}: resume with {seed} {stored}, or start a new run")
-    if python_caller():
-        return ("pass fit() the data the run was trained on (data sets are stacked under "
-                f"{seed}), or start a new run without resume")
-    return (f"give the data the run was trained on (the same --data and files; a factory is "
-            f"called under {seed}: its random numbers must come from torch, numpy or "
-            "random, not the clock), or start a new run without --resume")
 
 
 def bundle_from_datasets(train_data, test_data, seed: int = 0) -> DataBundle:

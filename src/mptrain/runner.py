@@ -49,11 +49,15 @@ class RunFamily(Protocol):
     data: object
     #: How a worker scores a round (an ``engine.evaluation.RoundEvaluation`` class).
     evaluation: type
-    #: What the run's checkpoints record of its data (``data.fingerprint``); None: nothing.
-    data_fingerprint: dict | None
 
     def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
         """Refuse what cannot run, before any process starts; warnings to show."""
+
+    def data_fingerprint(self, config, resume: Checkpoint | None, launcher: Launcher,
+                         keeps: bool) -> dict | None:
+        """What the run's checkpoints record of what it trains on, where they are kept
+        (``keeps``) or ``resume`` is checked against it (refused when other); None:
+        nothing."""
 
     def result(self, model: nn.Module, config) -> FitResult:
         """An empty result of this kind of run."""
@@ -118,6 +122,8 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
         load_model_state(resume, model)
     machine_warnings = family.preflight(config, model, strategy, plan)
     out = request.out if launcher.writes_outputs else None
+    keeps = out is not None and bool(config.checkpoint_every or joined.restartable)
+    fingerprint = family.data_fingerprint(config, resume, launcher, keeps)
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
     held.enter_context(out_dir_held(out_dir))
     if out_dir is not None and not (config.overwrite or joined.restarted
@@ -125,7 +131,7 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
         refuse_other_runs_outputs(out_dir)   # after the lock: a live run is the lock's to name
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
-                              keep_on_disk=joined.restartable, data=family.data_fingerprint)
+                              keep_on_disk=joined.restartable, data=fingerprint)
     # How OpenMP threads wait: only where a worker has more than one to wait for.
     waiting = [wait_policy_line()] if plan.threads > 1 else []
     presenter.banner(family.banner(config, model, plan) + waiting

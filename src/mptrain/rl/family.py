@@ -36,8 +36,10 @@ class RLFamily:
     who: str = "actors"
     command: str = "mptrain rl"
     evaluation = GreedyEvaluation
-    #: An environment is no data set to fingerprint: a resume checks its settings only.
-    data_fingerprint = None
+
+    def data_fingerprint(self, config, resume, launcher, keeps: bool) -> None:
+        """An environment is no data set to fingerprint: a resume checks its settings."""
+        return None
 
     def preflight(self, config, model, strategy, plan) -> list[str]:
         check_shared_memory(self.data, model, strategy, plan)
