@@ -126,8 +126,10 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     fingerprint = family.data_fingerprint(config, resume, launcher, keeps)
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
     held.enter_context(out_dir_held(out_dir))
-    if out_dir is not None and not (config.overwrite or joined.restarted
-                                    or resumed_in(resume, out_dir)):
+    # A torchrun restart continues from the job's checkpoint in --out (``joined.resume``):
+    # resumed there, it passes; a restart is no reason of its own (a first attempt refused
+    # here would be restarted, and would then replace the other run's outputs).
+    if out_dir is not None and not (config.overwrite or resumed_in(resume, out_dir)):
         refuse_other_runs_outputs(out_dir)   # after the lock: a live run is the lock's to name
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,

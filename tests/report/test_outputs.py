@@ -79,3 +79,10 @@ def test_fit_is_told_its_keywords(tmp_path):
     assert str(caught.value).endswith(f"(model.pt, checkpoint.pt); resume={str(tmp_path)!r} "
                                       "to continue it, overwrite=True to replace it, or "
                                       "another out")
+
+
+def test_a_trackers_folder_alone_is_no_run(tmp_path):
+    # Made as a run starts: a run stopped before its first round (or a torchrun job
+    # restarted before its first checkpoint) left nothing to keep.
+    (tmp_path / "tb").mkdir()
+    refuse_other_runs_outputs(tmp_path)

@@ -29,8 +29,6 @@ class Joined:
     notes: list[str] = field(default_factory=list)
     run_info: dict = field(default_factory=dict)
     restartable: bool = False
-    #: The launcher restarted this run (torchrun): what is in --out is the run's own.
-    restarted: bool = False
 
 
 class Launcher(ABC):
@@ -158,8 +156,7 @@ class TorchrunLauncher(Launcher):
         # The group exists before anything else: resuming needs it after a restart.
         attempt = torchrun.join(self.world, plan.comm.torch_backend, config.worker_timeout)
         joined = Joined(resume=resume, run_info={torchrun.RUN_ID_KEY: torchrun.run_id()},
-                        restartable=torchrun.may_restart(),
-                        restarted=torchrun.restart_count() > 0 or attempt > 1)
+                        restartable=torchrun.may_restart())
         if resume is None:
             joined.resume = torchrun.elastic_resume(out, config, self.world, attempt)
             if joined.resume is not None:

@@ -46,8 +46,10 @@ def refuse_other_runs_outputs(out_dir: Path) -> None:
     """Refuse to write into ``out_dir`` where another run's outputs are: its metrics, model
     and checkpoint would be replaced file by file (a 1-epoch run replaced a 5-epoch run's
     metrics.jsonl and checkpoint.pt without a word). A folder with none of them (empty, the
-    lock file, files of the user's own) is free."""
-    present = [name for name in OUTPUT_NAMES if (out_dir / name).exists()]
+    lock file, files of the user's own) is free; so is one with a tracker's folder alone
+    (``tb/``, made as a run starts: a run that ended before its first round, or a torchrun
+    job restarted before its first checkpoint)."""
+    present = [name for name in OUTPUT_NAMES if name != "tb" and (out_dir / name).exists()]
     if not present:
         return
     from ..errors import python_caller
