@@ -296,3 +296,31 @@ def test_a_checkpoint_too_large_for_the_memory_left_is_not_called_corrupt(tmp_pa
     with pytest.raises(UserError, match=r"^not enough memory to load .*checkpoint.pt \(1 MiB\); "
                                         "free memory or resume on a larger machine$"):
         checkpoints.load(tmp_path)
+
+
+@pytest.mark.parametrize("partition,named_again", [
+    ("dirichlet:0.3", False), ("shards:2", False), ("iid", False),
+    ("my_pkg.split:clients", True), ("split.py:clients", True)])
+def test_the_resume_hint_names_again_only_the_users_code(tmp_path, partition, named_again):
+    # A fedavg run with --partition dirichlet:0.3 stopped by Ctrl-C said "resume with:
+    # mptrain run --resume DIR --partition dirichlet:0.3": a built-in partition is in the
+    # checkpoint; only code named by an import string or path must be named again.
+    config = TrainConfig(strategy="fedavg", partition=partition, checkpoint_every=1)
+    keeper = checkpoints.CheckpointKeeper(config, {"data": "digits", "model": "digits-cnn"},
+                                          tmp_path, None)
+    command = keeper.resume_command("mptrain run")
+    assert command.startswith(f"mptrain run --resume {tmp_path}")
+    assert ("--partition" in command) is named_again
+
+
+def test_fit_resumes_a_built_in_partition_without_naming_it_again():
+    # fit(resume=...) without partition= was refused ("the checkpoint names your code
+    # partition 'dirichlet:0.3'"): the colon made the built-in look like an import string.
+    stored = checkpoints.Checkpoint(epoch=1, strategy="fedavg",
+                                    config={"partition": "dirichlet:0.3"}, run={}, model={},
+                                    ranks=[], metrics=[])
+    checkpoints.user_code_in(stored, {"partition": None})
+    mine = checkpoints.Checkpoint(epoch=1, strategy="fedavg", config={"partition": "mine:split"},
+                                  run={}, model={}, ranks=[], metrics=[])
+    with pytest.raises(UserError, match="give partition 'mine:split' again|give --partition"):
+        checkpoints.user_code_in(mine, {"partition": None})

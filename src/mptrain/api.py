@@ -22,8 +22,8 @@ from .supervised import SupervisedFamily
 
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
-        quiet: bool = True, resume: str | Path | Checkpoint | None = None,
-        loggers=None, tb_dir: str | Path | None = None, callbacks=None,
+        overwrite: bool = False, quiet: bool = True,
+        resume: str | Path | Checkpoint | None = None, loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> FitResult:
     """Train ``model`` on ``train_data`` and return a :class:`FitResult`.
 
@@ -39,7 +39,8 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     one index list per client``, where the command line takes an import string); what is
     not given comes from the checkpoint when resuming,
     else from the data set's defaults. ``resume`` is the --out folder of an
-    earlier run with ``checkpoint_every`` (or a loaded checkpoint).
+    earlier run with ``checkpoint_every`` (or a loaded checkpoint). ``out`` holding
+    another run's outputs is refused unless ``overwrite`` (or ``resume`` is that run).
 
     ``loggers``: experiment trackers that get every round live (``"tensorboard"``,
     ``"mlflow"``, ``"wandb"``, ``"csv"``, a list or comma-separated; see
@@ -62,12 +63,13 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
             else TrainingDefaults()
         if checkpoint is not None:
             user_code_in(checkpoint, {"partition": given.get("partition")})
-        config = resolved_config([keywords({**given, "quiet": quiet}, "fit()")], checkpoint,
+        said = {**given, "quiet": quiet, "overwrite": overwrite}
+        config = resolved_config([keywords(said, "fit()")], checkpoint,
                                  defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)
         bundle = train_data if isinstance(train_data, DataBundle) else \
-            bundle_from_datasets(train_data, test_data)
+            bundle_from_datasets(train_data, test_data, config.seed)
         return train(config, bundle, model, type(model).__name__, launcher, out=out,
                      checkpoint=checkpoint, **telling)
 
@@ -140,9 +142,14 @@ def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name:
                           callbacks=list(callbacks or [])))
 
 
-def bundle_from_datasets(train_data, test_data) -> DataBundle:
-    train = materialize(train_data, "training data")
-    test = materialize(test_data, "test data") if test_data is not None else None
+def bundle_from_datasets(train_data, test_data, seed: int = 0) -> DataBundle:
+    """The user's data sets stacked under ``seed`` (``data.seeding``): a ``__getitem__``
+    that draws random numbers gives the same data for the same seed."""
+    from .data.seeding import seeded
+
+    with seeded(seed):
+        train = materialize(train_data, "training data")
+        test = materialize(test_data, "test data") if test_data is not None else None
     return user_bundle(type(train_data).__name__, train, test, default_model="(given)",
                        defaults=TrainingDefaults())
 

@@ -14,7 +14,7 @@ import io
 import os
 import pickle
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -50,6 +50,11 @@ class Checkpoint:
     model: dict
     ranks: list[dict]           # per rank: what its worker program's state() holds
     metrics: list[dict]
+    #: What the run trained on (``data.fingerprint``), checked on resume; None: not
+    #: recorded (an RL run, a checkpoint written before fingerprints).
+    data: dict | None = None
+    #: The file it was loaded from (None: made in memory), not part of the file.
+    source: Path | None = field(default=None, compare=False, repr=False)
 
     @property
     def world_size(self) -> int:
@@ -60,18 +65,18 @@ class Checkpoint:
         return {"format": FORMAT, "version": VERSION, "epoch": self.epoch,
                 "world_size": self.world_size, "strategy": self.strategy,
                 "config": self.config, "run": self.run, "model": self.model,
-                "ranks": self.ranks, "metrics": self.metrics}
+                "ranks": self.ranks, "metrics": self.metrics, "data": self.data}
 
 
 def assemble(epoch: int, payloads: list[bytes], strategy: str, config: dict, run: dict,
-             metrics: list[dict]) -> Checkpoint:
+             metrics: list[dict], data: dict | None = None) -> Checkpoint:
     states = sorted((decode_worker_state(p) for p in payloads), key=lambda s: s["rank"])
     model = states[0].get("model")
     if model is None:
         raise ValueError("rank 0 sent no model state")
     ranks = [{k: v for k, v in s.items() if k not in ("rank", "model")} for s in states]
     return Checkpoint(epoch=epoch, strategy=strategy, config=config,
-                      run=run, model=model, ranks=ranks, metrics=metrics)
+                      run=run, model=model, ranks=ranks, metrics=metrics, data=data)
 
 
 def resolve_resume(resume: str | Path | Checkpoint | None,
@@ -133,7 +138,8 @@ def load(location: str | Path) -> Checkpoint:
     _check_fields(path, data)
     return Checkpoint(epoch=data["epoch"],
                       strategy=data["strategy"], config=data["config"], run=data["run"],
-                      model=data["model"], ranks=data["ranks"], metrics=data["metrics"])
+                      model=data["model"], ranks=data["ranks"], metrics=data["metrics"],
+                      data=data.get("data"), source=path)
 
 
 def _load_failure(err: Exception) -> str:
@@ -163,6 +169,9 @@ def _check_fields(path: Path, data: dict) -> None:
             or not all(isinstance(row, dict) for row in data["metrics"]):
         raise UserError(f"{path} is damaged (its rounds or per-rank parts are malformed); "
                         "use another checkpoint")
+    if data.get("data") is not None and not isinstance(data["data"], dict):
+        raise UserError(f"{path} is damaged: its 'data' is {type(data['data']).__name__}, "
+                        "not dict; use another checkpoint")
     if not all(isinstance(key, str) for key in data["config"]):
         raise UserError(f"{path} is damaged (its settings are malformed); use another "
                         "checkpoint")
@@ -176,12 +185,10 @@ def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
     Loading a file must never choose code to run: built-in names (``digits``, ``iid``) may
     come from a checkpoint, the user's own modules only from the user's own flags, config
     file or call."""
-    from .imports import is_import_string
-
     recorded = {**checkpoint.config, **checkpoint.run}
     for name, given in names.items():
         value = recorded.get(name)
-        if not isinstance(value, str) or not is_import_string(value):
+        if not names_users_code(name, value):
             continue
         flag = named(name)
         if given is None:
@@ -207,10 +214,18 @@ def user_code_flags(recorded: dict) -> list[str]:
 
 
 def _user_code(recorded: dict) -> list[tuple[str, str]]:
-    from .imports import is_import_string
-
     return [(name, recorded[name]) for name in USER_CODE_NAMES
-            if isinstance(recorded.get(name), str) and is_import_string(recorded[name])]
+            if names_users_code(name, recorded.get(name))]
+
+
+def names_users_code(name: str, value) -> bool:
+    """Whether setting or run entry ``name`` set to ``value`` names the user's code (an
+    import string or a file path), which a checkpoint never supplies. A built-in partition
+    has a colon too (``dirichlet:0.3``, ``shards:2``) but names no code: the checkpoint
+    holds it, and a resume without it trains the same clients."""
+    from .imports import can_name_code
+
+    return name in USER_CODE_NAMES and isinstance(value, str) and can_name_code(value)
 
 
 class CheckpointKeeper:
@@ -218,11 +233,12 @@ class CheckpointKeeper:
     restarts) and on disk (with --out and --checkpoint-every)."""
 
     def __init__(self, config, run_info: dict, out_dir: Path | None,
-                 resume: Checkpoint | None, keep_on_disk: bool = False):
+                 resume: Checkpoint | None, keep_on_disk: bool = False,
+                 data: dict | None = None):
         """``keep_on_disk``: write every round's checkpoint to ``out_dir`` even without
         --checkpoint-every (torchrun's restarts start new processes, which resume from
-        the disk only)."""
-        self.config, self.run_info = config, run_info
+        the disk only); ``data``: the data's fingerprint, recorded in each checkpoint."""
+        self.config, self.run_info, self.data = config, run_info, data
         self.out_dir = out_dir if config.checkpoint_every or keep_on_disk else None
         self.every = config.checkpoint_every or \
             (1 if config.max_restarts or keep_on_disk else None)
@@ -243,7 +259,7 @@ class CheckpointKeeper:
         if not payloads or any(p is None for p in payloads):
             return None
         self.latest = assemble(done, payloads, self.config.strategy, self.config.as_dict(),
-                               self.run_info, [m.as_dict() for m in history])
+                               self.run_info, [m.as_dict() for m in history], self.data)
         if self.out_dir is None:
             return None
         return save(self.out_dir, self.latest,

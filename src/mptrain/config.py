@@ -94,6 +94,7 @@ class TrainConfig:
     # to give memory back): evaluating in training-sized batches adds nothing per worker.
     eval_batch_size: int = 64
     quiet: bool = False
+    overwrite: bool = False                 # replace another run's outputs in --out
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
     fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
@@ -254,11 +255,16 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
     strategy = strategy_class(config.get("strategy", DEFAULT_STRATEGY))
     restricted = restricted_settings()
     settings = {k: v for k, v in config.items()
-                if k in SETTING_NAMES and k != "quiet" and v is not None
+                if k in SETTING_NAMES and k not in PER_INVOCATION and v is not None
                 and (k not in restricted or k in strategy.settings)}
     if "sync_every" in strategy.settings and config.get("sync_every", 0) is None:
         settings["sync_every"] = ONCE_PER_EPOCH  # said, not left to the data set's default
     return settings
+
+
+#: Settings of one invocation, not of the run: a resume does not take them from its
+#: checkpoint (a run that replaced another's outputs does not make its resume replace any).
+PER_INVOCATION = frozenset({"quiet", "overwrite"})
 
 
 def replaced_on_resume(said: Mapping[str, Any]) -> frozenset:
@@ -376,7 +382,8 @@ def check_positive_ints(settings, names) -> None:
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
                   "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk")
-_FLAGS = ("share_optimizer_state", "quiet", "accept_failures", "scaffold", "compile")
+_FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
+          "compile")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,

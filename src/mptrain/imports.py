@@ -34,6 +34,12 @@ def colon_hint(text) -> str:
     if not module or not all(part.isidentifier() for part in text.split(".")):
         return ""
     return f" (did you mean {module + ':' + attribute!r}?)"
+def can_name_code(text: str) -> bool:
+    """Whether ``text`` can name a function: ``module:attribute`` (or ``file.py:attribute``)
+    whose attribute is a dotted name. ``dirichlet:0.3`` cannot: a built-in with a
+    parameter, not code of the user's."""
+    module, _, attribute = text.partition(":")
+    return bool(module) and all(part.isidentifier() for part in attribute.split("."))
 
 
 def load_object(spec: str, what: str):

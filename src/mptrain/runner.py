@@ -29,7 +29,7 @@ from .launch.restarts import train_with_restarts
 from .launch.start_method import AS_REQUESTED
 from .report.console import ConsolePresenter
 from .report.metrics import RoundMetrics
-from .report.outputs import prepare_out_dir
+from .report.outputs import prepare_out_dir, refuse_other_runs_outputs
 from .report.recorder import RunRecorder
 from .result import FitResult
 
@@ -52,6 +52,12 @@ class RunFamily(Protocol):
 
     def preflight(self, config, model, strategy, plan: RunPlan) -> list[str]:
         """Refuse what cannot run, before any process starts; warnings to show."""
+
+    def data_fingerprint(self, config, resume: Checkpoint | None, launcher: Launcher,
+                         keeps: bool) -> dict | None:
+        """What the run's checkpoints record of what it trains on, where they are kept
+        (``keeps``) or ``resume`` is checked against it (refused when other); None:
+        nothing."""
 
     def result(self, model: nn.Module, config) -> FitResult:
         """An empty result of this kind of run."""
@@ -120,11 +126,18 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
         load_model_state(resume, model)
     machine_warnings = family.preflight(config, model, strategy, plan)
     out = request.out if launcher.writes_outputs else None
+    keeps = out is not None and bool(config.checkpoint_every or joined.restartable)
+    fingerprint = family.data_fingerprint(config, resume, launcher, keeps)
     out_dir = prepare_out_dir(out) if out is not None else None  # after every refusal
     held.enter_context(out_dir_held(out_dir))
+    # A torchrun restart continues from the job's checkpoint in --out (``joined.resume``):
+    # resumed there, it passes; a restart is no reason of its own (a first attempt refused
+    # here would be restarted, and would then replace the other run's outputs).
+    if out_dir is not None and not (config.overwrite or resumed_in(resume, out_dir)):
+        refuse_other_runs_outputs(out_dir)   # after the lock: a live run is the lock's to name
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
-                              keep_on_disk=joined.restartable)
+                              keep_on_disk=joined.restartable, data=fingerprint)
     # How OpenMP threads wait: only where a worker has more than one to wait for, and
     # they spin by default.
     waiting = [line for line in [wait_policy_line()] if line] if plan.threads > 1 else []
@@ -172,6 +185,14 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     callbacks.on_end(result.summary, out_dir)
     presenter.result(family.result_lines(result.summary, out_dir))
     return result
+
+
+def resumed_in(resume: Checkpoint | None, out_dir: Path) -> bool:
+    """Whether the run resumes from a checkpoint in ``out_dir``: it continues the run whose
+    outputs are there."""
+    if resume is None or resume.source is None:
+        return False
+    return Path(resume.source).resolve().parent == Path(out_dir).resolve()
 
 
 def make_callbacks(request: RunRequest, presenter) -> CallbackList:

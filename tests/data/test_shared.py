@@ -261,3 +261,39 @@ def test_boolean_targets_are_the_classes_0_and_1(wrap):
     assert data.targets.dtype == torch.int64
     assert data.targets.tolist() == (inputs[:, 0] > 0).long().tolist()
 
+
+
+class Augmenting(Dataset):
+    """A __getitem__ that adds fresh noise at every read (random augmentation)."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        return torch.full((3,), float(index)) + torch.randn(3), index % 2
+
+
+class Missing(Dataset):
+    """The same values at every read, a NaN among them (a missing value is not noise)."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.tensor([float("nan"), float(index)]), np.int64(index % 2)
+
+
+def test_stacking_notes_a_getitem_that_gives_other_values_when_read_again():
+    # The data is read once and stacked: a random augmentation was frozen without a word.
+    assert materialize(Augmenting(), "training data").varied_sample == 0
+    assert materialize(Missing(), "training data").varied_sample is None
+    assert materialize(Pairs([(torch.zeros(2), 0)]), "training data").varied_sample is None
+
+
+def test_a_seeded_stacking_still_notes_the_augmentation():
+    # The stacking is seeded (the same seed, the same data): the second read of a sample
+    # is within the same stacking, so the generators have moved on and it differs.
+    from mptrain.data.seeding import seeded
+
+    with seeded(0):
+        assert materialize(Augmenting(), "training data").varied_sample == 0

@@ -46,7 +46,8 @@ def test_a_second_run_into_a_live_runs_out_is_refused(tmp_path):
         in second.refusal and "\n" not in second.refusal
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2   # the first run's
     assert not (out / LOCK_NAME).exists()
-    mptrain.fit(nn.Linear(4, 2), small_data(), out=out, epochs=1)   # free once it ended
+    # Free once it ended; its outputs are replaced only when asked (issue 57).
+    mptrain.fit(nn.Linear(4, 2), small_data(), out=out, epochs=1, overwrite=True)
 
 
 def test_the_folder_is_free_after_a_refusal_and_after_an_error(tmp_path):

@@ -283,5 +283,27 @@ def test_nan_or_infinite_user_data_is_named_in_a_warning(where, capsys):
         in " ".join((shown.out + shown.err).split())   # as the console wrapped it
 
 
+class Augmenting(torch.utils.data.Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, index):
+        return torch.randn(4), index % 2
+
+
+def test_a_getitem_that_augments_at_random_is_named_in_one_warning_line(capsys):
+    # Its noise was drawn once, at stacking, and every epoch trained on the same draws,
+    # without a word.
+    mptrain.fit(nn.Linear(4, 2), Augmenting(), epochs=1, batch_size=4)
+    err = capsys.readouterr().err
+    line = " ".join(err.split())   # as the console wrapped it
+    assert ("mptrain: the training data's __getitem__ gave sample 0 other values when read "
+            "again: its randomness (augmentation) is drawn once, when mptrain stacks the data "
+            "before training, and every epoch sees the same draws; for fresh draws each "
+            "epoch, put several augmented copies of each sample in the data set, or give a "
+            "fixed data set (mptrain has no per-batch transforms yet)") in line
+    assert err.count("mptrain:") == 1
+
+
 def test_the_built_in_data_sets_are_not_scanned(digits):
     assert preflight.data_warnings(digits) == []

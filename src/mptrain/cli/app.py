@@ -63,6 +63,9 @@ def supervised_run_options(who: str, units: str):
                      help="Continue the run whose --out folder (or checkpoint file) this is."),
         click.option("--out",
                      help="Write summary.json, metrics.jsonl, model.pt, curves.png here."),
+        click.option("--overwrite", is_flag=True, default=None,
+                     help="Replace the outputs of another run in --out (refused otherwise: "
+                          "--resume continues a run)."),
         click.option("--quiet", "-q", is_flag=True, default=None,
                      help="Print nothing but errors."),
         click.option("--logger", "logger", multiple=True,

@@ -71,11 +71,20 @@ class SharedTensorDataset(Dataset):
             raise UserError(f"data set has {len(inputs)} inputs but {len(targets)} targets")
         self._inputs = inputs
         self.targets = targets
+        #: A sample the user's ``__getitem__`` gave otherwise when read again while it was
+        #: stacked (random augmentation, frozen by stacking: ``launch.preflight`` warns).
+        self.varied_sample: int | None = None
 
     @property
     def inputs(self) -> torch.Tensor:
         if isinstance(self._inputs, RowSource):
             self._inputs = self._inputs.materialize(shared=False)
+        return self._inputs
+
+    @property
+    def held_inputs(self):
+        """The inputs as held: a tensor, or a ``RowSource`` not built yet (read row by row
+        without building it: ``data.fingerprint``)."""
         return self._inputs
 
     @property
@@ -169,21 +178,47 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     size = _read(len, dataset, f"len({what})")
     if size == 0:
         raise UserError(f"{what} is empty")
-    inputs, targets = [], []
-    for index in range(size):
-        item = _read(dataset.__getitem__, index, f"{what}[{index}]")
-        if not (isinstance(item, (tuple, list)) and len(item) == 2):
-            raise UserError(f"{what}[{index}] is a {type(item).__name__}; each sample must be "
-                            "an (input, target) pair")
-        inputs.append(_as_tensor(item[0], what, index))
-        targets.append(_as_tensor(item[1], what, index))
+    samples = [_sample(dataset, index, what) for index in range(size)]
+    varied = _first_varied(dataset, samples, what)
     try:
-        stacked_inputs = torch.stack(inputs)
-        stacked_targets = torch.stack(targets)
+        stacked_inputs = torch.stack([inputs for inputs, _ in samples])
+        stacked_targets = torch.stack([targets for _, targets in samples])
     except RuntimeError as err:
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
                         "all inputs must have the same shape") from None
-    return _checked(_floats32(stacked_inputs), _floats32(stacked_targets), what)
+    stacked = _checked(_floats32(stacked_inputs), _floats32(stacked_targets), what)
+    stacked.varied_sample = varied
+    return stacked
+
+
+def _sample(dataset, index: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dataset[index]`` as an (input, target) pair of tensors."""
+    item = _read(dataset.__getitem__, index, f"{what}[{index}]")
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        raise UserError(f"{what}[{index}] is a {type(item).__name__}; each sample must be "
+                        "an (input, target) pair")
+    return _as_tensor(item[0], what, index), _as_tensor(item[1], what, index)
+
+
+def _first_varied(dataset, samples: list, what: str) -> int | None:
+    """The first of two samples (the first and the last) that ``dataset`` gives otherwise
+    when read a second time, or None.
+
+    A ``__getitem__`` that augments at random gives each read other values, but the data is
+    read once and stacked: every epoch then sees the same draws, and the user, who meant
+    fresh ones, is not told. Two more reads find it (the global generators have moved on
+    since the first; in one stacking, under one seed, so a seeded build still tells)."""
+    for index in sorted({0, len(samples) - 1}):
+        again = _sample(dataset, index, what)
+        if not all(_same_bits(a, b) for a, b in zip(samples[index], again)):
+            return index
+    return None
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal shape, dtype and bytes (NaN included: a missing value read twice is the same)."""
+    return a.shape == b.shape and a.dtype == b.dtype and \
+        torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 def _checked(inputs: torch.Tensor, targets: torch.Tensor, what: str) -> SharedTensorDataset:

@@ -17,6 +17,7 @@ from ..imports import call_factory, colon_hint, is_import_string
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
+from .seeding import seeded
 from .shared import RowSource, SharedTensorDataset, materialize
 
 if TYPE_CHECKING:
@@ -77,13 +78,14 @@ class DataBundle:
         return self.train.nbytes + (self.test.nbytes if self.test is not None else 0)
 
 
-def load_data(name: str, data_dir: str | None = None, *, clients: int | None = None,
-              seed: int = 0, client_column: str | None = None, features: str | None = None,
-              label: str | None = None) -> DataBundle:
+def load_data(name: str, data_dir: str | None = None, seed: int = 0, *,
+              clients: int | None = None, client_column: str | None = None,
+              features: str | None = None, label: str | None = None) -> DataBundle:
     """Build the data set ``name``: a built-in, natural data (``leaf:DIR``, ``hf:NAME``,
-    ``synthetic:ALPHA,BETA``, ``synthetic-iid``) or ``module:factory``. The bundle of
-    natural data knows each sample's client (``DataBundle.clients``); ``fit()`` takes it
-    as its training data.
+    ``synthetic:ALPHA,BETA``, ``synthetic-iid``) or ``module:factory`` (called, and its data
+    sets stacked, under ``seed``: see ``data.seeding``). The built-ins draw from their own
+    fixed generators. The bundle of natural data knows each sample's client
+    (``DataBundle.clients``); ``fit()`` takes it as its training data.
 
     ``clients``: the devices ``synthetic`` makes (None: the paper's 30); ``seed`` draws
     them; ``client_column``, ``features``, ``label``: ``hf``'s columns (None: known for
@@ -111,7 +113,7 @@ def load_data(name: str, data_dir: str | None = None, *, clients: int | None = N
                             "IDX files (train-images-idx3-ubyte[.gz], ...)")
         return mnist(data_dir)
     if is_import_string(name):
-        return from_factory(name)
+        return from_factory(name, seed)
     hint = colon_hint(name) or did_you_mean(name, BUILTIN_SOURCES)
     raise UserError(f"unknown data set {name!r}{hint}; choose one of: "
                     f"{', '.join(BUILTIN_SOURCES)}, leaf:DIR, hf:NAME, synthetic:ALPHA,BETA, "
@@ -250,14 +252,16 @@ def mnist(data_dir: str) -> DataBundle:
     )
 
 
-def from_factory(spec: str) -> DataBundle:
-    """Call a user factory that returns ``(train_dataset, test_dataset_or_None)``."""
-    produced = call_factory(spec, "--data")
-    if not (isinstance(produced, (tuple, list)) and len(produced) == 2):
-        raise UserError(f"--data {spec!r} returned {type(produced).__name__}; the factory must "
-                        "return a pair (train_dataset, test_dataset), test may be None")
-    train = materialize(produced[0], "training data")
-    test = materialize(produced[1], "test data") if produced[1] is not None else None
+def from_factory(spec: str, seed: int = 0) -> DataBundle:
+    """Call a user factory that returns ``(train_dataset, test_dataset_or_None)``, seeded:
+    the same ``seed`` gives the same data, which a resume must have."""
+    with seeded(seed):
+        produced = call_factory(spec, "--data")
+        if not (isinstance(produced, (tuple, list)) and len(produced) == 2):
+            raise UserError(f"--data {spec!r} returned {type(produced).__name__}; the factory "
+                            "must return a pair (train_dataset, test_dataset), test may be None")
+        train = materialize(produced[0], "training data")
+        test = materialize(produced[1], "test data") if produced[1] is not None else None
     return user_bundle(spec, train, test, default_model="mlp", defaults=GENERIC_DEFAULTS)
 
 

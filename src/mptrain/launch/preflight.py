@@ -162,8 +162,11 @@ def data_warnings(bundle: DataBundle) -> list[str]:
     divergence whose advice (a lower learning rate) cannot help. Not a refusal: fedavg
     drops a client whose update is non-finite, so a client with corrupt data is a case to
     simulate. The built-in sets (built from rows, not held yet) are finite."""
-    return [f"{where}: a step on them has a non-finite loss; drop or fill those samples"
-            for where in non_finite_data(bundle)]
+    frozen = [frozen_randomness_warning(what, data.varied_sample)
+              for what, data in (("training", bundle.train), ("test", bundle.test))
+              if data is not None and data.varied_sample is not None]
+    return frozen + [f"{where}: a step on them has a non-finite loss; drop or fill those "
+                     "samples" for where in non_finite_data(bundle)]
 
 
 def non_finite_data(bundle: DataBundle, sets=("training", "test")) -> list[str]:
@@ -181,6 +184,17 @@ def non_finite_data(bundle: DataBundle, sets=("training", "test")) -> list[str]:
                 found.append(f"the {what} data's {part} hold NaN or infinite values "
                              f"(first in sample {first})")
     return found
+
+
+def frozen_randomness_warning(what: str, index: int) -> str:
+    """A ``__getitem__`` that draws at random (augmentation) is read once: its draws are the
+    data of every epoch. Until mptrain has per-batch transforms, the ways to what the user
+    meant are more data or none."""
+    return (f"the {what} data's __getitem__ gave sample {index} other values when read "
+            "again: its randomness (augmentation) is drawn once, when mptrain stacks the "
+            "data before training, and every epoch sees the same draws; for fresh draws "
+            "each epoch, put several augmented copies of each sample in the data set, or "
+            "give a fixed data set (mptrain has no per-batch transforms yet)")
 
 
 def thread_warnings(requested: int | None, granted: int, processes: int,

@@ -42,6 +42,48 @@ def outputs_line(out_dir: Path) -> str:
     return f"outputs in {out_dir}/: {' '.join(present)}"
 
 
+def refuse_other_runs_outputs(out_dir: Path) -> None:
+    """Refuse to write into ``out_dir`` where another run's outputs are: its metrics, model
+    and checkpoint would be replaced file by file (a 1-epoch run replaced a 5-epoch run's
+    metrics.jsonl and checkpoint.pt without a word). A folder with none of them (empty, the
+    lock file, files of the user's own) is free; so is one with a tracker's folder alone
+    (``tb/``, made as a run starts: a run that ended before its first round, or a torchrun
+    job restarted before its first checkpoint)."""
+    present = [name for name in OUTPUT_NAMES if name != "tb" and (out_dir / name).exists()]
+    if not present:
+        return
+    from ..errors import python_caller
+
+    if python_caller():
+        ways = [f"overwrite=True to replace it, or another {named('out')}"]
+        if "checkpoint.pt" in present:
+            ways.insert(0, f"resume={str(out_dir)!r} to continue it")
+    else:
+        ways = [f"{named('overwrite')} to replace it, or another {named('out')}"]
+        if "checkpoint.pt" in present:
+            ways.insert(0, f"{named('resume')} {out_dir} to continue it")
+    raise UserError(f"{out_dir} holds {_what_run(out_dir)} ({', '.join(present)}); "
+                    f"{', '.join(ways)}")
+
+
+def _what_run(out_dir: Path) -> str:
+    """The run whose outputs ``out_dir`` holds, as its files tell: ``a finished 5-epoch
+    run``, ``an unfinished run of 3 rounds`` (stopped or failed: metrics.jsonl's rows), or
+    ``another run's outputs``."""
+    try:
+        summary = json.loads((out_dir / "summary.json").read_text())
+        done, unit = int(summary["rounds_done"]), summary.get("unit") or "round"
+        return f"a finished {done}-{unit} run"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    try:
+        with open(out_dir / "metrics.jsonl", "rb") as handle:
+            rows = sum(1 for line in handle if line.strip())
+        return f"an unfinished run of {rows} round{'s' if rows != 1 else ''}"
+    except OSError:
+        return "another run's outputs"
+
+
 def write_json(path: Path, data) -> None:
     text = json_text(data, indent=2) + "\n"
     atomic_write(path, lambda handle: handle.write(text.encode()))

@@ -43,7 +43,8 @@ def rl_config(layers, *, checkpoint=None, resume_from: str | None = None) -> RLC
 
 
 def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | None = None,
-        resume: str | Path | Checkpoint | None = None, quiet: bool = True,
+        resume: str | Path | Checkpoint | None = None, overwrite: bool = False,
+        quiet: bool = True,
         loggers=None, tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> RLResult:
     """Train an agent on ``env`` (a Gymnasium id such as ``"CartPole-v1"`` or an import
@@ -54,13 +55,14 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...); an unknown
     one is refused. ``resume`` is the ``out`` folder of an earlier run with
     ``checkpoint_every``; what is not given then comes from its checkpoint, and the run
-    continues in that folder. ``loggers``, ``tb_dir`` and ``callbacks`` are those of
-    :func:`mptrain.fit`.
+    continues in that folder. ``loggers``, ``tb_dir``, ``callbacks`` and ``overwrite`` are
+    those of :func:`mptrain.fit`.
     """
     from ..settings import keywords
 
     with spelled(as_keyword):   # the run names settings as this call does
-        return train([keywords({"env": env, "algo": algo, **settings, "quiet": quiet},
+        said = {"env": env, "algo": algo, **settings, "quiet": quiet, "overwrite": overwrite}
+        return train([keywords(said,
                                "rl.fit()")],
                      out=out, resume=resume, loggers=loggers, tb_dir=tb_dir,
                      callbacks=callbacks)

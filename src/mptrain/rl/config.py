@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from ..config import (MAX_SEED, MAX_WORKER_TIMEOUT_S, START_METHODS, check_choice, check_kind,
-                      check_number, check_positive_ints, refuse_unknown)
+from ..config import (MAX_SEED, MAX_WORKER_TIMEOUT_S, PER_INVOCATION, START_METHODS,
+                      check_choice, check_kind, check_number, check_positive_ints,
+                      refuse_unknown)
 from ..errors import UserError, did_you_mean, setting_name
 from ..strategies.registry import ALGOS, strategy_class
 
@@ -67,6 +68,7 @@ class RLConfig:
     checkpoint_every: int | None = None  # rounds
     max_restarts: int = 0
     quiet: bool = False
+    overwrite: bool = False              # replace another run's outputs in --out
     # -- where a resumed run takes up its rounds (not settings: ``resumed_at``) -------------
     resumed_round: int = 0        # rounds done when the run was last resumed ...
     resumed_step: int = 0         # ... and the environment steps they held
@@ -205,7 +207,7 @@ def applicable_rl_settings(config: dict) -> dict:
     :func:`refuse_unused` and leave the checkpoint unresumable."""
     algo = config.get("algo", RLConfig.algo)
     names = rl_setting_names()
-    return {k: v for k, v in config.items() if k in names and k != "quiet"
+    return {k: v for k, v in config.items() if k in names and k not in PER_INVOCATION
             and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
 
 
@@ -241,7 +243,8 @@ _OPTIONAL = frozenset({"lr", "net", "eval_every", "target_return", "threads_per_
                        "start_method", "checkpoint_every", "target_kl",
                        # only ppo's defaults give these: None for the others
                        "update_epochs", "anneal_lr"})
-_FLAGS = frozenset({"quiet", "clip_value", "normalize_advantages", "anneal_lr"})
+_FLAGS = frozenset({"quiet", "overwrite", "clip_value", "normalize_advantages",
+                    "anneal_lr"})
 
 
 def check_rl_setting(name: str, value) -> None:

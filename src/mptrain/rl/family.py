@@ -37,6 +37,10 @@ class RLFamily:
     command: str = "mptrain rl"
     evaluation = GreedyEvaluation
 
+    def data_fingerprint(self, config, resume, launcher, keeps: bool) -> None:
+        """An environment is no data set to fingerprint: a resume checks its settings."""
+        return None
+
     def preflight(self, config, model, strategy, plan) -> list[str]:
         check_shared_memory(self.data, model, strategy, plan)
         return []
