@@ -111,10 +111,6 @@ def check_run(config, data, model, plan, out_dir) -> None:
                         "memory (every client's row, summed in client order); run "
                         "mptrain's own workers on one machine, or fewer "
                         f"{named('clients_per_round')} for a smaller table")
-    if f.client_eval_every and not plan.comm.shares_memory:
-        raise UserError(f"{named('client_eval_every')} needs one machine's shared memory "
-                        "(every rank writes its clients' accuracies into one table); run "
-                        "mptrain's own workers on one machine")
     if f.private:
         from ...federated.accounting import PrivacyAccountant, require_dp_accounting
 
