@@ -185,7 +185,7 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
         extras.append(_privacy_line(f))
     if f.client_eval_every:
         extras.append(client_evaluation_line(f.client_eval_every, client_eval_split,
-                                             only_sampled))
+                                             only_sampled, out_dir))
     if f.accept_failures:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
@@ -196,12 +196,14 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
     return lines + robust.describe(c, model, plan.comm.shares_memory)
 
 
-def client_evaluation_line(every: int, split: str, only_sampled: bool) -> str:
+def client_evaluation_line(every: int, split: str, only_sampled: bool,
+                           out_dir: Path | None) -> str:
     when = "every round" if every == 1 else f"every {every} rounds"
     who = "the round's clients" if only_sampled else "every client"
-    rows = "its own test split" if split == "test" else \
-        "its training rows (pooled data has no per-client test split)"
-    return f"{who} evaluated on {rows} {when} ({FILE_NAME})"
+    rows = "on its own test split" if split == "test" else \
+        "on its training rows (pooled data: no per-client test split)"
+    where = f", rows in {FILE_NAME}" if out_dir is not None else ""
+    return f"{who} evaluated {when} {rows}{where}"
 
 
 def _privacy_line(f) -> str:
