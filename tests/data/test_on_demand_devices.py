@@ -92,7 +92,7 @@ def test_a_round_draws_only_the_devices_it_samples(tmp_path, monkeypatch):
     log = tmp_path / "drawn"
     honest = SyntheticDevices.rows
 
-    def counted(self, device):   # workers fork: each appends what it draws
+    def counted(self, device):   # forked workers inherit it: each appends what it draws
         with open(log, "a") as handle:
             handle.write(f"{os.getpid()} {device}\n")
         return honest(self, device)
@@ -101,7 +101,8 @@ def test_a_round_draws_only_the_devices_it_samples(tmp_path, monkeypatch):
     model = build_model("mclr", bundle.input_shape, bundle.output_size)
     result = mptrain.fit(model, bundle, strategy="fedavg", workers=2, threads_per_worker=1,
                          rounds=rounds, local_epochs=1, clients_per_round=per_round,
-                         client_eval_every=1, seed=seed, vectorize_clients="off")
+                         client_eval_every=1, seed=seed, vectorize_clients="off",
+                         start_method="fork")
     sampled = {c for r in range(rounds) for c in sample_clients(clients, per_round, seed, r)}
     drawn = [int(line.split()[1]) for line in log.read_text().splitlines()]
     first = {0}    # the first rows: the dry runs' batch before the workers start

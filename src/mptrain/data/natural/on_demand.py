@@ -111,11 +111,12 @@ class DeviceRows:
     def batch(self, indices: torch.Tensor):
         indices = torch.as_tensor(indices, dtype=torch.int64)
         owners = torch.searchsorted(self.offsets, indices, right=True) - 1
-        devices = torch.unique(owners).tolist()
-        if len(devices) == 1:   # a client's batch: one device
-            x, y = self.device_rows(devices[0])
-            local = indices - self.offsets[devices[0]]
+        if len(indices) and int(owners.min()) == int(owners.max()):   # a client's batch
+            device = int(owners[0])
+            x, y = self.device_rows(device)
+            local = indices - self.offsets[device]
             return x.index_select(0, local), y.index_select(0, local)
+        devices = torch.unique(owners).tolist()
         inputs = torch.empty((len(indices), *self.input_shape))
         targets = torch.empty(len(indices), dtype=torch.int64)
         for device in devices:
@@ -183,3 +184,14 @@ class RowRange:
 
     def share_memory_(self):
         return self
+
+
+def banner_line(data) -> str | None:
+    """What the banner says of data drawn on demand (None for any other data)."""
+    if not getattr(data.train, "on_demand", False):
+        return None
+    devices = data.train.devices
+    sample = min(TEST_DEVICES, len(devices))
+    return (f"{len(devices):,} devices drawn on demand (a round draws only its clients); "
+            f"test accuracy on the test rows of a fixed seeded sample of {sample:,} devices "
+            f"({len(data.test):,} samples)")

@@ -200,10 +200,10 @@ def client_evaluation_line(every: int, split: str, only_sampled: bool,
                            out_dir: Path | None) -> str:
     when = "every round" if every == 1 else f"every {every} rounds"
     who = "the round's clients" if only_sampled else "every client"
-    rows = "on its own test split" if split == "test" else \
-        "on its training rows (pooled data: no per-client test split)"
+    rows = "each on its own test split" if split == "test" else \
+        "each on its training rows (pooled data: no per-client test split)"
     where = f", rows in {FILE_NAME}" if out_dir is not None else ""
-    return f"{who} evaluated {when} {rows}{where}"
+    return f"{who} evaluated {when}, {rows}{where}"
 
 
 def _privacy_line(f) -> str:

@@ -47,6 +47,7 @@ class FedAvgStrategy(Strategy):
         #: client_metrics.jsonl (under --out).
         self.client_eval_split, self.only_sampled_scored = "train", False
         self.client_names = None
+        self.data_line: str | None = None   # devices drawn on demand: what the banner says
         self.last_client_summary: dict = {}
         self.client_metrics: client_metrics.ClientMetricsFile | None = None
 
@@ -92,6 +93,9 @@ class FedAvgStrategy(Strategy):
             self.clients = cut_clients(self.config, data)
             self.client_eval_split = evaluation_split(data, self.config.fedavg.partition)
             self.only_sampled_scored = scores_only_sampled(data)
+            from ...data.natural.on_demand import banner_line
+
+            self.data_line = banner_line(data)
             if self.config.fedavg.partition == "natural":
                 self.client_names = data.clients.names
 
@@ -170,6 +174,8 @@ class FedAvgStrategy(Strategy):
                 **self.last_client_summary}
 
     def describe(self, plan, model):
-        return report.describe(self.config, plan, model, self.out_dir,
-                               self.client_eval_split, self.only_sampled_scored) + [
-            cohorts.banner_line(self.chosen_path)]
+        lines = report.describe(self.config, plan, model, self.out_dir,
+                                self.client_eval_split, self.only_sampled_scored)
+        if self.data_line is not None:
+            lines.append(self.data_line)
+        return lines + [cohorts.banner_line(self.chosen_path)]
