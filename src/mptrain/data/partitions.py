@@ -207,11 +207,11 @@ def cut_training_set(spec: str | PartitionSpec, data, clients: int, seed: int
                             f"{natural.count:,} natural clients and {named('partition')} "
                             f"natural trains each; leave {named('clients')} out, or cut the "
                             f"pooled data with another {named('partition')} (e.g. iid)")
-        if getattr(data.train, "on_demand", False):
-            from .natural.on_demand import RowRange   # no int64 per row of 45M rows
+        from .natural.on_demand import RowRange   # on demand: no int64 per row of 45M rows
 
-            return RowRange(len(data.train)), natural.train_offsets.clone()
-        return torch.arange(len(data.train), dtype=torch.int64), natural.train_offsets.clone()
+        index = RowRange(len(data.train)) if getattr(data.train, "on_demand", False) else \
+            torch.arange(len(data.train), dtype=torch.int64)
+        return index, natural.train_offsets.clone()
     if getattr(data.train, "on_demand", False):
         raise UserError(f"{data.name} with {data.clients.count:,} devices is generated on "
                         f"demand, a device at a time: only {named('partition')} natural "
