@@ -66,6 +66,19 @@ def test_natural_clients_are_scored_on_their_own_test_split(tmp_path):
     assert sum(r["samples"] for r in last) == len(bundle.test)
 
 
+def test_a_resumed_run_holds_each_evaluated_round_once(tmp_path):
+    _, cut = synthetic_fit(out=tmp_path, rounds=2, checkpoint_every=1)
+    before = rows_of(tmp_path / FILE_NAME)
+    bundle = mptrain.load_data("synthetic:1,1", clients=8, seed=0)
+    model = build_model("mclr", bundle.input_shape, bundle.output_size)
+    mptrain.fit(model, bundle, out=tmp_path, resume=tmp_path, strategy="fedavg", workers=2,
+                threads_per_worker=1, rounds=3, local_epochs=1, clients_per_round=4,
+                client_eval_every=1, seed=1, checkpoint_every=1)
+    rows = rows_of(tmp_path / FILE_NAME)
+    assert [r["round"] for r in rows] == [1] * 8 + [2] * 8 + [3] * 8
+    assert rows[:16] == before
+
+
 def test_pooled_data_keeps_scoring_the_training_rows(tmp_path):
     bundle = mptrain.load_data("synthetic:0,0", seed=0)
     model = build_model("mclr", bundle.input_shape, bundle.output_size)
