@@ -65,10 +65,16 @@ def test_scaffold_option_two_by_hand():
 
 
 def test_client_summary():
-    stats = summarize(torch.tensor([1.0, 0.5, float("nan"), 0.75, 0.25]))
+    # Accuracies 1.0, 0.5, (no samples), 0.75, 0.25 over 4, 2, 0, 4, 4 samples.
+    samples = torch.tensor([4.0, 2.0, 0.0, 4.0, 4.0])
+    correct = torch.tensor([4.0, 1.0, 0.0, 3.0, 1.0])
+    stats = summarize(samples, correct, loss_sum=torch.tensor([1.0, 1.0, 0.0, 2.0, 3.0]))
     assert stats["clients_evaluated"] == 4
     assert stats["client_acc_mean"] == pytest.approx(0.625)
+    assert stats["client_acc_weighted"] == pytest.approx(9 / 14)   # every sample once
+    assert stats["client_loss"] == pytest.approx(7 / 14)
     assert stats["client_acc_std"] == pytest.approx(math.sqrt(0.078125))
     assert stats["client_acc_p10"] == pytest.approx(0.325)   # 0.25 + 0.3 * 0.25
     assert stats["client_acc_worst"] == 0.25
-    assert summarize(torch.tensor([]))["client_acc_mean"] is None
+    empty = torch.tensor([])
+    assert summarize(empty, empty, empty)["client_acc_mean"] is None

@@ -67,8 +67,9 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
       --dropout-rate P, --straggler-rate P       unreliable clients
       --dp-clip C --dp-noise Z --sampling poisson  DP-FedAvg; epsilon at
         --dp-delta D by --accountant rdp|pld, --target-epsilon E stops first
-      --client-eval-every N                      per-client accuracy: mean,
-                                                 std, 10th pct, worst
+      --client-eval-every N                      per-client accuracy (own test
+                                                 split where clients have one):
+                                                 means, 10th pct, worst
     """
     import torch
     from rich.console import Console
@@ -76,6 +77,8 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
 
     from ..data.partitions import cut_training_set, parse_partition
     from ..data.sources import CLASSIFICATION, is_natural, load_data
+    from ..errors import UserError
+    from ..errors import setting_name as named
     from ..report.outputs import prepare_out_dir
     from ..report.partitions import (heterogeneity_line, heterogeneity_rows,
                                      partition_heterogeneity, partition_stats, plot_label_mix,
@@ -90,6 +93,10 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
                        label=label)
     if clients is None:   # the data set's federated recipe, as mptrain run's
         clients = bundle.defaults.federated["clients"]
+    if getattr(bundle.train, "on_demand", False):
+        raise UserError(f"{data} with {clients:,} devices is generated on demand, a device "
+                        "at a time: its label mix would draw every device; ask for fewer "
+                        f"{named('clients')}")
     targets = bundle.train.targets
     index, offsets = cut_training_set(spec, bundle, clients, seed)
     parts = list(torch.split(index, (offsets[1:] - offsets[:-1]).tolist()))

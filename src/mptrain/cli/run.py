@@ -189,8 +189,9 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--dp-count-noise", type=float,
               help="fedavg: noise std on adaptive clipping's count (expected clients / 20).")
 @click.option("--client-eval-every", type=int,
-              help="fedavg: every N rounds evaluate the global model on every client's data "
-                   "(mean, std, 10th percentile, worst).")
+              help="fedavg: every N rounds evaluate the global model on each client's own "
+                   "test split (pooled data: its training rows): weighted and unweighted "
+                   "means, 10th percentile, worst; a row per client in client_metrics.jsonl.")
 @click.option("--vectorize-clients", type=Choice(VECTORIZE_CLIENTS),
               help="fedavg: train a worker's clients together as stacked model copies: "
                    "auto (where its rule says faster; default), on, off (one at a time).")

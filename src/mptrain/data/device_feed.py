@@ -130,6 +130,8 @@ def feed_for(data: SharedTensorDataset, device: torch.device, sharers: int = 1,
     bound, exact where they all train on one GPU as hogwild's do)."""
     if device.type != "cuda":
         return DeviceFeed(data)
+    if getattr(data, "on_demand", False):   # rows drawn on the host, a batch at a time
+        return PrefetchFeed(data, device)
     if data.nbytes * sharers <= RESIDENT_SHARE * free_bytes(device):
         return ResidentFeed(data, device)
     return PrefetchFeed(data, device)

@@ -226,7 +226,15 @@ def cut_training_set(spec: str | PartitionSpec, data, clients: int, seed: int
                             f"{natural.count:,} natural clients and {named('partition')} "
                             f"natural trains each; leave {named('clients')} out, or cut the "
                             f"pooled data with another {named('partition')} (e.g. iid)")
-        return torch.arange(len(data.train), dtype=torch.int64), natural.train_offsets.clone()
+        from .natural.on_demand import RowRange   # on demand: no int64 per row of 45M rows
+
+        index = RowRange(len(data.train)) if getattr(data.train, "on_demand", False) else \
+            torch.arange(len(data.train), dtype=torch.int64)
+        return index, natural.train_offsets.clone()
+    if getattr(data.train, "on_demand", False):
+        raise UserError(f"{data.name} with {data.clients.count:,} devices is generated on "
+                        f"demand, a device at a time: only {named('partition')} natural "
+                        "can cut it (the others read every label)")
     parts = partition_clients(parsed, data.train.targets, clients, seed)
     sizes = torch.tensor([0] + [len(p) for p in parts], dtype=torch.int64)
     return torch.cat([p.to(torch.int64) for p in parts]), sizes.cumsum(0)

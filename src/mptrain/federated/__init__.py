@@ -15,7 +15,7 @@ reports -> clip its update -> aggregate -> add noise -> server step. One line pe
 - ``accounting``: the privacy spent (Google's dp-accounting);
 - ``aggregate``: the weighted mean or plain sum of the rows, and each worker's columns;
 - ``server_opt``: server optimizers (FedAvgM, FedAdam, FedYogi, FedAdagrad; Reddi et al.);
-- ``client_accuracy``: every client's accuracy under the global model, batches across
+- ``client_accuracy``: each client's hits and loss under the global model, batches across
   clients;
 - ``client_stats``: the summary of those accuracies (mean, spread, worst);
 - ``robust/``: robust aggregation rules and attacks (``--aggregator``, ``--attack``);

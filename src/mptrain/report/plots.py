@@ -51,8 +51,9 @@ def plot_curves(path: Path, epochs: list[dict], title: str, unit: str = "epoch")
     if any(r.get(score_key) is not None for r in epochs):
         score_axis.plot(*series(score_key), marker=marker, color="tab:green", label="test set")
     # fedavg's --client-eval-every: the global model on each client's own data.
-    clients = [("client_acc_mean", "clients: mean", "-"), ("client_acc_p10", "clients: 10th pct",
-                                                            "--"),
+    clients = [("client_acc_mean", "clients: mean", "-"),
+               ("client_acc_weighted", "clients: weighted mean", "-."),
+               ("client_acc_p10", "clients: 10th pct", "--"),
                ("client_acc_worst", "clients: worst", ":")]
     if any(r.get("client_acc_mean") is not None for r in epochs):
         for key, label, style in clients:

@@ -9,6 +9,8 @@ client that produced it, and a federated run trains one client per id
     leaf.py        --data leaf:DIR: LEAF's train/ and test/ folders, FEMNIST, Shakespeare,
                    Synthetic recognised by shape, filled straight into shared memory
     synthetic.py   --data synthetic:ALPHA,BETA and synthetic-iid: FedProx's generator
+    on_demand.py   its devices drawn when a round asks for them (past 2M rows: 100,000
+                   devices start in seconds and a round draws only its own)
     hf.py          --data hf:NAME or a save_to_disk folder (the optional `datasets` extra)
     progress.py    the loading progress bar (rich), stopped before any worker forks
     recipes.py     what each of these sets recommends (LEAF's and FedProx's settings)

@@ -14,7 +14,7 @@ have no client to evaluate per client.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -30,6 +30,10 @@ class NaturalClients:
     names: tuple[str, ...] | None = None
     #: LEAF's optional ``hierarchies`` (one entry per client, e.g. the play of a role).
     hierarchies: tuple | None = None
+    #: What ``test_offsets`` index: None, the bundle's test set; devices generated on
+    #: demand (``on_demand``) index their own test split of every device, while the
+    #: bundle's test set holds a fixed sample of the devices' test rows.
+    test_data: object = field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         for name in ("train_offsets", "test_offsets"):

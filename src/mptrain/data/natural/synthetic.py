@@ -19,12 +19,15 @@ never on how the work is cut.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
 from ...errors import UserError
 from ..shared import SharedTensorDataset, shared_zeros
 from .clients import NaturalClients, NaturalData
+from .on_demand import ON_DEMAND_ROWS
 from .recipes import SYNTHETIC_DEVICES
 
 FEATURES = 60
@@ -51,9 +54,11 @@ def parse_synthetic(name: str) -> tuple[float, float] | None:
     return alpha, beta
 
 
-def load_synthetic(name: str, devices: int | None = None, seed: int = 0):
+def load_synthetic(name: str, devices: int | None = None, seed: int = 0,
+                   on_demand: bool | None = None):
     """The bundle of ``synthetic:ALPHA,BETA`` or ``synthetic-iid`` over ``devices`` (None:
-    the paper's 30), drawn from ``seed``."""
+    the paper's 30), drawn from ``seed``. ``on_demand``: the devices drawn when a round asks
+    for them (``on_demand``); None: when they are more than ``ON_DEMAND_ROWS`` rows."""
     from .recipes import natural_recipe
 
     params = parse_synthetic(name)
@@ -70,6 +75,10 @@ def load_synthetic(name: str, devices: int | None = None, seed: int = 0):
     if params is None:
         rng = np.random.default_rng(shared_stream)
         shared_model = (rng.normal(0, 1, (FEATURES, CLASSES)), rng.normal(0, 1, CLASSES))
+    if on_demand is None:
+        on_demand = int(sizes.sum()) > ON_DEMAND_ROWS
+    if on_demand:
+        return _on_demand(name, params, seed, sizes, train_sizes, shared_model)
     train_x = shared_zeros((int(train_sizes.sum()), FEATURES))
     test_x = shared_zeros((int(test_sizes.sum()), FEATURES))
     train_y = shared_zeros((len(train_x),), torch.int64)
@@ -92,6 +101,25 @@ def load_synthetic(name: str, devices: int | None = None, seed: int = 0):
                       test=SharedTensorDataset(test_x, test_y),
                       output_size=CLASSES, default_model="mclr",
                       defaults=natural_recipe("synthetic", devices), clients=clients)
+
+
+def _on_demand(name, params, seed, sizes, train_sizes, shared_model) -> NaturalData:
+    """The bundle of devices drawn on demand: O(devices) now, a device's rows when asked;
+    the test set is the test rows of a seeded sample of devices."""
+    from .on_demand import DeviceRows, SyntheticDevices
+    from .recipes import natural_recipe
+
+    devices = SyntheticDevices(_draw_block, FEATURES, params, seed, sizes, train_sizes,
+                               shared_model)
+    tests = DeviceRows(devices, "test")
+    sample = [tests.device_rows(device) for device in devices.test_sample()]
+    test = SharedTensorDataset(torch.cat([x for x, _ in sample]),
+                               torch.cat([y for _, y in sample]))
+    clients = NaturalClients.from_sizes(train_sizes, sizes - train_sizes)
+    return NaturalData(name=name, train=DeviceRows(devices, "train"), test=test,
+                       output_size=CLASSES, default_model="mclr",
+                       defaults=natural_recipe("synthetic", len(sizes)),
+                       clients=replace(clients, test_data=tests))
 
 
 def _blocks(devices: int) -> int:
@@ -122,6 +150,8 @@ def _draw_block(rng: np.random.Generator, sizes: np.ndarray, params, shared_mode
     x = means[owner] + rng.standard_normal((rows, FEATURES)) * np.sqrt(_VARIANCE)
     if params is None:
         logits = x @ weights + biases
+    elif count == 1:   # one device (drawn on demand): one product
+        logits = x @ weights[0] + biases[0]
     else:
         # x_n W_{k(n)}: one feature at a time, so no [rows, 60, 10] gather is made.
         logits = biases[owner].copy()

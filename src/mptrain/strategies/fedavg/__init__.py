@@ -37,7 +37,9 @@ The parts, one line per file, in the order a run meets them:
 - ``robust_worker``: a worker's part of a robust rule and an attack, between its barriers;
 - ``decision_cell``: a row-wise rule's decision, from rank 0 to the others in shared memory;
 - ``gathered``: the round's rows gathered to rank 0 where ranks share no memory;
-- ``client_evaluation``: the global model on every client's data (``--client-eval-every``);
+- ``client_evaluation``: the global model on each client's own data, its test split where
+  it has one (``--client-eval-every``);
+- ``client_metrics``: those scores joined, summarised and written to client_metrics.jsonl;
 - ``checkpoint``: the server's state in a checkpoint, and back;
 - ``report``: the banner, the round's line and notes, summary.json;
 - ``robust_report``: what a robust rule and an attack add to them.

@@ -1,34 +1,79 @@
-"""The global model on every client's own data (``--client-eval-every``): each rank scores
-a run of clients -- one at a time, or stacked when the clients train stacked -- and rank 0
-summarises after a barrier."""
+"""The global model on each client's own data (``--client-eval-every``).
+
+Which data: a natural client's own *test* split where the data has one (LEAF's, FedProx's
+devices, a Hub set's test split cut by the same client column); otherwise -- pooled data cut
+by ``--partition`` has no per-client test split -- the client's training rows, as before.
+Which clients: every client, each rank a slice of them; or, where the devices are
+generated on demand (``data.natural.on_demand``), the round's sampled clients, each scored
+by the rank that trained it, so a round touches only those. Both client paths score the
+same way (``federated.client_accuracy``: batches across clients). Each rank returns its
+clients' scores in its round report; the parent joins them (``report``) -- no shared table,
+so it works under torchrun as with mptrain's own workers.
+"""
 
 from __future__ import annotations
 
+from ...data.device_feed import feed_for
 from ...data.sources import CLASSIFICATION
-from ...engine.task import evaluate
 from ...federated.aggregate import column_slice
-from ...federated.client_stats import summarize
-from ...federated.client_accuracy import client_accuracies
+from ...federated.client_accuracy import client_scores
+
+#: What each split's scores are called in the summary and the banner.
+TEST_SPLIT, TRAIN_SPLIT = "test", "train"
 
 
-def evaluate_clients(config, shared, setup, trainer, stacked: bool) -> dict:
-    """Each client's accuracy into ``shared.client_accuracy``; rank 0 returns the summary
-    (mean, std, 10th percentile, worst), the other ranks nothing."""
-    group, c = setup.group, config
-    if setup.data.task != CLASSIFICATION:
-        return {}
-    mine = column_slice(c.fedavg.clients, group.world_size, group.rank)
-    if stacked:
-        shared.client_accuracy[mine] = client_accuracies(
-            trainer.model, trainer.feed, shared.client_index, shared.client_offsets,
-            range(mine.start, mine.stop), c.eval_batch_size, setup.device, c.precision,
-            beat=setup.progress.beat)
-    else:
-        for client in range(mine.start, mine.stop):
-            _, correct, count = evaluate(trainer.model, trainer.feed,
-                                         shared.client_indices(client), setup.data.task,
-                                         c.eval_batch_size, setup.device,
-                                         beat=setup.progress.beat, precision=c.precision)
-            shared.client_accuracy[client] = correct / count if count else float("nan")
-    group.barrier()
-    return summarize(shared.client_accuracy) if group.rank == 0 else {}
+def evaluation_split(data, partition: str) -> str:
+    """``test`` where each client has its own test split (natural clients with one), else
+    ``train``."""
+    natural = getattr(data, "clients", None)
+    return TEST_SPLIT if partition == "natural" and natural is not None \
+        and natural.test_offsets is not None else TRAIN_SPLIT
+
+
+def scores_only_sampled(data) -> bool:
+    """Whether a round scores only its sampled clients (devices generated on demand)."""
+    return bool(getattr(data.train, "on_demand", False))
+
+
+class ClientEvaluation:
+    """One rank's per-client evaluation: which rows, which clients, through which feed."""
+
+    def __init__(self, config, shared, setup, trainer):
+        self.config, self.shared, self.setup, self.trainer = config, shared, setup, trainer
+        self.split = evaluation_split(setup.data, config.fedavg.partition)
+        self.only_sampled = scores_only_sampled(setup.data)
+        self._test_feed = None   # made at the first evaluation: a GPU copy only if asked
+
+    def due(self, round_index: int) -> bool:
+        f = self.config.fedavg
+        return bool(f.client_eval_every) and self.setup.data.task == CLASSIFICATION and \
+            ((round_index + 1) % f.client_eval_every == 0 or round_index + 1 == f.rounds)
+
+    def run(self, mine: list[int]) -> dict:
+        """This rank's clients scored, as its report's ``client_scores``; ``mine``: the
+        round's clients this rank trained (scored when only sampled clients are)."""
+        c, setup, group = self.config, self.setup, self.setup.group
+        if self.only_sampled:
+            clients = list(mine)
+        else:
+            part = column_slice(c.fedavg.clients, group.world_size, group.rank)
+            clients = list(range(part.start, part.stop))
+        if self.split == TEST_SPLIT:
+            natural = setup.data.clients
+            feed, offsets, index = self._feed_of_test(natural), natural.test_offsets, None
+        else:
+            feed, offsets = self.trainer.feed, self.shared.client_offsets
+            index = self.shared.client_index
+        scores = client_scores(self.trainer.model, feed, offsets, clients,
+                               c.eval_batch_size, setup.device, c.precision, index=index,
+                               beat=setup.progress.beat)
+        return {"client_scores": scores.as_lists()}
+
+    def _feed_of_test(self, natural):
+        if self._test_feed is None:
+            # Natural clients' test offsets index the bundle's test set, or an on-demand
+            # source's own test split of every device.
+            data = natural.test_data if natural.test_data is not None else self.setup.data.test
+            self._test_feed = feed_for(data, self.setup.device,
+                                       self.setup.group.world_size)
+        return self._test_feed

@@ -105,16 +105,17 @@ def check_run(config, data, model, plan, out_dir) -> None:
     round's updates in one table that fits -- shared by the workers, or gathered to rank 0
     under torchrun -- and class labels to flip)."""
     c, f = config, config.fedavg
+    if f.scaffold and data is not None and getattr(data.train, "on_demand", False):
+        raise UserError(f"{named('scaffold')} keeps a control variate for every client "
+                        f"({f.clients:,} here), but {data.name}'s devices are generated on "
+                        "demand so that a round touches only its sampled clients; use "
+                        f"FedAvg or FedProx ({named('prox_mu')}), or fewer {named('clients')}")
     if (f.dp_clip is not None or f.scaffold) and not uses_shared_table(c, model, plan):
         what = named("scaffold") if f.scaffold else f"{named('dp_clip')}/{named('dp_noise')}"
         raise UserError(f"{what} needs the round's results in one machine's shared "
                         "memory (every client's row, summed in client order); run "
                         "mptrain's own workers on one machine, or fewer "
                         f"{named('clients_per_round')} for a smaller table")
-    if f.client_eval_every and not plan.comm.shares_memory:
-        raise UserError(f"{named('client_eval_every')} needs one machine's shared memory "
-                        "(every rank writes its clients' accuracies into one table); run "
-                        "mptrain's own workers on one machine")
     if f.private:
         from ...federated.accounting import PrivacyAccountant, require_dp_accounting
 

@@ -11,13 +11,13 @@ from ...report.console import metric_parts
 from ...report.words import count
 from . import robust_report as robust
 from .settings import accountant_name, privacy_delta, server_optimizer
+from .client_metrics import FILE_NAME
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
 
 #: Rounds in a row of a lone trained client's non-finite update that mean the run diverged.
 LONE_CLIENT_ROUNDS = 3
 #: Keys rank 0 reports for the server, copied into the round's row as they are.
-SERVER_KEYS = ("epsilon", "dp_clip", "client_acc_mean", "client_acc_std", "client_acc_p10",
-               "client_acc_worst", "clients_evaluated", "client_path")
+SERVER_KEYS = ("epsilon", "dp_clip", "client_path")
 
 
 def round_row(reports, watch: "DivergenceWatch") -> dict:
@@ -96,7 +96,8 @@ def round_line(metrics) -> list[str]:
     parts += robust.round_parts(extras)
     if extras.get("client_acc_mean") is not None:
         parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
-                     f"(worst {100 * extras['client_acc_worst']:.1f}%)")
+                     f"(weighted {100 * extras['client_acc_weighted']:.1f}%, "
+                     f"p10 {100 * extras['client_acc_p10']:.1f}%)")
     return parts + metric_parts(metrics)
 
 
@@ -155,8 +156,11 @@ def summary_fields(config, last_epsilon: float | None,
     return fields
 
 
-def describe(config, plan, model, out_dir: Path | None) -> list[str]:
-    """The banner's lines about what fedavg will do."""
+def describe(config, plan, model, out_dir: Path | None, client_eval_split: str = "train",
+             only_sampled: bool = False) -> list[str]:
+    """The banner's lines about what fedavg will do; ``client_eval_split``: the rows each
+    client is evaluated on (``client_evaluation.evaluation_split``), ``only_sampled``: the
+    round's sampled clients only."""
     c, f = config, config.fedavg
     sample = f"{f.sampled_clients} per round" if f.sampling == "fixed" else \
         f"Poisson q={f.sample_rate:g} ({f.sampled_clients} expected per round)"
@@ -180,9 +184,8 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
     if f.dp_clip is not None:
         extras.append(_privacy_line(f))
     if f.client_eval_every:
-        every = "every round" if f.client_eval_every == 1 else \
-            f"every {f.client_eval_every} rounds"
-        extras.append(f"every client evaluated {every}")
+        extras.append(client_evaluation_line(f.client_eval_every, client_eval_split,
+                                             only_sampled, out_dir))
     if f.accept_failures:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
@@ -191,6 +194,16 @@ def describe(config, plan, model, out_dir: Path | None) -> list[str]:
     if extras:
         lines.append(" · ".join(extras))
     return lines + robust.describe(c, model, plan.comm.shares_memory)
+
+
+def client_evaluation_line(every: int, split: str, only_sampled: bool,
+                           out_dir: Path | None) -> str:
+    when = "every round" if every == 1 else f"every {every} rounds"
+    who = "the round's clients" if only_sampled else "every client"
+    rows = "each on its own test split" if split == "test" else \
+        "each on its training rows (pooled data: no per-client test split)"
+    where = f", rows in {FILE_NAME}" if out_dir is not None else ""
+    return f"{who} evaluated {when}, {rows}{where}"
 
 
 def _privacy_line(f) -> str:

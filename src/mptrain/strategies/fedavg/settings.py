@@ -47,7 +47,7 @@ class FedAvgSettings:
     dp_clip_quantile: float | None = None   # adaptive clipping (Andrew et al. 2021)
     dp_clip_lr: float | None = None         # its geometric step; None: 0.2
     dp_count_noise: float | None = None     # std of the noise on the clipped count
-    client_eval_every: int | None = None    # evaluate on every client's data every N rounds
+    client_eval_every: int | None = None    # evaluate each client's own data every N rounds
     vectorize_clients: str = "auto"         # clients trained as stacked model copies: auto|on|off
     vectorize_chunk: int | None = None      # clients per stacked cohort; None: from memory
     aggregator: str = "mean"                # how the server combines the round's updates

@@ -57,7 +57,6 @@ class FedAvgShared:
     controls: torch.Tensor | None = None     # SCAFFOLD's c [params]
     control_deltas: torch.Tensor | None = None   # [rows, params] the clients' dc_i
     touched: torch.Tensor | None = None      # [clients] uint8: c_i ever set
-    client_accuracy: torch.Tensor | None = None  # [clients] float64
     #: A row-wise robust rule's decision, rank 0 to the others (``RobustWorker``).
     decision_cell: DecisionCell | None = None
     #: SCAFFOLD's client variates c_i [clients, params] in shared memory, or None when
@@ -123,9 +122,6 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
             shape = (f.clients, params)
             parts["client_controls_in_memory"] = shared_zeros(shape) \
                 if plan.comm.shares_memory else torch.zeros(shape)
-    if f.client_eval_every:
-        parts["client_accuracy"] = torch.full((f.clients,), float("nan"),
-                                              dtype=torch.float64)
     if _needs_decision_cell(config):
         parts["decision_cell"] = DecisionCell(rows)
     shared = FedAvgShared(client_index=client_index, client_offsets=client_offsets,
@@ -134,7 +130,7 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
                           rows=rows, shared_table=shared_table, **parts)
     if plan.comm.shares_memory:
         small = [parts[k] for k in ("weights", "within", "clip", "privacy", "controls",
-                                    "control_deltas", "touched", "client_accuracy")
+                                    "control_deltas", "touched")
                  if k in parts]
         if "decision_cell" in parts:
             small.append(parts["decision_cell"].tensor)
@@ -205,8 +201,6 @@ def shared_bytes(config, model, plan, out_dir: Path | None) -> int:
         except UserError:
             place, need = "none", 0     # ``check`` refuses it, with the figures
         extra += need if place == "shm" else 0
-    if f.client_eval_every:
-        extra += 8 * f.clients
     if _needs_decision_cell(config):
         extra += DecisionCell(table_rows(config)).tensor.nbytes
     return extra

@@ -7,7 +7,8 @@ from __future__ import annotations
 from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
                     model_tensor_count)
 from ..model_state import floating_state
-from . import cohorts, report, robust_report
+from . import client_metrics, cohorts, report, robust_report
+from .client_evaluation import evaluation_split, scores_only_sampled
 from .refusals import check_fedavg_config, check_run
 from .settings import FEDAVG_SETTINGS
 from .shared import FedAvgShared, cut_clients, share_round_state, shared_bytes
@@ -41,6 +42,14 @@ class FedAvgStrategy(Strategy):
         #: Which path the clients trained on, as the workers reported it.
         self.client_path: str | None = None
         self.rounds_skipped = 0   # rounds too few clients reported for the rule
+        #: Per-client evaluation: the rows scored (``test``/``train``), whether only the
+        #: round's clients are, the data's client names, the last round's summary, and
+        #: client_metrics.jsonl (under --out).
+        self.client_eval_split, self.only_sampled_scored = "train", False
+        self.client_names = None
+        self.data_line: str | None = None   # devices drawn on demand: what the banner says
+        self.last_client_summary: dict = {}
+        self.client_metrics: client_metrics.ClientMetricsFile | None = None
 
     # -- facts ---------------------------------------------------------------------------------
     @classmethod
@@ -82,6 +91,13 @@ class FedAvgStrategy(Strategy):
         """Cut the training set into clients (once; restarts reuse it)."""
         if self.clients is None:
             self.clients = cut_clients(self.config, data)
+            self.client_eval_split = evaluation_split(data, self.config.fedavg.partition)
+            self.only_sampled_scored = scores_only_sampled(data)
+            from ...data.natural.on_demand import banner_line
+
+            self.data_line = banner_line(data)
+            if self.config.fedavg.partition == "natural":
+                self.client_names = data.clients.names
 
     def prepare(self, model, data=None, plan=None) -> None:
         self.partition(data)
@@ -123,6 +139,15 @@ class FedAvgStrategy(Strategy):
         skipped = reports[0].extras.get("rounds_skipped")
         if skipped is not None:
             self.rounds_skipped = skipped
+        scores = client_metrics.joined_scores(reports)
+        if scores is not None:
+            self.last_client_summary = client_metrics.summary_of(scores)
+            row.update(self.last_client_summary)
+            if self.out_dir is not None:
+                if self.client_metrics is None:
+                    self.client_metrics = client_metrics.ClientMetricsFile(self.out_dir)
+                self.client_metrics.add(row["round"], client_metrics.client_rows(
+                    row["round"], scores, self.client_names))
         return row
 
     def round_line(self, metrics):
@@ -137,8 +162,20 @@ class FedAvgStrategy(Strategy):
                                         self.stopped_for_privacy_at),
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
                 "client_path": self.client_path,
+                **self._client_evaluation_fields(),
                 **robust_report.summary_fields(self.config, self.rounds_skipped)}
 
+    def _client_evaluation_fields(self) -> dict:
+        """The last per-client evaluation's figures, and what was scored."""
+        if not self.config.fedavg.client_eval_every:
+            return {}
+        return {"client_eval_split": self.client_eval_split,
+                "client_eval_only_sampled": self.only_sampled_scored,
+                **self.last_client_summary}
+
     def describe(self, plan, model):
-        return report.describe(self.config, plan, model, self.out_dir) + [
-            cohorts.banner_line(self.chosen_path)]
+        lines = report.describe(self.config, plan, model, self.out_dir,
+                                self.client_eval_split, self.only_sampled_scored)
+        if self.data_line is not None:
+            lines.append(self.data_line)
+        return lines + [cohorts.banner_line(self.chosen_path)]

@@ -11,7 +11,8 @@
    updates the adaptive clip and the privacy spent. Under torchrun, with no shared table,
    the ranks combine their own clients' means through the group, or for a robust rule
    gather their rows to rank 0 (``gathered``), which applies the rule for all;
-4. barrier; every N rounds, evaluate the global model on every client's data.
+4. barrier; every N rounds, evaluate the global model on each client's own data (its test
+   split where it has one; ``client_evaluation``).
 
 Shared state without locks, and why it is safe: a row of the table, of ``dc`` and of the
 client variates is written by the one worker that trains that client in the round; the
@@ -41,7 +42,7 @@ from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
 from . import checkpoint
-from .client_evaluation import evaluate_clients
+from .client_evaluation import ClientEvaluation
 from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .gathered import GatheredTable, slot_owners
@@ -66,6 +67,7 @@ class FedAvgProgram(WorkerProgram):
         self.cohorts = CohortClients(config, shared, setup, self.trainer,
                                      self.client_controls, client_path, client_bytes)
         self.path_reported = False
+        self.client_evaluation = ClientEvaluation(config, shared, setup, self.trainer)
         accountant = None
         if config.fedavg.private:
             from ...federated.accounting import PrivacyAccountant
@@ -87,7 +89,7 @@ class FedAvgProgram(WorkerProgram):
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
-        f, group, shared = self.config.fedavg, self.group, self.shared
+        group, shared = self.group, self.shared
         sampled = self._sample(round_index)
         assignment = assign_clients(sampled, self.trainer.sizes, group.world_size)
         mine = assignment[group.rank]
@@ -115,10 +117,8 @@ class FedAvgProgram(WorkerProgram):
         if self.robust is not None and group.rank == 0:
             figures["rounds_skipped"] = self.rounds_skipped
         self.trainer.load_global()
-        if f.client_eval_every and ((round_index + 1) % f.client_eval_every == 0
-                                    or round_index + 1 == f.rounds):
-            figures.update(evaluate_clients(self.config, shared, self.setup, self.trainer,
-                                            self.cohorts.path.vectorized))
+        if self.client_evaluation.due(round_index):
+            figures.update(self.client_evaluation.run(mine))
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
         if first and group.rank == 0:   # the path this run's clients train on, once
             extras["client_path"] = self.cohorts.path.describe()
