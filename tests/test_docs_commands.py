@@ -12,7 +12,9 @@ What changes from the page, and only that:
   its first 2,000 training and 400 test images (``SHORT_MNIST``);
 - the page's Python that reads what its commands wrote (the README's ``model.pt`` snippet)
   runs after them;
-- placeholders are filled: ``DIR`` after ``--data-dir`` is that MNIST, cut from the files
+- placeholders are filled: ``leaf:DIR`` (and any ``leaf:`` path) a small LEAF folder, and
+  ``hf:path/to/saved`` a small ``save_to_disk`` folder, both written in the page's folder;
+  ``DIR`` after ``--data-dir`` is that MNIST, cut from the files
   in ``/work/shared/data/mnist`` or ``$MPTRAIN_MNIST_DIR`` (without them those commands are
   skipped), any other ``DIR`` a folder; ``[--json]`` is given; ``my_pkg`` is
   docs/usage.md's minimal pair, written out, with an environment and a network for RL.
@@ -74,6 +76,9 @@ SKIPPED = [
     (r"--data-dir DIR", f"no MNIST files in {MNIST}", not (MNIST / "train-labels-idx1-ubyte.gz")
      .exists() and not (MNIST / "train-labels-idx1-ubyte").exists()),
     (r"^mptrain rl", "gymnasium is not installed", not _has("gymnasium")),
+    (r"--data hf:flwrlabs/", "downloads from the Hugging Face Hub (hf:path/to/saved, a "
+                             "folder written here, runs the same reader)", True),
+    (r"--data hf:", "datasets is not installed", not _has("datasets")),
 ]
 #: Commands that take long even cut short (digits-60k is built and scored in full, MNIST
 #: read; torchrun's ranks are processes that import torch): the page's ``slow`` test runs
@@ -121,7 +126,9 @@ def shortened(argv: list[str], root: Path = Path(".")) -> list[str]:
     """``argv`` with the sizes cut short and the placeholders filled (the module's
     docstring says which; ``root``: where the short MNIST goes)."""
     for index, arg in enumerate(argv):
-        if arg == "DIR" and argv[index - 1] == "--data-dir":
+        if arg.startswith(("leaf:", "hf:")) and argv[index - 1] == "--data":
+            argv[index] = natural_data(arg)
+        elif arg == "DIR" and argv[index - 1] == "--data-dir":
             argv[index] = str(short_mnist(root))
         elif arg == "DIR":
             argv[index] = "a-folder"
@@ -143,6 +150,28 @@ def shortened(argv: list[str], root: Path = Path(".")) -> list[str]:
         _set(argv, "--round-steps", "512", add=False)
         _set(argv, "--eval-episodes", "2")
     return argv
+
+
+def natural_data(spec: str) -> str:
+    """``leaf:DIR`` and ``hf:path/to/saved`` written small in the working folder, in the
+    formats LEAF's preprocessing and ``save_to_disk`` write: a Shakespeare folder where the
+    page's path names it, FEMNIST otherwise; the Hub set with the page's columns."""
+    from leaf_files import femnist_user, shakespeare_user, write_leaf
+
+    kind, _, where = spec.partition(":")
+    folder = Path("leaf-femnist" if where == "DIR" else where)
+    if kind == "leaf" and not folder.exists():
+        write_leaf(folder, shakespeare_user if "shakespeare" in where else femnist_user)
+    elif kind == "hf" and not folder.exists():
+        import datasets
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        datasets.Dataset.from_dict({"user": [f"u{i % 4}" for i in range(40)],
+                                    "x": rng.random((40, 8)).tolist(),
+                                    "y": rng.integers(0, 3, 40).tolist()}
+                                   ).save_to_disk(str(folder))
+    return f"{kind}:{folder}"
 
 
 def short_mnist(root: Path) -> Path:
