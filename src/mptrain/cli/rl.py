@@ -52,7 +52,8 @@ from .app import cli, joined_loggers, supervised_run_options
 @click.option("--normalize-advantages/--no-normalize-advantages", default=None,
               help="ppo: normalize advantages per minibatch (on).")
 @click.option("--anneal-lr/--no-anneal-lr", default=None,
-              help="ppo: learning rate falls linearly to 0 over --steps (on).")
+              help="dqn, ppo: learning rate falls linearly to 0 over --steps (dqn off, ppo "
+                   "on).")
 @click.option("--target-kl", type=float,
               help="ppo: stop an update's epochs once the approximate KL exceeds this.")
 @click.option("--buffer-size", type=int, help="dqn: replay transitions in total (100,000).")

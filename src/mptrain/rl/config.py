@@ -133,7 +133,7 @@ ALGO_DEFAULTS = {
     "entropy_coef": (0.01, {"ppo": 0.0}),
     "max_grad_norm": (40.0, {"ppo": 0.5}),
     "update_epochs": (None, {"ppo": 10}),
-    "anneal_lr": (None, {"ppo": True}),
+    "anneal_lr": (None, {"ppo": True, "dqn": False}),
     "batch_size": (64, {"ppo": 256}),
 }
 
@@ -143,7 +143,8 @@ ALGO_SETTINGS = {
     **dict.fromkeys(("n_steps", "gae_lambda", "entropy_coef", "value_coef", "max_grad_norm"),
                     ("a3c", "ppo")),
     **dict.fromkeys(("envs_per_actor", "update_epochs", "clip_coef", "clip_value",
-                     "normalize_advantages", "anneal_lr", "target_kl"), ("ppo",)),
+                     "normalize_advantages", "target_kl"), ("ppo",)),
+    "anneal_lr": ("dqn", "ppo"),
     "batch_size": ("dqn", "ppo"),
     **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
                      "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
