@@ -45,7 +45,12 @@ def captured_rl(monkeypatch):
     import mptrain.rl.api
 
     calls = []
-    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request))
+
+    def recorded(request):
+        calls.append(request)
+        return request.family.result(request.model, request.config)   # an empty run's
+
+    monkeypatch.setattr(mptrain.rl.api, "run", recorded)
     return calls
 
 

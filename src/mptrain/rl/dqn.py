@@ -98,6 +98,7 @@ class DQNStrategy(ActorStrategy):
         self.policy: PublishedPolicy | None = None
 
     def prepare(self, model, data=None, plan=None) -> None:
+        super().prepare(model, data, plan)
         c = self.config
         self.replay = SharedReplay.create(c.buffer_size, data.shape.obs_dim,
                                           actor_count(c.workers), ahead_steps(c))
@@ -111,7 +112,7 @@ class DQNStrategy(ActorStrategy):
         policy = 2 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
         return replace(needs, shared_tensors=needs.shared_tensors + 6
                        + PublishedPolicy.tensor_count(model),
-                       extra_shared_bytes=replay + policy)
+                       extra_shared_bytes=needs.extra_shared_bytes + replay + policy)
 
     def program(self, setup) -> "DQNProgram":
         return DQNProgram(setup, self.replay, self.policy)
