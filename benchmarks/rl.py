@@ -165,7 +165,8 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
         for workers in (1, 2):
             summary = rl_run(["--algo", "a3c", "--workers", str(workers), "--steps",
                               str(steps), "--round-steps", str(steps // 4),
-                              "--eval-episodes", "1"], folder / f"tp-{repeat}-{workers}")
+                              "--eval-episodes", "1", "--eval-every", "0"],
+                             folder / f"tp-{repeat}-{workers}")
             rates[workers] = summary.get("env_steps_per_s")
             cells.append({"repeat": repeat, "workers": workers, "env_steps_per_s":
                           rates[workers]})
@@ -174,7 +175,8 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
         with ThreadPoolExecutor(2) as pool:
             pair = list(pool.map(lambda i: rl_run(
                 ["--algo", "a3c", "--workers", "1", "--steps", str(steps), "--round-steps",
-                 str(steps // 4), "--eval-episodes", "1"], folder / f"tp-{repeat}-pair{i}"),
+                 str(steps // 4), "--eval-episodes", "1", "--eval-every", "0"],
+                folder / f"tp-{repeat}-pair{i}"),
                 range(2)))
         rates["pair"] = sum(p.get("env_steps_per_s") or 0 for p in pair)
         cells.append({"repeat": repeat, "workers": "2 separate runs",
