@@ -1,7 +1,7 @@
 """The base classes of the RL algorithms -- what each is to the shared driver
 (``engine.loop.train``): a strategy whose rounds are environment steps, a worker program
-with a greedy policy, and an evaluation by greedy episodes that stops the run at a target
-return."""
+with a greedy policy, and an evaluation by greedy episodes that keeps the best policy and
+stops the run at a target return."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class ActorStrategy(Strategy):
 
     def needs(self, model, data, plan):
         # Actors act on the shared model (a3c) or a learner's (dqn): nothing to rehearse.
-        # ... and the copy of the best evaluated policy (``best``).
+        # In shared memory: the model and the copy of the best evaluated policy (``best``).
         return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model)
                              + BestPolicy.tensor_count(model),
                              private_replicas=False, rehearse=False,

@@ -123,9 +123,11 @@ def write_outputs(out_dir: Path, rows: list[dict], final, best, summary: dict) -
 
 
 def plot_returns(path: Path, rows: list[dict], title: str) -> None:
-    """Training and greedy returns against environment steps and against seconds."""
+    """Training and greedy returns against environment steps and against seconds, and a
+    star where the best evaluated policy was found."""
     figure = new_figure((10, 4))
     axes = figure.subplots(1, 2)
+    best = next((row for row in reversed(rows) if row.get("new_best")), None)
     for axis, x_key, x_label in ((axes[0], "env_steps", "environment steps"),
                                  (axes[1], "elapsed_s", "seconds")):
         for key, label in (("return_mean", "training episodes"),
@@ -135,6 +137,9 @@ def plot_returns(path: Path, rows: list[dict], title: str) -> None:
             if points:
                 axis.plot(*zip(*points), marker="o" if len(points) <= 50 else None,
                           label=label)
+        if best is not None and best.get(x_key) is not None:
+            axis.plot([best[x_key]], [best["eval_return"]], "*", markersize=14,
+                      label="best evaluated")
         axis.set(xlabel=x_label, ylabel="return")
         axis.grid(alpha=0.3)
         axis.legend()
