@@ -69,8 +69,8 @@ def rl_run(flags: list[str], out: Path, timeout_s: float = 900) -> dict:
     return summary
 
 
-def solve_cell(algo: str, seed: int, folder: Path) -> dict:
-    flags = SOLVE[algo] + ["--seed", str(seed), "--eval-episodes", "100",
+def solve_cell(algo: str, seed: int, folder: Path, more: tuple[str, ...] = ()) -> dict:
+    flags = SOLVE[algo] + [*more, "--seed", str(seed), "--eval-episodes", "100",
                            "--target-return", "475"]
     summary = rl_run(flags, folder / f"{algo}-{seed}")
     if "error" in summary:
@@ -196,6 +196,8 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
+    parser.add_argument("--flags", default="",
+                        help='more mptrain rl flags for every run (a candidate: "--anneal-lr")')
     parser.add_argument("--only", choices=(*ALGOS, "throughput"))
     parser.add_argument("--baseline", action="append", default=[],
                         help="a baseline script's JSON to show beside (repeatable)")
@@ -215,10 +217,11 @@ def main(argv=None) -> int:
         folder = Path(temp)
         for algo in ALGOS:
             if args.only in (None, algo):
-                cells = [solve_cell(algo, seed, folder) for seed in seeds]
+                cells = [solve_cell(algo, seed, folder, tuple(args.flags.split()))
+                         for seed in seeds]
                 solved = sum(1 for c in cells if c.get("within_budget"))
                 results[algo] = {"cells": cells, "within_budget": solved,
-                                 "flags": SOLVE[algo]}
+                                 "flags": SOLVE[algo] + args.flags.split()}
                 print(f"{algo}: solved within budget in {solved} of {len(seeds)} seeds")
         if args.only in (None, "throughput"):
             results["throughput"] = throughput(args.repeats, args.throughput_steps, folder)
