@@ -69,8 +69,8 @@ def rl_run(flags: list[str], out: Path, timeout_s: float = 900) -> dict:
     return summary
 
 
-def solve_cell(algo: str, seed: int, folder: Path) -> dict:
-    flags = SOLVE[algo] + ["--seed", str(seed), "--eval-episodes", "100",
+def solve_cell(algo: str, seed: int, folder: Path, more: tuple[str, ...] = ()) -> dict:
+    flags = SOLVE[algo] + [*more, "--seed", str(seed), "--eval-episodes", "100",
                            "--target-return", "475"]
     summary = rl_run(flags, folder / f"{algo}-{seed}")
     if "error" in summary:
@@ -165,7 +165,8 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
         for workers in (1, 2):
             summary = rl_run(["--algo", "a3c", "--workers", str(workers), "--steps",
                               str(steps), "--round-steps", str(steps // 4),
-                              "--eval-episodes", "1"], folder / f"tp-{repeat}-{workers}")
+                              "--eval-episodes", "1", "--eval-every", "0"],
+                             folder / f"tp-{repeat}-{workers}")
             rates[workers] = summary.get("env_steps_per_s")
             cells.append({"repeat": repeat, "workers": workers, "env_steps_per_s":
                           rates[workers]})
@@ -174,7 +175,8 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
         with ThreadPoolExecutor(2) as pool:
             pair = list(pool.map(lambda i: rl_run(
                 ["--algo", "a3c", "--workers", "1", "--steps", str(steps), "--round-steps",
-                 str(steps // 4), "--eval-episodes", "1"], folder / f"tp-{repeat}-pair{i}"),
+                 str(steps // 4), "--eval-episodes", "1", "--eval-every", "0"],
+                folder / f"tp-{repeat}-pair{i}"),
                 range(2)))
         rates["pair"] = sum(p.get("env_steps_per_s") or 0 for p in pair)
         cells.append({"repeat": repeat, "workers": "2 separate runs",
@@ -194,6 +196,8 @@ def throughput(repeats: int, steps: int, folder: Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2,3,4,5,6,7,8,9")
+    parser.add_argument("--flags", default="",
+                        help='more mptrain rl flags for every run (a candidate: "--anneal-lr")')
     parser.add_argument("--only", choices=(*ALGOS, "throughput"))
     parser.add_argument("--baseline", action="append", default=[],
                         help="a baseline script's JSON to show beside (repeatable)")
@@ -213,10 +217,11 @@ def main(argv=None) -> int:
         folder = Path(temp)
         for algo in ALGOS:
             if args.only in (None, algo):
-                cells = [solve_cell(algo, seed, folder) for seed in seeds]
+                cells = [solve_cell(algo, seed, folder, tuple(args.flags.split()))
+                         for seed in seeds]
                 solved = sum(1 for c in cells if c.get("within_budget"))
                 results[algo] = {"cells": cells, "within_budget": solved,
-                                 "flags": SOLVE[algo]}
+                                 "flags": SOLVE[algo] + args.flags.split()}
                 print(f"{algo}: solved within budget in {solved} of {len(seeds)} seeds")
         if args.only in (None, "throughput"):
             results["throughput"] = throughput(args.repeats, args.throughput_steps, folder)

@@ -65,8 +65,10 @@ def test_checkpoint_and_resume_continue_a_ppo_run(tmp_path: Path):
     assert resumed.rounds[:2] == first.rounds
     assert [row.extras["env_steps"] for row in resumed.rounds] == [1_024, 2_048, 3_072, 4_096]
     assert load(tmp_path).ranks[0]["updates_done"] == 16
-    assert not same_network(first, resumed)   # it went on learning
-    for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
+    assert not same_network(SimpleNamespace(model=first.final_model),   # it went on learning
+                            SimpleNamespace(model=resumed.final_model))
+    for name in ("summary.json", "metrics.jsonl", "model.pt", "best.pt", "final.pt",
+                 "curves.png"):
         assert (tmp_path / name).is_file()
     # Another rollout size would run the wrong number of updates from here on (counted in
     # whole rollouts of the checkpoint's size): refused in one line, nothing run.
@@ -190,7 +192,8 @@ def test_ppo_takes_its_settings_from_a_config_file(tmp_path, monkeypatch):
     from mptrain.cli import main
 
     calls = []
-    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request))
+    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request)
+                        or request.family.result(request.model, request.config))
     path = tmp_path / "ppo.toml"
     path.write_text('algo = "ppo"\n[run]\nenvs-per-actor = 2\nanneal-lr = false\n'
                     'clip-value = true\ntarget-kl = 0.02\nupdate-epochs = 5\n')

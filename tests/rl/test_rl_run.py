@@ -128,14 +128,15 @@ def test_checkpoint_and_resume_continue_the_run(tmp_path: Path, algo):
     else:
         assert len(checkpoint.ranks[0]["optimizer"]) == len(list(first.model.parameters()))
     assert torch.equal(checkpoint.model[next(iter(checkpoint.model))],
-                       first.model.state_dict()[next(iter(checkpoint.model))])
+                       first.final_model.state_dict()[next(iter(checkpoint.model))])
 
     resumed = fit(resume=tmp_path, steps=8_000)
     assert [row.epoch for row in resumed.rounds] == [1, 2, 3, 4]
     assert resumed.rounds[:2] == first.rounds
     assert resumed.rounds[-1].extras["env_steps"] >= 8_000
     assert load(tmp_path).epoch == 4
-    for name in ("summary.json", "metrics.jsonl", "model.pt", "curves.png"):
+    for name in ("summary.json", "metrics.jsonl", "model.pt", "best.pt", "final.pt",
+                 "curves.png"):
         assert (tmp_path / name).is_file()
     assert not list(tmp_path.glob(".*.tmp"))
 

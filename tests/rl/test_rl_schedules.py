@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+from mptrain.errors import UserError
 from mptrain.rl.schedules import linear_epsilon, update_target
 
 
@@ -35,3 +36,17 @@ def test_soft_target_update_moves_by_tau():
     before = target.weight.detach().clone()
     update_target(target, online, tau=0.25)
     assert torch.allclose(target.weight, before + 0.25 * (online.weight - before))
+
+
+def test_dqn_learning_rate_anneals_linearly_to_zero_by_the_last_update():
+    from mptrain.rl.config import RLConfig
+    from mptrain.rl.dqn import annealed_lr
+
+    config = RLConfig(algo="dqn", steps=11_000, learning_starts=1_000, train_every=2,
+                      lr=1e-3, anneal_lr=True)   # 5,000 updates
+    assert annealed_lr(config, 0) == 1e-3
+    assert annealed_lr(config, 2_500) == pytest.approx(5e-4)
+    assert annealed_lr(config, 5_000) == 0.0
+    assert annealed_lr(config, 6_000) == 0.0   # a resume to more steps asks past the end
+    with pytest.raises(UserError, match="does nothing with .*a3c"):
+        RLConfig.from_dict({"algo": "a3c", "anneal_lr": True})

@@ -117,7 +117,8 @@ def test_the_rl_command_takes_the_same_flags(tmp_path, monkeypatch):
     import mptrain.rl.api
 
     calls = []
-    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request))
+    monkeypatch.setattr(mptrain.rl.api, "run", lambda request: calls.append(request)
+                        or request.family.result(request.model, request.config))
     assert main(["rl", "--logger", "csv", "--logger", "tensorboard", "--tb-dir", "b",
                  "--out", str(tmp_path / "o"), "--quiet"]) == 0
     assert (calls[0].loggers, calls[0].tb_dir) == (("csv", "tensorboard"), "b")

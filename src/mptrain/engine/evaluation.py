@@ -54,6 +54,14 @@ class RoundEvaluation(ABC):
         """The same answer on every rank (a collective): stop after this round?"""
         return False
 
+    def state(self) -> dict:
+        """What this rank's checkpoint part keeps of the evaluations so far (RL: the best
+        policy), beside its program's ``state()``; names of its own."""
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        """Continue from this rank's checkpoint part (``state``)."""
+
 
 class TestSetEvaluation(RoundEvaluation):
     """Supervised runs: each rank scores its slice of the test set; a classification run stops

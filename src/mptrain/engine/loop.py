@@ -75,6 +75,8 @@ def train(setup: WorkerSetup) -> None:
         if setup.resume_state is not None:
             program.load_state(setup.resume_state)
         evaluation = setup.evaluation(setup)
+        if setup.resume_state is not None:
+            evaluation.load_state(setup.resume_state)
         # The start line. Ranks that trained while their peers were still being set up would
         # only wait at their first collective, and with more workers than cores take the CPU
         # those peers need to get there; the first round's clock starts here for every rank,
@@ -93,7 +95,8 @@ def train(setup: WorkerSetup) -> None:
             score = evaluation.run(program) if evaluating else Evaluation()
             evaluated_at = time.monotonic()
             # Before the barrier: under hogwild nobody writes the shared parameters now.
-            checkpoint = encode_state(group.rank, program.state()) if saving else None
+            checkpoint = encode_state(group.rank, {**program.state(), **evaluation.state()}) \
+                if saving else None
             # Nobody trains the next round (hogwild: writes shared parameters) while a peer
             # still evaluates this one.
             group.barrier()

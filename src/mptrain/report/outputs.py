@@ -31,7 +31,8 @@ def prepare_out_dir(path: str | Path) -> Path:
 
 #: What a run may leave in --out, in the order the closing line names them.
 OUTPUT_NAMES = ("summary.json", "metrics.jsonl", "client_metrics.jsonl", "metrics.csv",
-                "model.pt", "curves.png", "checkpoint.pt", "tb")
+                "model.pt", "best.pt", "final.pt", "curves.png", "checkpoint.pt",
+                "tb")   # best, final: RL's
 
 
 def outputs_line(out_dir: Path) -> str:

@@ -40,6 +40,7 @@ class A3CStrategy(ActorStrategy):
         self.optimizer_state: list[dict] | None = None
 
     def prepare(self, model, data=None, plan=None) -> None:
+        super().prepare(model, data, plan)
         self.optimizer_state = shared_optimizer_state(list(model.parameters()), "adam", 0.0)
 
     def needs(self, model, data, plan):

@@ -51,9 +51,13 @@ def fit(env: str | None = None, algo: str | None = None, *, out: str | Path | No
     string ``"module:make_env"``) with ``algo`` (``"a3c"``, ``"dqn"`` or ``"ppo"``) and return an
     :class:`~mptrain.rl.family.RLResult` (``model``, ``rounds``, ``summary``).
 
+    ``model`` is the policy of the best greedy evaluation (every ``eval_every`` rounds and
+    at the end), as ``model.pt`` is; ``keep="final"`` makes it the network of the last
+    step. Both are there by name: ``best_model`` and ``final_model``.
+
     ``settings`` are those of :class:`~mptrain.rl.config.RLConfig` (``workers``, ``steps``,
-    ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``lr``, ...); an unknown
-    one is refused. ``resume`` is the ``out`` folder of an earlier run with
+    ``seed``, ``eval_episodes``, ``eval_every``, ``target_return``, ``keep``, ``lr``,
+    ...); an unknown one is refused. ``resume`` is the ``out`` folder of an earlier run with
     ``checkpoint_every``; what is not given then comes from its checkpoint, and the run
     continues in that folder. ``loggers``, ``tb_dir``, ``callbacks`` and ``overwrite`` are
     those of :func:`mptrain.fit`.
@@ -86,11 +90,13 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
     model = build_network(config.algo, shape, config.network_width, config.net)
-    family = RLFamily(EnvSource(shape), run_info={"env": config.env, "net": config.net})
-    return run(RunRequest(config=config, strategy=algorithm(config), launcher=launcher,
-                          model=model, family=family, out=out, resume=checkpoint,
-                          quiet=config.quiet,
-                          **telling))
+    strategy = algorithm(config)
+    family = RLFamily(EnvSource(shape), run_info={"env": config.env, "net": config.net},
+                      strategy=strategy)
+    return family.hand_back(run(RunRequest(config=config, strategy=strategy,
+                                           launcher=launcher, model=model, family=family,
+                                           out=out, resume=checkpoint, quiet=config.quiet,
+                                           **telling)))
 
 
 def resolved_config(layers, checkpoint: Checkpoint | None, resume) -> RLConfig:

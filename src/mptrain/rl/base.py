@@ -1,7 +1,7 @@
 """The base classes of the RL algorithms -- what each is to the shared driver
 (``engine.loop.train``): a strategy whose rounds are environment steps, a worker program
-with a greedy policy, and an evaluation by greedy episodes that stops the run at a target
-return."""
+with a greedy policy, and an evaluation by greedy episodes that keeps the best policy and
+stops the run at a target return."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import torch
 from ..engine.evaluation import Evaluation, RoundEvaluation, ratio_over_ranks
 from ..strategies.base import ResourceNeeds, Strategy, WorkerProgram, model_tensor_count
 from .acting import evaluate_greedy
+from .best import BestPolicy, BestSoFar
 from .metrics import rl_round_extras, rl_round_parts
 
 
@@ -23,8 +24,11 @@ class ActorStrategy(Strategy):
 
     def needs(self, model, data, plan):
         # Actors act on the shared model (a3c) or a learner's (dqn): nothing to rehearse.
-        return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model),
-                             private_replicas=False, rehearse=False)
+        # In shared memory: the model and the copy of the best evaluated policy (``best``).
+        return ResourceNeeds(comm_numel=0, shared_tensors=model_tensor_count(model)
+                             + BestPolicy.tensor_count(model),
+                             private_replicas=False, rehearse=False,
+                             extra_shared_bytes=BestPolicy.nbytes(model))
 
     @classmethod
     def check_checkpoint(cls, checkpoint) -> None:
@@ -34,6 +38,15 @@ class ActorStrategy(Strategy):
     def check_resume(cls, config, checkpoint) -> None:
         """Refuse, in one line, resuming ``checkpoint`` with ``config`` (its settings over
         the checkpoint's) where the run could not continue as it was counted."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        #: The best evaluated policy, in shared memory from ``prepare`` on (``best``).
+        self.best_policy: BestPolicy | None = None
+
+    def prepare(self, model, data=None, plan=None) -> None:
+        """Subclasses call this first: the copy the best policy is kept in."""
+        self.best_policy = BestPolicy.create(model)
 
     def samples_per_round(self, data, workers: int) -> int:
         return self.config.round_steps
@@ -56,26 +69,48 @@ class ActorProgram(WorkerProgram):
 
 class GreedyEvaluation(RoundEvaluation):
     """RL runs: the ranks share ``eval_episodes`` greedy episodes of the trained policy (at
-    the end, and every ``eval_every`` rounds); the run stops at ``target_return``."""
+    the end, and every ``eval_every`` rounds), keep the policy of the best evaluation so far
+    (``best``), and stop the run at ``target_return``.
+
+    The episodes are reset with seeds of their own (``acting.EVAL_SEED``) in environments
+    of their own, and greedy actions draw no random numbers, so evaluating changes nothing
+    training does: a run's training curve is the same, bit for bit, with or without them
+    (a test checks it).
+    """
 
     # Actors write the shared network lock-free until their round ends.
     settles_first = True
 
+    def __init__(self, setup):
+        super().__init__(setup)
+        self.best = BestSoFar(setup.group.rank, getattr(setup.strategy, "best_policy", None))
+
     def due(self, index: int, last: bool) -> bool:
-        every = self.setup.config.eval_every
-        return last or (every is not None and (index + 1) % every == 0)
+        return last or evaluates_after(self.setup.config, index)
 
     def run(self, program) -> Evaluation:
         config, group = self.setup.config, self.setup.group
         mine = range(group.rank, config.eval_episodes, group.world_size)
         returns = evaluate_greedy(program.greedy_actions, config.env, mine,
                                   beat=self.setup.progress.beat)
-        return Evaluation(extras={"eval_returns": returns})
+        mean = ratio_over_ranks(group, sum(returns), len(returns), empty=float("-inf"))
+        kept = self.best.offer(mean, program.eval_model())
+        return Evaluation(extras={"eval_returns": returns, "eval_mean": mean,
+                                  "new_best": kept})
 
     def reached_target(self, evaluation: Evaluation) -> bool:
         target = self.setup.config.target_return
-        if target is None:
-            return False
-        returns = evaluation.extras["eval_returns"]
-        return ratio_over_ranks(self.setup.group, sum(returns), len(returns),
-                                empty=float("-inf")) >= target
+        return target is not None and evaluation.extras["eval_mean"] >= target
+
+    def state(self) -> dict:
+        return self.best.state()
+
+    def load_state(self, state: dict) -> None:
+        self.best.load_state(state)
+
+
+def evaluates_after(config, index: int) -> bool:
+    """Whether round ``index`` (0-based) ends with a periodic evaluation (the last round
+    always ends with one)."""
+    every = config.eval_every or 0   # 0 (and a checkpoint's None of before): only the last
+    return every > 0 and (index + 1) % every == 0

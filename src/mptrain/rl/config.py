@@ -31,9 +31,13 @@ class RLConfig:
     gamma: float | None = None    # None: the algorithm's (``ALGO_DEFAULTS``), as below
     hidden: int | None = None     # None: the algorithm's (``default_hidden`` of its strategy)
     net: str | None = None        # module:make(obs_dim, n_actions)
-    eval_episodes: int = 10       # greedy episodes at the end (and at --eval-every)
-    eval_every: int | None = None   # rounds; None: only at the end
+    # Greedy evaluations: every eval_every rounds and at the end, eval_episodes episodes
+    # each; the best one's policy is kept (``best``). The defaults cost at most 5% of a
+    # CartPole run's environment steps: ``evaluation_share``.
+    eval_episodes: int = 2
+    eval_every: int | None = 2    # rounds; 0 (or None): only at the end
     target_return: float | None = None   # stop at the first evaluation that reaches it
+    keep: str = "best"            # the policy model.pt and fit() hand back: "best" or "final"
     # -- a3c and ppo -------------------------------------------------------------------------
     n_steps: int | None = None    # rollout length (per environment) per update
     gae_lambda: float | None = None   # a3c 1: plain n-step advantages, as in the A3C paper
@@ -159,6 +163,23 @@ def resumed_at(checkpoint) -> tuple[int, int]:
     return (checkpoint.epoch, round_end(checkpoint.config, checkpoint.epoch - 1))
 
 
+#: What ``keep`` may name: the policy of the best evaluation, or the last one.
+KEEP_CHOICES = ("best", "final")
+
+
+def evaluation_share(config, longest_episode: int) -> float:
+    """The most the periodic evaluations cost, in environment steps, as a share of the
+    training steps between them: ``eval_episodes`` episodes of at most ``longest_episode``
+    steps every ``eval_every`` rounds of ``round_steps``. The defaults on CartPole-v1
+    (episodes of at most 500 steps): 2 x 500 = 1,000 steps per 2 x 10,000 = 20,000, 5%; a
+    100,000-step dqn run evaluates 5 times (at 20k, 40k, ..., 100k: 5,000 steps, 5%). An
+    evaluation step costs less time than a training step (no learning, one forward pass for
+    all the episodes side by side), so the share of the time is smaller still."""
+    if not config.eval_every:
+        return 0.0
+    return config.eval_episodes * longest_episode / (config.eval_every * config.round_steps)
+
+
 #: Settings whose default depends on the algorithm: name -> (the default, {algo: its own}).
 #: a3c's and dqn's are what they always were; ppo's are discussed in docs/rl.md ("ppo").
 ALGO_DEFAULTS = {
@@ -168,7 +189,7 @@ ALGO_DEFAULTS = {
     "entropy_coef": (0.01, {"ppo": 0.0}),
     "max_grad_norm": (40.0, {"ppo": 0.5}),
     "update_epochs": (None, {"ppo": 10}),
-    "anneal_lr": (None, {"ppo": True}),
+    "anneal_lr": (None, {"ppo": True, "dqn": False}),
     "batch_size": (64, {"ppo": 256}),
 }
 
@@ -178,7 +199,8 @@ ALGO_SETTINGS = {
     **dict.fromkeys(("n_steps", "gae_lambda", "entropy_coef", "value_coef", "max_grad_norm"),
                     ("a3c", "ppo")),
     **dict.fromkeys(("envs_per_actor", "update_epochs", "clip_coef", "clip_value",
-                     "normalize_advantages", "anneal_lr", "target_kl"), ("ppo",)),
+                     "normalize_advantages", "target_kl"), ("ppo",)),
+    "anneal_lr": ("dqn", "ppo"),
     "batch_size": ("dqn", "ppo"),
     **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
                      "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
@@ -226,11 +248,10 @@ def rl_setting_names() -> frozenset:
 
 # -- each setting on its own: kind first (a config file may hold "0.1"), then range --------
 _POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_episodes",
-                            "policy_every",
-                            "eval_every", "n_steps", "buffer_size", "batch_size",
+                            "policy_every", "n_steps", "buffer_size", "batch_size",
                             "train_every", "target_every", "threads_per_worker",
                             "checkpoint_every", "envs_per_actor", "update_epochs"})
-_COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts"})   # integers >= 0
+_COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts", "eval_every"})  # >= 0
 #: name: (low, high, low_open, high_open)
 _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
             "gae_lambda": (0, 1, False, False), "eps_start": (0, 1, False, False),
@@ -274,6 +295,9 @@ def check_rl_setting(name: str, value) -> None:
         if not 0 <= value <= MAX_SEED:
             raise UserError(f"{setting_name(name)} must be an integer from 0 to 2**63-1, "
                             f"got {value!r}")
+    elif name == "keep":
+        check_kind(name, value, "a name")
+        check_choice(value, name, KEEP_CHOICES)
     elif name == "start_method":
         check_kind(name, value, "a name")
         check_choice(value, name, START_METHODS)

@@ -65,6 +65,13 @@ def ahead_steps(config) -> int:
     return 3 * config.policy_every
 
 
+def annealed_lr(config, update: int) -> float:
+    """The learning rate of update ``update`` (0-based) with ``anneal_lr``: from ``lr`` down
+    linearly to 0 at the run's last update, as ppo's."""
+    total = max(1, (config.steps - config.learning_starts) // config.train_every)
+    return config.learning_rate * max(0.0, 1.0 - update / total)
+
+
 class DQNStrategy(ActorStrategy):
     name = "dqn"
     builds_torch_optimizer = False   # the learner's Adam is plain_adam's
@@ -91,6 +98,7 @@ class DQNStrategy(ActorStrategy):
         self.policy: PublishedPolicy | None = None
 
     def prepare(self, model, data=None, plan=None) -> None:
+        super().prepare(model, data, plan)
         c = self.config
         self.replay = SharedReplay.create(c.buffer_size, data.shape.obs_dim,
                                           actor_count(c.workers), ahead_steps(c))
@@ -104,7 +112,7 @@ class DQNStrategy(ActorStrategy):
         policy = 2 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
         return replace(needs, shared_tensors=needs.shared_tensors + 6
                        + PublishedPolicy.tensor_count(model),
-                       extra_shared_bytes=replay + policy)
+                       extra_shared_bytes=needs.extra_shared_bytes + replay + policy)
 
     def program(self, setup) -> "DQNProgram":
         return DQNProgram(setup, self.replay, self.policy)
@@ -255,6 +263,8 @@ class DQNProgram(ActorProgram):
         """One double DQN step on a batch drawn from global steps ``[first, end)``."""
         c = self.config
         batch = self.replay.sample(first, end, c.batch_size, self.sampler)
+        if c.anneal_lr:   # by the update's number: a seed still names the run
+            self.optimizer.param_groups[0]["lr"] = annealed_lr(c, self.updates)
         q = self.model(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         with torch.no_grad():  # double DQN: the online net picks, the target net values
             best = self.model(batch.next_obs).argmax(1, keepdim=True)

@@ -16,6 +16,10 @@ def rl_round_extras(reports) -> dict:
         "eval_return": statistics.fmean(evals) if evals else None,
         "eval_return_std": statistics.pstdev(evals) if evals else None,
         "eval_episodes": len(evals),
+        # True: this round's evaluation is the best so far, its policy the one kept
+        # (``rl.best``); every rank decided the same, None when the round was not evaluated.
+        "new_best": next((report.extras["new_best"] for report in reports
+                          if "new_best" in report.extras), None),
         "updates": sum(report.extras.get("updates", 0) for report in reports),
         **{key: next((report.extras[key] for report in reports if key in report.extras),
                      None)
@@ -31,7 +35,8 @@ def rl_round_parts(m) -> list[str]:
     if x.get("return_mean") is not None:
         parts.append(f"return {x['return_mean']:.1f}")
     if x.get("eval_return") is not None:
-        parts.append(f"greedy {x['eval_return']:.1f}")
+        parts.append(f"greedy {x['eval_return']:.1f}"
+                     + (" (best so far)" if x.get("new_best") else ""))
     if x.get("epsilon") is not None:
         parts.append(f"eps {x['epsilon']:.2f}")
     if x.get("approx_kl") is not None:

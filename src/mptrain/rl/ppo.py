@@ -111,6 +111,7 @@ class PPOStrategy(ActorStrategy):
         self.rollouts: SharedRollouts | None = None
 
     def prepare(self, model, data=None, plan=None) -> None:
+        super().prepare(model, data, plan)
         c = self.config
         self.rollouts = SharedRollouts.create(c.workers, c.n_steps, c.envs_per_actor,
                                               data.shape.obs_dim)
@@ -119,8 +120,9 @@ class PPOStrategy(ActorStrategy):
         needs = super().needs(model, data, plan)
         c = self.config
         return replace(needs, shared_tensors=needs.shared_tensors + SharedRollouts.tensor_count,
-                       extra_shared_bytes=SharedRollouts.estimate_nbytes(
-                           c.workers, c.n_steps, c.envs_per_actor, data.shape.obs_dim))
+                       extra_shared_bytes=needs.extra_shared_bytes
+                       + SharedRollouts.estimate_nbytes(c.workers, c.n_steps,
+                                                        c.envs_per_actor, data.shape.obs_dim))
 
     def program(self, setup) -> "PPOProgram":
         return PPOProgram(setup, self.rollouts)

@@ -45,6 +45,8 @@ def build_summary(config, plan, rows: list[dict], wall_s: float) -> dict:
         "torch": torch.__version__, "python": platform.python_version(),
         "cores": plan.cores, "logical_cpus": os.cpu_count(),
     }
+    best = next((row for row in reversed(rows) if row.get("new_best")), None)
+    summary.update(best_summary(config, best))
     if config.target_return is not None:
         reached = next((row for row in evaluated
                         if row["eval_return"] >= config.target_return), None)
@@ -53,6 +55,33 @@ def build_summary(config, plan, rows: list[dict], wall_s: float) -> dict:
         summary["target_reached_at_steps"] = reached["env_steps"] if reached else None
         summary["target_reached_at_s"] = reached["elapsed_s"] if reached else None
     return summary
+
+
+def best_summary(config, best: dict | None) -> dict:
+    """The summary's entries of the best evaluation (``best``: its round's row, None when
+    no evaluation kept a policy) and which policy the run hands back."""
+    return {"best_eval_return": best["eval_return"] if best else None,
+            "best_at_steps": best["env_steps"] if best else None,
+            "best_at_round": best["epoch"] if best else None,
+            "kept": config.keep if best else "final"}
+
+
+def kept_line(summary: dict, out_dir: Path | None) -> str | None:
+    """Which policy the run hands back (``model.pt``, ``fit()``'s ``model``), and the other."""
+    if summary.get("best_at_round") is None:
+        return None
+    best = (f"greedy {summary['best_eval_return']:.1f} at {summary['best_at_steps']:,} "
+            f"steps")
+    files = out_dir is not None
+    if summary["best_at_round"] == summary["rounds_done"]:
+        return "the final policy is the best evaluated" + (
+            " (model.pt, best.pt, final.pt)" if files else "")
+    if summary["kept"] == "best":
+        return (f"kept the best policy ({best}){' as model.pt and best.pt' if files else ''}"
+                f"; the final one{' is final.pt' if files else ''}, greedy "
+                f"{summary['eval_return']:.1f}")
+    return (f"kept the final policy{' as model.pt and final.pt' if files else ''}; the best "
+            f"({best}){' is best.pt' if files else ''}")
 
 
 def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
@@ -71,14 +100,22 @@ def result_lines(summary: dict, out_dir: Path | None) -> list[str]:
         lines.append(f"target return {summary['target_return']:g} reached at "
                      f"{at:,} steps ({summary['target_reached_at_s']:.1f} s)" if at
                      else f"target return {summary['target_return']:g} not reached")
+    kept = kept_line(summary, out_dir)
+    if kept is not None:
+        lines.append(kept)
     if out_dir is not None:
         lines.append(outputs_line(out_dir))
     return lines
 
 
-def write_outputs(out_dir: Path, rows: list[dict], model, summary: dict) -> None:
+def write_outputs(out_dir: Path, rows: list[dict], final, best, summary: dict) -> None:
+    """metrics.jsonl, the policies (``model.pt`` the one ``summary["kept"]`` names, and
+    ``final.pt`` and ``best.pt`` by name), the curves, summary.json."""
     write_jsonl(out_dir / "metrics.jsonl", rows)
-    save_state_dict(out_dir / "model.pt", model)
+    save_state_dict(out_dir / "final.pt", final)
+    if summary.get("best_at_round") is not None:
+        save_state_dict(out_dir / "best.pt", best)
+    save_state_dict(out_dir / "model.pt", best if summary.get("kept") == "best" else final)
     if rows:
         plot_returns(out_dir / "curves.png", rows,
                      f"{summary['env']} · {summary['algo']} × {summary['workers']}")
@@ -86,9 +123,11 @@ def write_outputs(out_dir: Path, rows: list[dict], model, summary: dict) -> None
 
 
 def plot_returns(path: Path, rows: list[dict], title: str) -> None:
-    """Training and greedy returns against environment steps and against seconds."""
+    """Training and greedy returns against environment steps and against seconds, and a
+    star where the best evaluated policy was found."""
     figure = new_figure((10, 4))
     axes = figure.subplots(1, 2)
+    best = next((row for row in reversed(rows) if row.get("new_best")), None)
     for axis, x_key, x_label in ((axes[0], "env_steps", "environment steps"),
                                  (axes[1], "elapsed_s", "seconds")):
         for key, label in (("return_mean", "training episodes"),
@@ -98,6 +137,9 @@ def plot_returns(path: Path, rows: list[dict], title: str) -> None:
             if points:
                 axis.plot(*zip(*points), marker="o" if len(points) <= 50 else None,
                           label=label)
+        if best is not None and best.get(x_key) is not None:
+            axis.plot([best[x_key]], [best["eval_return"]], "*", markersize=14,
+                      label="best evaluated")
         axis.set(xlabel=x_label, ylabel="return")
         axis.grid(alpha=0.3)
         axis.legend()

@@ -1,0 +1,95 @@
+"""The best policy a run's evaluations found, kept beside the network that goes on training.
+
+DQN on CartPole solves the task and then forgets it (docs/rl.md); a user handed the network
+of the last step gets the forgotten policy. So every greedy evaluation (``base``'s
+``GreedyEvaluation``) compares its mean return with the best so far, and when it is as good
+or better, rank 0 copies the network into this shared-memory copy. The parent reads it once
+the workers are gone and writes it as ``best.pt`` (and ``model.pt`` with ``keep="best"``).
+
+Why no lock: rank 0 writes the copy only inside an evaluation, which every rank starts
+after the round's barrier (``settles_first``) and no rank leaves before the barrier that
+follows it; the parent reads it only after every worker has exited, and a process's exit
+orders its writes before the parent's reads on every CPU.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+
+
+class BestPolicy:
+    """A copy of the network in shared memory: the policy of the best evaluation so far."""
+
+    def __init__(self, tensors: list[torch.Tensor]):
+        self.tensors = tensors
+
+    @classmethod
+    def create(cls, model: nn.Module) -> "BestPolicy":
+        return cls([t.detach().clone().share_memory_() for t in model.state_dict().values()])
+
+    @staticmethod
+    def tensor_count(model: nn.Module) -> int:
+        return len(model.state_dict())
+
+    @staticmethod
+    def nbytes(model: nn.Module) -> int:
+        return sum(t.numel() * t.element_size() for t in model.state_dict().values())
+
+    @torch.no_grad()
+    def keep(self, model: nn.Module) -> None:
+        """Copy ``model``'s state (nobody writes it during an evaluation) into the copy."""
+        for kept, tensor in zip(self.tensors, model.state_dict().values()):
+            kept.copy_(tensor)
+
+    def network(self, like: nn.Module) -> nn.Module:
+        """A new network shaped as ``like`` (the run's) holding the kept policy."""
+        best = copy.deepcopy(like)
+        best.load_state_dict(dict(zip(like.state_dict(), (t.clone() for t in self.tensors))))
+        return best
+
+    def state(self) -> dict:
+        return {"tensors": [t.clone() for t in self.tensors]}
+
+    @torch.no_grad()
+    def load_state(self, state: dict) -> None:
+        for mine, saved in zip(self.tensors, state["tensors"]):
+            mine.copy_(saved)
+
+
+class BestSoFar:
+    """One rank's view of the best evaluation so far: its mean greedy return, the same on
+    every rank (each computes it from the same all-reduce), and on rank 0 the kept policy."""
+
+    def __init__(self, rank: int, policy: BestPolicy | None):
+        self.rank, self.policy = rank, policy
+        self.mean_return: float | None = None
+
+    def offer(self, mean_return: float, model: nn.Module) -> bool:
+        """Keep ``model`` if ``mean_return`` is at least the best so far (a tie goes to the
+        later policy: it trained longer, and a final policy that ties the best is then the
+        kept one, not an older copy of the same score); whether it was kept."""
+        if self.mean_return is not None and mean_return < self.mean_return:
+            return False
+        self.mean_return = mean_return
+        if self.rank == 0 and self.policy is not None:
+            self.policy.keep(model)
+        return True
+
+    def state(self) -> dict:
+        """This rank's part of a checkpoint (names no program's state uses)."""
+        if self.mean_return is None:
+            return {}
+        state = {"best_return": self.mean_return}
+        if self.rank == 0 and self.policy is not None:
+            state["best_policy"] = self.policy.state()
+        return state
+
+    def load_state(self, state: dict) -> None:
+        """Continue from a checkpoint's part; one written before best policies were kept
+        has none, and the first evaluation after the resume is the best so far."""
+        self.mean_return = state.get("best_return")
+        if self.rank == 0 and self.policy is not None and "best_policy" in state:
+            self.policy.load_state(state["best_policy"])

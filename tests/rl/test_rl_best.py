@@ -1,0 +1,145 @@
+"""The best evaluated policy is kept (issue 55): evaluations change nothing training does,
+the run hands back the best one's network (and the final one, named), and a checkpoint
+carries the best so far into a resumed run."""
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+
+from mptrain.rl.best import BestPolicy, BestSoFar
+from mptrain.rl.config import RLConfig, evaluation_share
+
+gymnasium = pytest.importorskip("gymnasium")
+
+from mptrain.checkpoint import load, save  # noqa: E402
+from mptrain.rl import fit  # noqa: E402
+from mptrain.rl.acting import evaluate_greedy  # noqa: E402
+
+#: Small runs of each algorithm; dqn and ppo are named by their seed at any --workers,
+#: a3c with one actor.
+SMALL = {
+    "a3c": dict(workers=1, steps=2_000, round_steps=500, seed=3),
+    "dqn": dict(workers=2, steps=3_000, round_steps=1_000, seed=3, learning_starts=500,
+                eps_steps=1_000, buffer_size=4_000, batch_size=32, train_every=4),
+    "ppo": dict(workers=2, steps=1_024, round_steps=256, seed=3, envs_per_actor=2),
+}
+#: dqn with seed 3 climbs to its best greedy return at 4,000 steps and falls after.
+FORGETTING_DQN = dict(workers=1, steps=6_000, round_steps=1_000, seed=3, learning_starts=500,
+                      eps_steps=3_000, eval_episodes=2, eval_every=1)
+
+
+def same_tensors(a: nn.Module, b: nn.Module) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
+                                                 b.state_dict().values()))
+
+
+def training_curve(result) -> list:
+    """What a run's rows say about its training (not its evaluations)."""
+    keys = ("episodes", "return_mean", "return_max", "updates", "epsilon", "env_steps")
+    return [(row.train_loss, *(row.extras.get(key) for key in keys)) for row in result.rounds]
+
+
+def test_the_default_evaluations_cost_at_most_5_percent_of_a_cartpole_run():
+    config = RLConfig()
+    assert config.eval_every > 0 and config.keep == "best"
+    assert evaluation_share(config, longest_episode=500) <= 0.05   # CartPole-v1's longest
+    assert evaluation_share(RLConfig(eval_every=0), 500) == 0.0
+
+
+def test_the_best_so_far_keeps_ties_for_the_later_policy_and_survives_a_checkpoint():
+    first, second = nn.Linear(2, 2), nn.Linear(2, 2)
+    best = BestSoFar(0, BestPolicy.create(first))
+    assert best.state() == {}   # nothing evaluated yet
+    assert best.offer(10.0, first) and best.offer(10.0, second)   # a tie: the later one
+    assert not best.offer(9.5, first)
+    assert same_tensors(best.policy.network(first), second)
+
+    resumed = BestSoFar(0, BestPolicy.create(first))
+    resumed.load_state(best.state())
+    assert resumed.mean_return == 10.0 and same_tensors(resumed.policy.network(first), second)
+    assert not resumed.offer(9.0, first)
+    other_rank = BestSoFar(1, None)
+    other_rank.load_state({"best_return": 10.0})   # ranks but 0 keep no copy
+    assert other_rank.state() == {"best_return": 10.0}
+    old = BestSoFar(0, BestPolicy.create(first))
+    old.load_state({"rng": 1})   # a checkpoint part of before: the next evaluation is best
+    assert old.mean_return is None and old.offer(1.0, first)
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("algo", ["a3c", "dqn", "ppo"])
+def test_evaluations_change_nothing_training_does(algo):
+    evaluated = fit("CartPole-v1", algo, eval_every=1, eval_episodes=2, **SMALL[algo])
+    only_at_the_end = fit("CartPole-v1", algo, eval_every=0, eval_episodes=2, **SMALL[algo])
+    assert [row.extras["eval_return"] is not None for row in evaluated.rounds] == \
+        [True] * len(evaluated.rounds)
+    assert [row.extras["eval_return"] is not None for row in only_at_the_end.rounds] == \
+        [False] * (len(only_at_the_end.rounds) - 1) + [True]
+    assert training_curve(evaluated) == training_curve(only_at_the_end)
+    assert same_tensors(evaluated.final_model, only_at_the_end.final_model)
+
+
+@pytest.mark.timeout(240)
+def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path: Path):
+    result = fit("CartPole-v1", "dqn", out=tmp_path, **FORGETTING_DQN)
+    returns = [row.extras["eval_return"] for row in result.rounds]
+    best_at = max(i for i, r in enumerate(returns) if r == max(returns))   # ties: the later
+    summary = result.summary
+    assert summary["best_at_round"] == best_at + 1 < summary["rounds_done"]
+    assert summary["best_eval_return"] == result.best_eval_return == max(returns)
+    assert summary["best_at_steps"] == result.rounds[best_at].extras["env_steps"]
+    assert summary["eval_return"] == returns[-1] < max(returns)
+    assert [row.extras["new_best"] for row in result.rounds] == \
+        [r >= max(returns[:i + 1]) for i, r in enumerate(returns)]
+    assert result.kept == "best" and result.model is result.best_model
+    assert not same_tensors(result.best_model, result.final_model)
+    # The kept network is the one that was evaluated: it plays the same episodes as well.
+    played = evaluate_greedy(lambda obs: result.best_model(obs).argmax(-1), "CartPole-v1",
+                             range(FORGETTING_DQN["eval_episodes"]))
+    assert statistics.fmean(played) == result.best_eval_return
+    files = {name: torch.load(tmp_path / name) for name in ("model.pt", "best.pt", "final.pt")}
+    assert all(torch.equal(files["model.pt"][k], v) for k, v in files["best.pt"].items())
+    assert all(torch.equal(files["final.pt"][k], v)
+               for k, v in result.final_model.state_dict().items())
+    assert json.loads((tmp_path / "summary.json").read_text())["kept"] == "best"
+
+    final = fit("CartPole-v1", "dqn", keep="final", **FORGETTING_DQN)
+    assert final.kept == "final" and final.model is final.final_model
+    assert same_tensors(final.best_model, result.best_model)   # the same run, kept otherwise
+
+
+@pytest.mark.timeout(240)
+def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
+    settings = {**FORGETTING_DQN, "steps": 4_000}
+    first = fit("CartPole-v1", "dqn", out=tmp_path / "run", checkpoint_every=1, **settings)
+    checkpoint = load(tmp_path / "run")
+    assert [part["best_return"] for part in checkpoint.ranks] == [first.best_eval_return]
+    kept = dict(zip(first.model.state_dict(), checkpoint.ranks[0]["best_policy"]["tensors"]))
+    assert all(torch.equal(kept[k], v) for k, v in first.best_model.state_dict().items())
+
+    # A checkpoint written before best policies were kept still resumes; its first
+    # evaluation after the resume is the best so far.
+    for part in checkpoint.ranks:
+        part.pop("best_return")
+        part.pop("best_policy", None)
+    for row in checkpoint.metrics:
+        row.pop("new_best")
+    (tmp_path / "old").mkdir()
+    save(tmp_path / "old", checkpoint)
+
+    resumed = fit(resume=tmp_path / "run", steps=6_000, eval_every=0, out=tmp_path / "run")
+    # One evaluation after the resume, at the end; this seed's final policy does worse
+    # (106.5 against 327.5 at 4,000 steps), so the best is still the first run's.
+    assert resumed.rounds[-1].extras["eval_return"] < first.best_eval_return
+    assert resumed.summary["best_at_round"] == first.summary["best_at_round"] == 4
+    assert resumed.best_eval_return == first.best_eval_return
+    assert same_tensors(resumed.best_model, first.best_model)
+    assert resumed.model is resumed.best_model
+
+    from_old = fit(resume=tmp_path / "old", steps=5_000, out=tmp_path / "old")
+    assert from_old.summary["best_at_round"] == 5
+    assert from_old.best_model is from_old.final_model
