@@ -127,3 +127,15 @@ def test_floyd_sample_is_uniform_distinct_and_seeded():
         for client in floyd_sample(8, 3, generator):
             counts[client] += 1
     assert np.allclose(counts / 4000, 3 / 8, atol=0.03)
+
+
+def test_a_checkpoint_fingerprints_devices_by_what_draws_them():
+    """A checkpointing run over on-demand devices records their recipe, not rows it never
+    draws (it raised AttributeError: no rows held); another seed is other data."""
+    from mptrain.data.fingerprint import difference, fingerprint
+
+    first = fingerprint(load_synthetic("synthetic:1,1", 3_000, seed=0, on_demand=True))
+    again = fingerprint(load_synthetic("synthetic:1,1", 3_000, seed=0, on_demand=True))
+    other = fingerprint(load_synthetic("synthetic:1,1", 3_000, seed=1, on_demand=True))
+    assert difference(first, again) is None
+    assert difference(first, other).startswith("the training inputs ")

@@ -65,6 +65,8 @@ def _tensor_difference(theirs: dict, ours: dict) -> str | None:
 
 
 def _of_set(data: SharedTensorDataset) -> dict:
+    if getattr(data, "on_demand", False):   # rows drawn when asked for: their recipe
+        return data.fingerprint()
     return {"inputs": _of_tensor(data.held_inputs), "targets": _of_tensor(data.targets)}
 
 

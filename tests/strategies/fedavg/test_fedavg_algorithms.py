@@ -204,8 +204,9 @@ def test_a_flat_checkpoint_config_resumes_with_its_own_fedavg_settings(tmp_path)
     # Settings added since then come after (--compile beside --precision).
     expected = FLAT_CONFIG_KEYS + ADDED_KEYS
     expected.insert(expected.index(COMPILE_AFTER) + 1, "compile")
+    expected.insert(expected.index("quiet") + 1, "overwrite")   # --overwrite beside --quiet
     assert list(saved["config"]) == expected
-    for added in ADDED_KEYS + ["compile"]:
+    for added in ADDED_KEYS + ["compile", "overwrite"]:
         del saved["config"][added]
     # As a config file or an older mptrain may have left it: betas as a list.
     saved["config"]["server_betas"] = [0.8, 0.9]

@@ -20,6 +20,7 @@ maths draws them (``synthetic._draw_block``, here a block of one).
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
 
 import numpy as np
@@ -77,6 +78,7 @@ class DeviceRows:
 
     on_demand = True
     built = False        # no tensors to scan for NaN (``preflight.data_warnings``)
+    varied_sample = None  # drawn by mptrain's own generator: no __getitem__ of the user's
     is_shared = True     # nothing to share
     nbytes = 0           # nothing in memory: the memory preflight counts no data
 
@@ -89,6 +91,21 @@ class DeviceRows:
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
+
+    def fingerprint(self) -> dict:
+        """What a checkpoint records of these rows (``data.fingerprint``): not their bytes,
+        which are never all drawn, but what draws every one of them -- the seed, the
+        recipe's parameters, each device's sizes and the shared model -- of which the rows
+        are a pure function."""
+        devices, digest = self.devices, hashlib.sha256()
+        digest.update(repr((self.split, devices.seed, devices.features,
+                            devices.params)).encode())
+        for array in (devices.sizes, devices.train_sizes, *(devices.shared_model or ())):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        recipe = digest.hexdigest()
+        return {"inputs": {"shape": [len(self), devices.features], "dtype": "float32",
+                           "sha256": recipe},
+                "targets": {"shape": [len(self)], "dtype": "int64", "sha256": recipe}}
 
     @property
     def input_shape(self) -> tuple:
