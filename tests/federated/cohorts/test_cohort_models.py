@@ -173,7 +173,6 @@ def test_lstm_dropout_between_layers_draws_per_client_masks():
     client's own mask, and the cohort still trains (no error from an unbatched random
     call)."""
     torch.manual_seed(0)
-    model = nn.Sequential()
 
     class Net(nn.Module):
         def __init__(self):
