@@ -4,6 +4,7 @@ workloads and LEAF's Shakespeare shape.
 
     python benchmarks/fl_vectorized.py [--data-dir DIR] [--device cpu|cuda] [--rounds 50]
         [--workers 1,2] [--threads-per-worker N] [--cases 2nn-100x10,...,lstm-shakespeare]
+        [--clients-per-round N]
         [--repeats 1] [--vectorize-chunk N] [--quick] [--json auto]
     python benchmarks/fl_vectorized.py --plain [--threads-per-worker N] [--repeats 15]
 
@@ -22,6 +23,11 @@ two workers get one thread each, and each trains half a round's clients -- what 
                here (no download): 100 speaking roles of 200 80-character lines (random
                letters of LEAF's 80), 10 per round; at most 4 rounds (a round is seconds):
                off, on, auto
+
+``--clients-per-round N`` replaces each case's count: with ``--workers 1
+--threads-per-worker 1`` it sweeps one worker's share at one thread, the worst case for
+stacking, where ``choice.MIN_COHORT_CPU`` is set from (the smallest share ``on`` beats
+``off`` at, with a margin).
 
 s/round is the median of every round but the first (which pays for start-up: the first
 stacked call, the data's first touch); "x off" is off's s/round over the mode's, of the
@@ -98,6 +104,7 @@ def write_shakespeare(root: Path, roles: int = SHAKESPEARE_ROLES,
 
 def run_case(case: str, mode: str, workers: int, args, data: dict) -> dict:
     model, clients, per_round, _, _ = CASES[case]
+    per_round = args.clients_per_round or per_round
     rounds = args.rounds if clients is not None else min(args.rounds, SHAKESPEARE_ROUNDS)
     if clients is None:
         source = ["--data", f"leaf:{data['shakespeare']}"]
@@ -227,6 +234,9 @@ def main() -> int:
                         help="worker counts, comma-separated; every case runs at each")
     parser.add_argument("--threads-per-worker", type=int,
                         help="default: mptrain's (usable cores // workers)")
+    parser.add_argument("--clients-per-round", type=int,
+                        help="instead of each case's own: sweep a worker's share (auto's "
+                             "MIN_COHORT_CPU) at one thread")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--vectorize-chunk", type=int,
@@ -266,6 +276,7 @@ def main() -> int:
         write_json(path, {"machine": machine_info(), "device": args.device,
                           "device_name": name, "workers": worker_counts,
                           "threads_per_worker": args.threads_per_worker,
+                          "clients_per_round": args.clients_per_round,
                           "vectorize_chunk": args.vectorize_chunk,
                           "rounds": args.rounds, "repeats": args.repeats, "table": table,
                           "runs": {f"{case} x{w}": by_mode

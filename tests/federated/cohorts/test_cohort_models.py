@@ -56,7 +56,7 @@ def model_data(name: str):
 
 
 def streams(clients):
-    return [client_batches(idx, torch.Generator().manual_seed(10 + k), BATCH, 1, 2)
+    return [client_batches(idx.cpu(), torch.Generator().manual_seed(10 + k), BATCH, 1, 2)
             for k, idx in enumerate(clients)]
 
 
@@ -74,11 +74,12 @@ def alone(model, inputs, targets, clients):
     return torch.stack(updates)
 
 
-def together(model, inputs, targets, clients):
-    trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS, torch.device("cpu"))
+def together(model, inputs, targets, clients, device=torch.device("cpu")):
+    trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS, device)
     start = [p.detach().clone() for p in model.parameters()]
     result = trainer.train(stack_batches(streams(clients), BATCH),
-                           lambda idx: (inputs[idx], targets[idx]), start)
+                           lambda idx: (inputs[idx.to(device)], targets[idx.to(device)]),
+                           start)
     return stacked_rows(result, model) - torch.cat([p.reshape(-1) for p in start])
 
 
