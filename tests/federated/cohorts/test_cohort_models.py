@@ -189,3 +189,15 @@ def test_lstm_dropout_between_layers_draws_per_client_masks():
     x = torch.randn(5, 7, 4)
     check = check_cohort(trainer, x, torch.randint(0, 3, (5,)))
     assert check.vectorizes, check.reason
+
+
+def test_a_clients_memory_counts_what_the_lstm_twin_keeps_for_backward():
+    """The twin keeps every step's gates and states: ~12 x hidden floats a character a
+    layer, 40 times its output at LEAF's shape; the check's estimate of a client's memory
+    must hold them, or a CPU cohort sized from it would not fit."""
+    model, *_ = model_data("leaf-shakespeare-lstm")
+    trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS, torch.device("cpu"))
+    inputs = torch.randint(0, 80, (10, 80), dtype=torch.uint8)
+    check = check_cohort(trainer, inputs, torch.randint(0, 80, (10,)))
+    kept = 10 * 80 * 2 * StackableLSTM.SAVED_PER_STEP * 256 * 4      # 39 MB
+    assert check.vectorizes and check.client_bytes > kept

@@ -92,7 +92,7 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int, 
     (reason, activation bytes of one client, slow)."""
     model, device = trainer.model, trainer.device
     running: list[tuple[str, nn.Module, int]] = []
-    outputs = [0]
+    outputs, kept = [0], [0]   # leaf modules' outputs; what a module says it keeps
     runs = trainer.stacked_model   # what runs under vmap (``stackable``)
     names = {module: name for name, module in runs.named_modules()}
     caught: list[warnings.WarningMessage] = []
@@ -105,6 +105,8 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int, 
         name, _, seen = running.pop()
         if isinstance(output, torch.Tensor) and not list(module.children()):
             outputs[0] += output.numel() * output.element_size()   # one client's (vmap)
+        if hasattr(module, "activation_bytes"):   # a loop inside one module (stackable)
+            kept[0] += module.activation_bytes(output)
         looped = [m.group(1) for w in caught[seen:]
                   if (m := _FALLBACK.search(str(w.message)))]
         if looped and not slow:   # the innermost module leaves first
@@ -154,7 +156,7 @@ def _dry_run(trainer: CohortTrainer, inputs, targets) -> tuple[str | None, int, 
         module = model.get_submodule(owner)
         return (f"{_label(owner, module)} writes its buffer {changed[0]!r} in forward: "
                 f"stacked clients would share one copy; use {vectorizing('off')}"), 0, None
-    estimate = outputs[0] * ACTIVATION_FACTOR
+    estimate = outputs[0] * ACTIVATION_FACTOR + kept[0]
     if device.type == "cuda":   # measured, where the dry run set a new peak: its two
         peak = torch.cuda.max_memory_allocated(device)   # clients' transient memory
         if peak > peak_before:

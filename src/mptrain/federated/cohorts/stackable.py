@@ -73,6 +73,19 @@ class StackableLSTM(nn.Module):
             h_n, c_n = h_n.squeeze(1), c_n.squeeze(1)
         return output, (h_n, c_n)
 
+    #: Tensors of hidden size a step keeps for backward, per sample, layer and direction:
+    #: the gates and their sigmoid (4 each), g, c, tanh(c) and h.
+    SAVED_PER_STEP = 12
+
+    def activation_bytes(self, result) -> int:
+        """What one client's forward pass keeps for backward, from its ``forward``'s
+        result: a step's gates and states, for every step (``check`` counts a module's
+        output only, a few percent of this)."""
+        output = result[0]
+        steps_by_batch = output.numel() // output.shape[-1]     # batch x sequence length
+        return (steps_by_batch * self.num_layers * self.directions * self.SAVED_PER_STEP *
+                self.hidden_size * output.element_size())
+
     def _run(self, x, h, c, layer: int, direction: int):
         """One layer in one direction over ``x`` ``[B, T, F]``: its outputs ``[B, T, H]``
         and last state. The input's projection for every step is one product up front;
