@@ -310,7 +310,7 @@ def test_auto_follows_what_fl_vectorized_measures_at_one_and_two_workers():
     assert auto_path(two_nn, "cpu", 10, 1).vectorized
     slower = auto_path(two_nn, "cpu", 10, 2)
     assert not slower.vectorized
-    assert slower.reason.startswith("5 client(s) per worker per round (2 workers)")
+    assert slower.reason.startswith("5 client(s) per worker per round with 2 workers (auto")
     assert auto_path(two_nn, "cpu", 50, 2).vectorized
     assert 5 < MIN_COHORT_CPU <= 10
 

@@ -122,7 +122,7 @@ def auto_path(model: nn.Module, device: str, clients_per_round: float,
                                         "convolutions, slower on a CPU than one client at a "
                                         f"time ({vectorizing('on')} to try)")
     if share < MIN_COHORT_CPU:
-        per_worker = f" ({workers} workers)" if workers > 1 else ""
+        per_worker = f" with {workers} workers" if workers > 1 else ""
         return ClientPath(False, reason=f"{share} client(s) per worker per round{per_worker} "
                                         f"(auto stacks {MIN_COHORT_CPU} or more on a CPU; "
                                         f"{vectorizing('on')} to try)")
