@@ -16,7 +16,7 @@ And what can, but only slowly: an op without a batching rule, which ``vmap`` run
 Python loop over the clients, one call each (it warns "performance drop ... batching rule
 for aten::..."). The result is right, so ``on`` trains stacked; ``auto`` trains one client
 at a time and says which module and op (``CohortCheck.slow``). ``nn.LSTM``'s fused kernel
-was one (4-5x slower than one client at a time); cohorts now run it as ``stackable``'s
+was one (5x slower than one client at a time, measured); cohorts now run it as ``stackable``'s
 twin, and a subclass of it, which the twin leaves alone, is found here.
 """
 

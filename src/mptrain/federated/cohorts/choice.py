@@ -11,8 +11,9 @@ threads. The rule (``benchmarks/fl_vectorized.py`` measures it, ``--workers 1`` 
 
 - never models with recurrent layers: stacked, an LSTM runs step by step in small batched
   products (``stackable``), where one client runs one fused kernel a layer (oneDNN's,
-  cuDNN's). On a CPU, LEAF's Shakespeare LSTM stacked 10 clients at ~0.2-0.3x (loaded,
-  indicative; ``fl_vectorized.py``'s shakespeare case measures it); on a GPU its 80
+  cuDNN's). On a CPU, LEAF's Shakespeare LSTM stacked 10 clients at ~0.3x (one gradient:
+  2.5-2.7 s against 0.7-0.9 s; lightly loaded, indicative; ``fl_vectorized.py``'s
+  lstm-shakespeare case measures a round); on a GPU its 80
   steps x 2 layers are thousands of launches a step, unmeasured: ``on`` to try;
 - on a GPU, vectorize when a worker's share of a round holds at least ``MIN_COHORT_GPU``
   clients (launches dominate a small model's step there; issue 39: an H200 3.6-20x);
