@@ -79,7 +79,6 @@ def test_lstm_clients_stacked_on_the_gpu_train_as_alone_with_cudnn():
     model = model.to(CUDA)
     inputs, targets = inputs.to(CUDA), targets.to(CUDA)
     clients = [c.to(CUDA) for c in clients]
-    expected = alone(model, inputs, targets, clients)
-    trainer_model = copy.deepcopy(model)
-    updates = together(trainer_model, inputs, targets, clients, device=CUDA)
+    expected = alone(model, inputs, targets, clients)     # copies of the model, via cuDNN
+    updates = together(model, inputs, targets, clients, device=CUDA)
     torch.testing.assert_close(updates, expected, atol=10 * ATOL, rtol=10 * RTOL)
