@@ -1,27 +1,42 @@
-"""fedavg's clients one at a time (``--vectorize-clients off``) against stacked (``on``, and
-``auto`` where the issue asks for it), side by side in one sitting, on issue 39's workloads.
+"""fedavg's clients one at a time (``--vectorize-clients off``) against stacked (``on``) and
+``auto``'s pick, side by side in one sitting, at one and two workers, on issue 39's
+workloads and LEAF's Shakespeare shape.
 
     python benchmarks/fl_vectorized.py [--data-dir DIR] [--device cpu|cuda] [--rounds 50]
-        [--workers 1] [--threads-per-worker N] [--cases 2nn-100x10,2nn-1200x50,cnn-1200x50,cnn-100x10]
+        [--workers 1,2] [--threads-per-worker N] [--cases 2nn-100x10,...,lstm-shakespeare]
+        [--clients-per-round N]
         [--repeats 1] [--vectorize-chunk N] [--quick] [--json auto]
     python benchmarks/fl_vectorized.py --plain [--threads-per-worker N] [--repeats 15]
 
-MNIST, IID clients, client SGD lr 0.1 without momentum, B=10, E=1, seed 0; the test set
+IID clients for MNIST, client SGD lr 0.1 without momentum, B=10, E=1, seed 0; the test set
 evaluated after the last round only (so a round's time is its training and the server
-step). Cases:
+step). Every case runs at each ``--workers`` count (default 1 and 2: on a 2-core machine
+two workers get one thread each, and each trains half a round's clients -- what decides
+``auto``, ``federated.cohorts.choice``). Cases:
 
-  2nn-100x10   McMahan 2NN, 100 clients of 600 samples, 10 per round: off, on
+  2nn-100x10   McMahan 2NN, 100 clients of 600 samples, 10 per round: off, on, auto
   2nn-1200x50  McMahan 2NN, 1,200 clients of 50 samples, 50 per round (pfl-research's
-               benchmark shape): off, on
+               benchmark shape): off, on, auto
   cnn-1200x50  McMahan CNN, the same shape: off, auto (and on, on a GPU)
   cnn-100x10   McMahan CNN, 100 clients, 10 per round: off, auto (and on, on a GPU)
+  lstm-shakespeare  LEAF's Shakespeare LSTM on a LEAF folder of Shakespeare's shape written
+               here (no download): 100 speaking roles of 200 80-character lines (random
+               letters of LEAF's 80), 10 per round; at most 4 rounds (a round is seconds):
+               off, on, auto
+
+``--clients-per-round N`` replaces each case's count: with ``--workers 1
+--threads-per-worker 1`` it sweeps one worker's share at one thread, the worst case for
+stacking, where ``choice.MIN_COHORT_CPU`` is set from (the smallest share ``on`` beats
+``off`` at, with a margin).
 
 s/round is the median of every round but the first (which pays for start-up: the first
 stacked call, the data's first touch); "x off" is off's s/round over the mode's, of the
-same repeat. Accuracy is the test accuracy after the last round. Issue 39's targets are
-printed beside the figures: on a 2-core CPU, 2nn-100x10 on >= 1.4x, 2nn-1200x50 on >= 2.5x,
-the CNN with auto never more than 5% slower than off, accuracy within 0.3 points of off at
-50 rounds; on one GPU, the CNN in pfl's shape on >= 10x.
+same repeat; for ``auto`` the table says which path it took and whether that path was
+the faster of off and on as measured here ("auto ok"), the check issue 50 asks for.
+Accuracy is the test accuracy after the last round. Issue 39's targets are printed beside
+the figures: on a 2-core CPU, 2nn-100x10 on >= 1.4x, 2nn-1200x50 on >= 2.5x, the CNN with
+auto never more than 5% slower than off, accuracy within 0.3 points of off at 50 rounds; on
+one GPU, the CNN in pfl's shape on >= 10x.
 
 ``--plain`` times issue 39's plain script instead, with none of mptrain around it: each 2NN
 case's round of clients (random MNIST-shaped data) one after another with
@@ -44,27 +59,63 @@ from common import machine_info, mnist_dir, result_path, run_measured, write_jso
 
 PYTHON = sys.executable
 COMMON = ["--local-epochs", "1", "--batch-size", "10", "--lr", "0.1", "--optimizer", "sgd",
-          "--momentum", "0", "--partition", "iid", "--seed", "0"]
-#: name: (model, clients, per round, modes on CPU, modes on a GPU)
+          "--momentum", "0", "--seed", "0"]
+#: name: (model, clients, per round, modes on CPU, modes on a GPU); clients None: the LEAF
+#: folder's own (one per role)
 CASES = {
-    "2nn-100x10": ("mnist-2nn", 100, 10, ("off", "on"), ("off", "on")),
-    "2nn-1200x50": ("mnist-2nn", 1200, 50, ("off", "on"), ("off", "on")),
+    "2nn-100x10": ("mnist-2nn", 100, 10, ("off", "on", "auto"), ("off", "on", "auto")),
+    "2nn-1200x50": ("mnist-2nn", 1200, 50, ("off", "on", "auto"), ("off", "on", "auto")),
     "cnn-1200x50": ("mnist-cnn-fedavg", 1200, 50, ("off", "auto"), ("off", "on", "auto")),
     "cnn-100x10": ("mnist-cnn-fedavg", 100, 10, ("off", "auto"), ("off", "on", "auto")),
+    "lstm-shakespeare": ("leaf-shakespeare-lstm", None, 10, ("off", "on", "auto"),
+                         ("off", "on", "auto")),
 }
+#: The Shakespeare case's folder: roles, lines a role (train; a tenth as many to test),
+#: and its rounds at most (a stacked round of 10 clients of 20 steps is tens of seconds on
+#: a CPU).
+SHAKESPEARE_ROLES, SHAKESPEARE_LINES, SHAKESPEARE_ROUNDS = 100, 200, 4
+LEAF_LETTERS = ("\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]"
+                "abcdefghijklmnopqrstuvwxyz}")
 TARGETS = {("2nn-100x10", "on"): "CPU >= 1.4x", ("2nn-1200x50", "on"): "CPU >= 2.5x",
            ("cnn-1200x50", "auto"): "never < 0.95x", ("cnn-100x10", "auto"): "never < 0.95x",
            ("cnn-1200x50", "on"): "GPU >= 10x", ("cnn-100x10", "on"): "GPU >= 3x"}
 
 
-def run_case(case: str, mode: str, args, data_dir: Path) -> dict:
+def write_shakespeare(root: Path, roles: int = SHAKESPEARE_ROLES,
+                      lines: int = SHAKESPEARE_LINES) -> Path:
+    """A LEAF Shakespeare folder (``--data leaf:DIR``): one train and one test file, each
+    role's 80-character lines and next characters, random letters of LEAF's vocabulary
+    (the shape is what a round's time depends on, not the text)."""
+    import random
+
+    rng = random.Random(0)
+    for split, count in (("train", lines), ("test", max(1, lines // 10))):
+        users = {}
+        for role in range(roles):
+            text = ["".join(rng.choices(LEAF_LETTERS, k=81)) for _ in range(count)]
+            users[f"role_{role:04d}"] = {"x": [t[:80] for t in text],
+                                         "y": [t[80] for t in text]}
+        folder = root / split
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"all_data_{split}.json").write_text(json.dumps(
+            {"users": list(users), "num_samples": [count] * roles, "user_data": users}))
+    return root
+
+
+def run_case(case: str, mode: str, workers: int, args, data: dict) -> dict:
     model, clients, per_round, _, _ = CASES[case]
+    per_round = args.clients_per_round or per_round
+    rounds = args.rounds if clients is not None else min(args.rounds, SHAKESPEARE_ROUNDS)
+    if clients is None:
+        source = ["--data", f"leaf:{data['shakespeare']}"]
+    else:
+        source = ["--data", "mnist", "--data-dir", str(data["mnist"]), "--partition", "iid",
+                  "--clients", str(clients)]
     with tempfile.TemporaryDirectory(prefix="flvec-") as out:
-        command = [PYTHON, "-m", "mptrain", "run", "--data", "mnist", "--data-dir",
-                   str(data_dir), "--strategy", "fedavg", "--model", model,
-                   "--clients", str(clients), "--clients-per-round", str(per_round),
-                   "--rounds", str(args.rounds), "--eval-every", str(args.rounds),
-                   "--workers", str(args.workers), "--device", args.device,
+        command = [PYTHON, "-m", "mptrain", "run", *source, "--strategy", "fedavg",
+                   "--model", model, "--clients-per-round", str(per_round),
+                   "--rounds", str(rounds), "--eval-every", str(rounds),
+                   "--workers", str(workers), "--device", args.device,
                    "--vectorize-clients", mode, "--quiet", "--out", out, *COMMON]
         if args.threads_per_worker is not None:
             command += ["--threads-per-worker", str(args.threads_per_worker)]
@@ -179,9 +230,13 @@ def main() -> int:
     parser.add_argument("--data-dir")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=50)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", default="1,2",
+                        help="worker counts, comma-separated; every case runs at each")
     parser.add_argument("--threads-per-worker", type=int,
                         help="default: mptrain's (usable cores // workers)")
+    parser.add_argument("--clients-per-round", type=int,
+                        help="instead of each case's own: sweep a worker's share (auto's "
+                             "MIN_COHORT_CPU) at one thread")
     parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--vectorize-chunk", type=int,
@@ -198,34 +253,71 @@ def main() -> int:
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    try:
+        worker_counts = [int(w) for w in args.workers.split(",") if w]
+    except ValueError:
+        parser.error(f"--workers {args.workers!r}: give counts like 1,2")
     if args.plain:
         return plain(args, cases)
-    data_dir = mnist_dir(args.data_dir)
     name = device_name(args.device)
-    print(f"fedavg clients one at a time vs stacked on {name}, --workers {args.workers}, "
-          f"{args.rounds} rounds, {args.repeats} repeat(s)", flush=True)
+    print(f"fedavg clients one at a time vs stacked on {name}, --workers "
+          f"{','.join(map(str, worker_counts))}, {args.rounds} rounds, {args.repeats} "
+          "repeat(s)", flush=True)
+    with tempfile.TemporaryDirectory(prefix="flvec-leaf-") as leaf:
+        data = {"mnist": None, "shakespeare": None}
+        if any(CASES[c][1] is not None for c in cases):
+            data["mnist"] = mnist_dir(args.data_dir)
+        if any(CASES[c][1] is None for c in cases):
+            data["shakespeare"] = write_shakespeare(Path(leaf))
+        results = measure(cases, worker_counts, args, data)
+    table = summarise(results)
+    path = result_path("fl_vectorized", args.json)
+    if path is not None:
+        write_json(path, {"machine": machine_info(), "device": args.device,
+                          "device_name": name, "workers": worker_counts,
+                          "threads_per_worker": args.threads_per_worker,
+                          "clients_per_round": args.clients_per_round,
+                          "vectorize_chunk": args.vectorize_chunk,
+                          "rounds": args.rounds, "repeats": args.repeats, "table": table,
+                          "runs": {f"{case} x{w}": by_mode
+                                   for (case, w), by_mode in results.items()}})
+        print(f"\nwritten to {path}")
+    return 0
+
+
+def measure(cases, worker_counts, args, data) -> dict:
+    """{(case, workers): {mode: [run, ...]}}, modes interleaved within a repeat."""
     results = {}
     for case in cases:
         modes = CASES[case][4 if args.device == "cuda" else 3]
-        for repeat in range(args.repeats):
-            for mode in modes:   # interleaved: drift of a loaded machine hits both
-                run = run_case(case, mode, args, data_dir)
-                results.setdefault(case, {}).setdefault(mode, []).append(run)
-                what = f"{run['s_per_round']:.3f} s/round, acc {run['accuracy']:.4f}, " \
-                    f"{run['client_path']}" if run["ok"] else f"failed: {run['error']}"
-                print(f"  {case} {mode} #{repeat + 1}: {what}", flush=True)
+        for workers in worker_counts:
+            for repeat in range(args.repeats):
+                for mode in modes:   # interleaved: drift of a loaded machine hits each
+                    run = run_case(case, mode, workers, args, data)
+                    results.setdefault((case, workers), {}).setdefault(mode, []).append(run)
+                    what = f"{run['s_per_round']:.3f} s/round, acc {run['accuracy']:.4f}, " \
+                        f"{run['client_path']}" if run["ok"] else f"failed: {run['error']}"
+                    print(f"  {case} x{workers} {mode} #{repeat + 1}: {what}", flush=True)
+    return results
+
+
+def summarise(results: dict) -> list[dict]:
+    """The table (printed) and its rows: per case, worker count and mode, s/round, x off,
+    accuracy; for auto, the path it took and whether that was the faster one measured."""
     print()
-    print(f"{'case':<13} {'mode':<5} {'s/round':>8} {'x off':>6} {'acc':>7} {'d acc':>7} "
-          f"{'target':<15} path")
+    print(f"{'case':<17} {'workers':>7} {'mode':<5} {'s/round':>8} {'x off':>6} {'acc':>7} "
+          f"{'d acc':>7} {'target':<15} path")
     table = []
-    for case, by_mode in results.items():
+    for (case, workers), by_mode in results.items():
         offs = by_mode.get("off", [])
+        medians = {mode: statistics.median(r["s_per_round"] for r in runs if r["ok"])
+                   for mode, runs in by_mode.items() if any(r["ok"] for r in runs)}
         for mode, runs in by_mode.items():
             ok = [r for r in runs if r["ok"]]
             if not ok:
-                print(f"{case:<13} {mode:<5} failed: {runs[0]['error']}")
+                print(f"{case:<17} {workers:>7} {mode:<5} failed: {runs[0]['error']}")
                 continue
-            s = statistics.median(r["s_per_round"] for r in ok)
+            s = medians[mode]
             ratios = [o["s_per_round"] / r["s_per_round"] for o, r in zip(offs, runs)
                       if o["ok"] and r["ok"]]
             ratio = statistics.median(ratios) if ratios else None
@@ -233,27 +325,26 @@ def main() -> int:
             off_accuracy = statistics.median(o["accuracy"] for o in offs if o["ok"]) \
                 if any(o["ok"] for o in offs) else None
             delta = None if off_accuracy is None else 100 * (accuracy - off_accuracy)
-            row = {"case": case, "mode": mode, "s_per_round": s, "x_off": ratio,
-                   "accuracy": accuracy, "accuracy_points_vs_off": delta,
+            row = {"case": case, "workers": workers, "mode": mode, "s_per_round": s,
+                   "x_off": ratio, "accuracy": accuracy, "accuracy_points_vs_off": delta,
                    "target": TARGETS.get((case, mode)), "client_path": ok[0]["client_path"],
                    "gpu_peak_bytes": ok[0]["gpu_peak_bytes"]}
+            verdict = ""
+            if mode == "auto" and "off" in medians and "on" in medians:
+                took = "on" if str(row["client_path"]).startswith("vectorized") else "off"
+                faster = "on" if medians["on"] < medians["off"] else "off"
+                row["auto_took"], row["faster_measured"] = took, faster
+                row["auto_ok"] = took == faster
+                verdict = f"  [auto took {took}; {faster} measured faster: " \
+                    f"{'ok' if took == faster else 'WRONG'}]"
             table.append(row)
             peak = row["gpu_peak_bytes"]
             memory = f" (GPU peak {peak / 2**20:,.0f} MiB)" if peak else ""
-            print(f"{case:<13} {mode:<5} {s:>8.3f} "
+            print(f"{case:<17} {workers:>7} {mode:<5} {s:>8.3f} "
                   f"{'-' if ratio is None else f'{ratio:.2f}':>6} {accuracy:>7.4f} "
                   f"{'-' if delta is None else f'{delta:+.2f}':>7} "
-                  f"{row['target'] or '':<15} {row['client_path']}{memory}")
-    path = result_path("fl_vectorized", args.json)
-    if path is not None:
-        write_json(path, {"machine": machine_info(), "device": args.device,
-                          "device_name": name, "workers": args.workers,
-                          "threads_per_worker": args.threads_per_worker,
-                          "vectorize_chunk": args.vectorize_chunk,
-                          "rounds": args.rounds, "repeats": args.repeats, "table": table,
-                          "runs": results})
-        print(f"\nwritten to {path}")
-    return 0
+                  f"{row['target'] or '':<15} {row['client_path']}{memory}{verdict}")
+    return table
 
 
 if __name__ == "__main__":

@@ -297,3 +297,74 @@ def test_a_checkpoint_keeps_the_cohort_size_and_one_from_before_the_rename_loads
         clients = gpu_cohorts(monkeypatch, 0, ClientPath(True))
         clients.load_state({key: 7})
         assert clients.agree(FakeGroup(0)).cohort_size == 7
+
+
+def test_auto_follows_what_fl_vectorized_measures_at_one_and_two_workers():
+    """Issue 50's figures: the 2NN, 10 clients a round, stacked 1.38-1.77x with one worker
+    (a share of 10) and 0.92x with two (a share of 5, one thread each); pfl's shape (50 a
+    round) 1.81x with two. auto stacks where stacking measured faster, and only there."""
+    from mptrain.federated.cohorts.choice import MIN_COHORT_CPU, auto_path
+    from mptrain.models import build_model
+
+    two_nn = build_model("mnist-2nn", (1, 28, 28), 10)
+    assert auto_path(two_nn, "cpu", 10, 1).vectorized
+    slower = auto_path(two_nn, "cpu", 10, 2)
+    assert not slower.vectorized
+    assert slower.reason.startswith("5 client(s) per worker per round with 2 workers (auto")
+    assert auto_path(two_nn, "cpu", 50, 2).vectorized
+    assert 5 < MIN_COHORT_CPU <= 10
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_auto_trains_recurrent_models_one_client_at_a_time_and_says_why(device):
+    from mptrain.federated.cohorts.choice import auto_path
+    from mptrain.models import build_model
+
+    lstm = build_model("leaf-shakespeare-lstm", (80,), 80)
+    path = auto_path(lstm, device, 50, 1)
+    assert not path.vectorized
+    assert path.describe().startswith("one client at a time: recurrent layers (lstm)")
+
+
+class SubclassedLSTM(nn.LSTM):
+    """An LSTM that ``stackable`` leaves alone (not exactly ``nn.LSTM``): its fused CPU
+    kernel runs under vmap's loop over the clients."""
+
+
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = SubclassedLSTM(4, 6, batch_first=True)
+        self.fc = nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.fc(self.rnn(x)[0][:, -1])
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(),
+                    reason="the fused CPU LSTM kernel is oneDNN's")
+def test_a_layer_vmap_loops_over_is_named_with_its_op_and_auto_falls_back():
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.data.shared import SharedTensorDataset
+    from mptrain.strategies.fedavg.cohorts import banner_line, choose_path
+
+    torch.manual_seed(0)
+    model = Recurrent()
+    trainer = CohortTrainer(model, CLASSIFICATION, ClientOptimizerSettings("sgd", 0.1),
+                            torch.device("cpu"))
+    result = check_cohort(trainer, torch.randn(5, 7, 4), torch.randint(0, 3, (5,)))
+    assert result.vectorizes                              # right, only slow: on may run it
+    assert result.slow.startswith("module 'rnn' (SubclassedLSTM) runs aten::"), result.slow
+    assert "no batching rule" in result.slow and "\n" not in result.slow
+    data = SimpleNamespace(train=SharedTensorDataset(torch.randn(8, 7, 4),
+                                                     torch.randint(0, 3, (8,))),
+                           task=CLASSIFICATION)
+    config = TrainConfig(strategy="fedavg", vectorize_clients="auto", batch_size=4)
+    _, path = choose_path(config, model, data, 1)
+    assert banner_line(path).startswith("clients: one client at a time: module 'rnn' "
+                                        "(SubclassedLSTM) runs aten::")
+    on = config.replace(fedavg=config.fedavg.__class__(
+        **{**config.fedavg.__dict__, "vectorize_clients": "on"}))
+    assert choose_path(on, model, data, 1)[1].vectorized

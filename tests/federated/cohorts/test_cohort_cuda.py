@@ -67,3 +67,18 @@ def test_a_gpu_fedavg_run_stacked_matches_one_at_a_time():
     for name, tensor in runs["on"].model.state_dict().items():
         torch.testing.assert_close(tensor.cpu(), runs["off"].model.state_dict()[name].cpu(),
                                    atol=1e-5, rtol=0)
+
+
+@pytest.mark.timeout(180)
+def test_lstm_clients_stacked_on_the_gpu_train_as_alone_with_cudnn():
+    """The LSTM twin on a GPU (``stackable``: no cuDNN kernel under vmap, which could not
+    batch it) against each client alone through cuDNN's fused LSTM."""
+    from test_cohort_models import ATOL, RTOL, alone, model_data, together
+
+    model, inputs, targets, clients = model_data("leaf-shakespeare-lstm")
+    model = model.to(CUDA)
+    inputs, targets = inputs.to(CUDA), targets.to(CUDA)
+    clients = [c.to(CUDA) for c in clients]
+    expected = alone(model, inputs, targets, clients)     # copies of the model, via cuDNN
+    updates = together(model, inputs, targets, clients, device=CUDA)
+    torch.testing.assert_close(updates, expected, atol=10 * ATOL, rtol=10 * RTOL)

@@ -12,5 +12,6 @@ per file:
 - ``batches``: each client's batches, stacked into one padded block per cohort;
 - ``optimizer``: SGD and Adam over stacked parameters, each client its own state;
 - ``trainer``: a cohort's training (stacked gradients, FedProx, SCAFFOLD);
+- ``stackable``: layers ``vmap`` cannot batch, rewritten in ops it can (``nn.LSTM``);
 - ``clients``: a worker's clients split into cohorts, and each client's outcome.
 """

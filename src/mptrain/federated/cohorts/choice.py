@@ -5,17 +5,21 @@ that says so.
 not by timing, so that the same command always trains on the same path and a run stays
 bitwise reproducible. Stacked clients pay a fixed cost per step (``vmap``'s and
 ``functional_call``'s Python work, a few milliseconds on a CPU) and win by turning many
-small kernels into few large ones. The rule, from issue 39's figures (2-core CPU: the
-McMahan 2NN 1.7x faster stacked with 10 clients, 3.3x with 50; the McMahan CNN 0.8x with 50
-clients of 50 samples; an H200: 3.6-20x for both) and this machine's (a loaded 2-core CPU,
-indicative: 2NN stacked 0.33x of one at a time with 1 client, 0.83x with 4, 0.91x with 8,
-1.25x with 16; the digits CNN 0.77x with 6):
+small kernels into few large ones. What decides is a worker's *share* of a round's clients
+(clients a round / workers): ``--workers 2`` halves each worker's cohort as well as its
+threads. The rule (``benchmarks/fl_vectorized.py`` measures it, ``--workers 1`` and ``2``):
 
+- never models with recurrent layers: stacked, an LSTM runs step by step in small batched
+  products (``stackable``), where one client runs one fused kernel a layer (oneDNN's,
+  cuDNN's). On a CPU, LEAF's Shakespeare LSTM stacked 10 clients at ~0.3x (one gradient:
+  2.5-2.7 s against 0.7-0.9 s; lightly loaded, indicative; ``fl_vectorized.py``'s
+  lstm-shakespeare case measures a round); on a GPU its 80
+  steps x 2 layers are thousands of launches a step, unmeasured: ``on`` to try;
 - on a GPU, vectorize when a worker's share of a round holds at least ``MIN_COHORT_GPU``
-  clients (launches dominate a small model's step there);
-- on a CPU, vectorize models without convolutions (a stacked convolution is a grouped one,
-  slower on CPUs than one client's ordinary convolution) when a worker's share holds at
-  least ``MIN_COHORT_CPU`` clients.
+  clients (launches dominate a small model's step there; issue 39: an H200 3.6-20x);
+- on a CPU, never models with convolutions (a stacked convolution is a grouped one, slower
+  on CPUs than one client's ordinary convolution: the McMahan CNN 0.8x); other models when
+  a worker's share holds at least ``MIN_COHORT_CPU`` clients.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ import torch.nn as nn
 
 from ...errors import setting_name
 
+#: A CPU worker stacks its share of a round's clients from this many (the McMahan 2NN, B=10,
+#: quiet 2-core CPU, on/off s a round): a share of 10 at one thread per worker 1.38-1.77x
+#: (100 clients, 10 a round, --workers 1 --threads-per-worker 1), at two threads
+#: 1.74-1.91x; a share of 5 at one thread 0.92x (--workers 2, 10 a round: 0.432 vs 0.398
+#: s); a share of 25 (pfl's shape, 50 a round, --workers 2) 1.81x. A fixed cost per
+#: stacked step plus a cost per client, fitted to the shares 5 and 10, breaks even near 6
+#: clients. One thread per worker is the worst case for stacking (more threads split the
+#: stacked products; a lone client's are too small to split), so a threshold that holds
+#: there holds for more threads. Re-measure: benchmarks/fl_vectorized.py (its module doc).
 MIN_COHORT_CPU = 10
 MIN_COHORT_GPU = 2
 
@@ -74,8 +87,17 @@ class ClientPath:
 
 def first_convolution(model: nn.Module) -> str | None:
     """The name of the model's first convolution (None without one)."""
+    return _first_of(model, nn.modules.conv._ConvNd)
+
+
+def first_recurrent(model: nn.Module) -> str | None:
+    """The name of the model's first recurrent layer (LSTM, GRU, RNN; None without one)."""
+    return _first_of(model, nn.RNNBase)
+
+
+def _first_of(model: nn.Module, kind: type) -> str | None:
     for name, module in model.named_modules():
-        if isinstance(module, nn.modules.conv._ConvNd):
+        if isinstance(module, kind):
             return name or "the model"
     return None
 
@@ -85,6 +107,11 @@ def auto_path(model: nn.Module, device: str, clients_per_round: float,
     """``auto``'s rule (module doc) for a model that can vectorize; ``clients_per_round``
     may be Poisson's expected count."""
     share = math.floor(clients_per_round / max(1, workers))
+    recurrent = first_recurrent(model)
+    if recurrent is not None:
+        return ClientPath(False, reason=f"recurrent layers ({recurrent}) stack as a loop of "
+                                        "small batched steps, slower than one client's fused "
+                                        f"kernel ({vectorizing('on')} to try)")
     if device == "cuda":
         if share >= MIN_COHORT_GPU:
             return ClientPath(True)
@@ -96,8 +123,9 @@ def auto_path(model: nn.Module, device: str, clients_per_round: float,
                                         "convolutions, slower on a CPU than one client at a "
                                         f"time ({vectorizing('on')} to try)")
     if share < MIN_COHORT_CPU:
-        return ClientPath(False, reason=f"{share} client(s) per worker per round (auto "
-                                        f"stacks {MIN_COHORT_CPU} or more on a CPU; "
+        per_worker = f" with {workers} workers" if workers > 1 else ""
+        return ClientPath(False, reason=f"{share} client(s) per worker per round{per_worker} "
+                                        f"(auto stacks {MIN_COHORT_CPU} or more on a CPU; "
                                         f"{vectorizing('on')} to try)")
     return ClientPath(True)
 

@@ -30,6 +30,7 @@ from ...engine.precision import FULL
 from ...engine.seeding import seed_global_generator
 from .optimizer import ClientOptimizerSettings, StackedOptimizer
 from .batches import CohortBatches
+from .stackable import stackable
 
 
 @dataclass
@@ -60,6 +61,9 @@ class CohortTrainer:
     def __init__(self, model: nn.Module, task: str, optimizer: ClientOptimizerSettings,
                  device: torch.device, precision: str = "32", prox_mu: float = 0.0):
         self.model, self.task, self.optimizer = model, task, optimizer
+        #: What the cohort's step calls: ``model``, or its twin with each layer ``vmap``
+        #: cannot batch rewritten (``stackable``); same parameters, same names.
+        self.stacked_model = stackable(model)
         self.device, self.prox_mu = torch.device(device), prox_mu
         self.names = [name for name, _ in model.named_parameters()]
         #: Whether a lone client's optimizer steps each parameter (``find_trained``); None
@@ -76,10 +80,10 @@ class CohortTrainer:
         samples, padding (weight 0) left out."""
         if self.autocast:
             with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16):
-                output = functional_call(self.model, (params, buffers), (inputs,))
+                output = functional_call(self.stacked_model, (params, buffers), (inputs,))
             output = output.float()
         else:
-            output = functional_call(self.model, (params, buffers), (inputs,))
+            output = functional_call(self.stacked_model, (params, buffers), (inputs,))
         losses = per_sample_loss(self.task, output, targets)
         return (losses * weight).sum() / weight.sum().clamp(min=1.0)
 
@@ -115,6 +119,7 @@ class CohortTrainer:
         named = {n: p for n, p, t in zip(self.names, params, trained) if t}
         constants = {n: p[0] for n, p, t in zip(self.names, params, trained) if not t}
         buffers = {**dict(self.model.named_buffers()), **constants}
+        self.stacked_model.train()   # a twin's modules are its own (``stackable``)
         grads, losses = self._gradients(named, buffers, inputs, targets, weight)
         return [grads[name] for name in named], losses
 

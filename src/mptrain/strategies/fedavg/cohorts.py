@@ -55,8 +55,12 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
         if mode == "on":
             raise UserError(f"{vectorizing('on')}: {check.reason}")
         return check, ClientPath(False, reason=check.reason)
-    path = ClientPath(True) if mode == "on" else \
-        auto_path(model, config.device, f.sampled_clients, workers)
+    if mode == "on":
+        path = ClientPath(True)
+    elif check.slow is not None:   # stacks, but vmap loops over the clients somewhere
+        path = ClientPath(False, reason=check.slow)
+    else:
+        path = auto_path(model, config.device, f.sampled_clients, workers)
     if path.vectorized:
         if f.sampling == "poisson":
             path = replace(path, expected=f.sampled_clients)
