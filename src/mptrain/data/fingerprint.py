@@ -65,6 +65,8 @@ def _tensor_difference(theirs: dict, ours: dict) -> str | None:
 
 
 def _of_set(data: SharedTensorDataset) -> dict:
+    if hasattr(data, "fingerprint"):   # devices drawn on demand: their generator's digest
+        return data.fingerprint()
     return {"inputs": _of_tensor(data.held_inputs), "targets": _of_tensor(data.targets)}
 
 

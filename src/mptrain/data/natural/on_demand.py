@@ -79,6 +79,7 @@ class DeviceRows:
     built = False        # no tensors to scan for NaN (``preflight.data_warnings``)
     is_shared = True     # nothing to share
     nbytes = 0           # nothing in memory: the memory preflight counts no data
+    varied_sample = None  # drawn by mptrain, not a user's __getitem__: nothing frozen to warn of
 
     def __init__(self, devices: SyntheticDevices, split: str):
         self.devices, self.split = devices, split
@@ -136,6 +137,22 @@ class DeviceRows:
     def __getitem__(self, index):
         x, y = self.batch(torch.tensor([int(index)]))
         return x[0], y[0]
+
+    def fingerprint(self) -> dict:
+        """What ``data.fingerprint`` records of this split: hashing its rows would draw
+        every device (~11 GB at 100,000), but they are a pure function of the generator's
+        parameters, the seed and the devices' sizes, so a digest of those stands for both
+        tensors' bytes."""
+        import hashlib
+
+        devices, digest = self.devices, hashlib.sha256()
+        digest.update(repr((self.split, devices.features, devices.params,
+                            devices.seed)).encode())
+        for array in (devices.sizes, devices.train_sizes, *(devices.shared_model or ())):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        said = {"dtype": "float32", "sha256": digest.hexdigest()}
+        return {"inputs": {**said, "shape": [len(self), devices.features]},
+                "targets": {**said, "dtype": "int64", "shape": [len(self)]}}
 
     def materialize_(self):
         return self
