@@ -125,7 +125,7 @@ def _lists_of(path: Path) -> dict:
     if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
         raise UserError(f"LEAF file {path}: num_samples must be whole numbers >= 0")
     hierarchies = lists.get("hierarchies")
-    if hierarchies is not None and len(hierarchies) != len(users):
+    if not isinstance(hierarchies, list) or len(hierarchies) != len(users):
         hierarchies = None   # not one per user: not something to keep per client
     return {"users": [str(u) for u in users], "counts": counts, "hierarchies": hierarchies}
 
@@ -159,6 +159,9 @@ def _fill(path: Path, split: _Rows, kind: str | None, listed: set[str]) -> str |
             raise UserError(f"LEAF file {path}: user {uid!r} has data in user_data but is "
                             "not in its 'users' list")
         x, y = _xy(value, uid, path)
+        if x == [] and y == [] and split.counts[uid] == 0:   # a user without rows
+            listed.discard(uid)
+            continue
         kind = kind or _kind_of(x, uid, path)
         inputs, targets = _converted(kind, x, y, uid, path)
         if len(inputs) != split.counts[uid] or len(targets) != len(inputs):
