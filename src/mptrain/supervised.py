@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data.fingerprint import difference, fingerprint
+from .data.fingerprint import difference, fingerprint, well_formed
 from .data.sources import DataBundle
 from .engine.evaluation import TestSetEvaluation
 from .errors import UserError, python_caller, setting_name
@@ -55,6 +55,9 @@ class SupervisedFamily:
         launcher.place_data(self.data)
         now = fingerprint(self.data)
         if resume is not None and resume.data is not None:
+            if not well_formed(resume.data):   # read from the file like its other parts
+                raise UserError(f"{resume.source or 'the checkpoint'} is damaged: its 'data' "
+                                "is not the fingerprint of a data set; use another checkpoint")
             differs = difference(resume.data, now)
             if differs is not None:
                 raise UserError(f"this is not the data the checkpoint was trained on: "
