@@ -106,7 +106,9 @@ def _open(name: str):
         if folder.is_dir():
             loaded = datasets.load_from_disk(str(folder))
         else:
-            loaded = datasets.load_dataset(name)
+            # Never a Hub set's loading script: a checkpoint may name the set, and
+            # datasets before 3.0 ran scripts unless told (4.x has none and drops this).
+            loaded = datasets.load_dataset(name, trust_remote_code=False)
     except FileNotFoundError as err:
         raise UserError(f"--data hf:{name}: {_first_line(err)}; give a Hub name "
                         "(flwrlabs/femnist) or a folder written by save_to_disk") from None
