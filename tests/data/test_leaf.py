@@ -187,3 +187,21 @@ def test_a_user_without_samples_is_a_client_without_rows(tmp_path):
         write_file(root / "train" / "d.json", {"empty": {"x": [], "y": []}, "full": user})
         bundle = load_data(f"leaf:{root}")
         assert len(bundle.train) == 3 and bundle.clients.count == 2
+
+
+def test_a_folder_larger_than_dev_shm_is_refused_before_it_is_written(tmp_path, monkeypatch):
+    """The arrays are made in shared memory as the folder is read, before the run's plan
+    checks /dev/shm: a folder larger than it (Docker's 64 MB default: FEMNIST is 2.5 GB)
+    died of SIGBUS as its pages were written. Each split is now checked as it is made."""
+    import os
+
+    rng = np.random.default_rng(0)
+    write_file(tmp_path / "leaf" / "train" / "d.json", {"a": synthetic_user(rng, 40)})
+
+    class Small:
+        f_bavail, f_frsize, f_blocks = 2, 4096, 16   # 8 KiB free; the set is 9.9 KiB
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Small())
+    with pytest.raises(UserError, match="needs .* of shared memory but /dev/shm has only") as info:
+        load_data(f"leaf:{tmp_path / 'leaf'}")
+    assert "\n" not in str(info.value)

@@ -17,13 +17,14 @@ client, as FedProx's generator splits: the rows after each client's first 90%.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...errors import UserError
-from ..shared import SharedTensorDataset, shared_zeros
+from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
 from .clients import NaturalClients, NaturalData, group_rows
 from .progress import loading_bar
 
@@ -193,6 +194,9 @@ def _read(split, feature_col: str, label_col: str, first: _First, bar, name: str
     """Data sets of ``sizes`` rows in shared memory, stored row ``r`` written to row
     ``place[r]`` of set ``which[r]``, read ``_CHUNK`` rows at a time: each row is written
     once, where the workers will read it."""
+    element = torch.empty(0, dtype=first.dtype).element_size()
+    check_shm_space(sum(size * (math.prod(first.shape) * element + 8) for size in sizes),
+                    what=f"--data hf:{name}")   # its pages are written as it is read
     outputs = [(shared_zeros((size, *first.shape), first.dtype),
                 shared_zeros((size,), torch.int64)) for size in sizes]
     for start in range(0, len(split), _CHUNK):

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
-from ..shared import SharedTensorDataset, shared_zeros
+from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
 from .clients import NaturalClients, NaturalData
 from .json_stream import leading_lists, read_text, walk
 from .progress import loading_bar
@@ -167,7 +167,8 @@ def _fill(path: Path, split: _Rows, kind: str | None, listed: set[str]) -> str |
         if len(inputs) != split.counts[uid] or len(targets) != len(inputs):
             raise UserError(f"LEAF file {path}: user {uid!r} has {len(inputs)} x and "
                             f"{len(targets)} y but num_samples says {split.counts[uid]}")
-        if split.inputs is None:
+        if split.inputs is None:   # its pages are written as the files are read
+            check_shm_space(split.total * (inputs[0].nbytes + 8), what=f"LEAF {path.parent}")
             split.inputs = shared_zeros((split.total, *inputs.shape[1:]),
                                         torch.from_numpy(inputs).dtype)
             split.targets = shared_zeros((split.total,), torch.int64)
