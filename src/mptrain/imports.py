@@ -44,7 +44,13 @@ def can_name_code(text: str) -> bool:
     whose attribute is a dotted name. ``dirichlet:0.3`` cannot: a built-in with a
     parameter, not code of the user's."""
     module, _, attribute = text.partition(":")
-    return bool(module) and all(part.isidentifier() for part in attribute.split("."))
+    return bool(module) and all(part.isidentifier() or part in _UNNAMED
+                                for part in attribute.split("."))
+
+
+#: The parts of a qualified name Python gives functions without a name of their own
+#: (``fit(partition=lambda ...)`` goes by ``__main__:<lambda>``): still the user's code.
+_UNNAMED = ("<lambda>", "<locals>")
 
 
 def load_object(spec: str, what: str):
