@@ -42,6 +42,7 @@ class SupervisedFamily:
 
         found = non_finite_data(self.data, sets=("training",))
         return f"{found[0]}: drop or fill those samples" if found else None
+
     def data_fingerprint(self, config, resume, launcher, keeps: bool) -> dict | None:
         """The data's fingerprint (``data.fingerprint``) where checkpoints will record it
         (``keeps``) or a resume checks it -- a pass over the data's bytes, 0.13 s for
