@@ -91,14 +91,14 @@ def load_data(name: str, data_dir: str | None = None, seed: int = 0, *,
     them; ``client_column``, ``features``, ``label``: ``hf``'s columns (None: known for
     flwrlabs' sets, else guessed from the usual names)."""
     columns = {"client_column": client_column, "features": features, "label": label}
+    if any(columns.values()) and not name.startswith("hf:"):
+        raise UserError("--client-column, --features and --label name the columns of "
+                        f"--data hf:NAME; --data {name} has none")
     natural = _natural(name, clients, seed, columns)
     if natural is not None:
         if data_dir is not None:
             raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
         return natural
-    if any(columns.values()):
-        raise UserError("--client-column, --features and --label name the columns of "
-                        f"--data hf:NAME; --data {name} has none")
     if name != "mnist" and data_dir is not None:
         raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
     if name == "digits":
