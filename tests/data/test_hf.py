@@ -121,3 +121,11 @@ def test_a_hub_set_never_runs_its_loading_script(monkeypatch):
     with pytest.raises(UserError):
         load_data("hf:someone/scripted")
     assert asked == {"name": "someone/scripted", "trust_remote_code": False}
+
+
+def test_a_client_column_with_a_missing_value_is_one_line(tmp_path):
+    # np.unique of ['a', None, 'b'] raised TypeError ('<' between NoneType and str).
+    datasets.Dataset.from_dict({"writer_id": ["a", None, "b"], "x": [[1.0], [2.0], [3.0]],
+                                "y": [0, 1, 0]}).save_to_disk(str(tmp_path / "gaps"))
+    with pytest.raises(UserError, match="client column 'writer_id' has no client for row 1"):
+        load_data(f"hf:{tmp_path / 'gaps'}", features="x", label="y")

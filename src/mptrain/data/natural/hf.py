@@ -59,7 +59,16 @@ def load_hf(name: str, client_column: str | None = None, features: str | None = 
     client_col, feature_col, label_col = (columns[k] for k in
                                           ("client_column", "features", "label"))
     train_keys = _column(train, client_col)
-    names, train_ids = np.unique(train_keys, return_inverse=True)
+    missing = [row for row, key in enumerate(train_keys.tolist()) if key is None]
+    if missing:   # np.unique cannot order None among the names: a TypeError
+        raise UserError(f"--data hf:{name}: the client column {client_col!r} has no client for "
+                        f"row {missing[0]} ({len(missing):,} rows in all); drop those rows or "
+                        "give another --client-column")
+    try:
+        names, train_ids = np.unique(train_keys, return_inverse=True)
+    except TypeError:   # ids of mixed kinds (numbers and strings): no order between them
+        raise UserError(f"--data hf:{name}: the client column {client_col!r} mixes kinds of "
+                        "values; give a column of one kind (names or numbers)") from None
     test_ids = None
     if test is not None:
         _columns(name, test.column_names, {k: columns[k] for k in columns}, "test")
