@@ -324,3 +324,31 @@ def test_fit_resumes_a_built_in_partition_without_naming_it_again():
                                   run={}, model={}, ranks=[], metrics=[])
     with pytest.raises(UserError, match="give partition 'mine:split' again|give --partition"):
         checkpoints.user_code_in(mine, {"partition": None})
+
+
+@pytest.mark.parametrize("data", ["leaf:femnist", "hf:mnist", "synthetic:1,1"])
+def test_natural_data_is_no_code_a_resume_must_name_again(data):
+    # 'mptrain run --resume DIR' of a run on --data leaf:femnist (a folder of that name) or
+    # hf:mnist (a Hub set) was refused: "the checkpoint names your code --data
+    # 'leaf:femnist'", the colon taken for an import string's; load_data reads these as
+    # data, never as a module, so the checkpoint may name them.
+    stored = checkpoints.Checkpoint(epoch=1, strategy="fedavg", config={}, run={"data": data},
+                                    model={}, ranks=[], metrics=[])
+    checkpoints.user_code_in(stored, {"data": None})
+    assert checkpoints.user_code_flags({"data": data}) == []
+    from mptrain.data.sources import NATURAL_PREFIXES, is_natural
+
+    assert is_natural(data) and data.startswith(NATURAL_PREFIXES)
+
+
+@pytest.mark.parametrize("function", ["__main__:<lambda>", "notebook:make.<locals>.split"])
+def test_a_lambda_partition_must_be_given_again(function):
+    # fit(partition=lambda ...) records '__main__:<lambda>'; its '<lambda>' is no
+    # identifier, so a resume took it from the checkpoint and ran the function registered
+    # last under that name in the process -- another lambda's cut of the clients, without a
+    # word. A function's name is the user's code however it is spelled.
+    stored = checkpoints.Checkpoint(epoch=1, strategy="fedavg", config={"partition": function},
+                                    run={}, model={}, ranks=[], metrics=[])
+    with pytest.raises(UserError, match="give .*partition.* again"):
+        checkpoints.user_code_in(stored, {"partition": None})
+    checkpoints.user_code_in(stored, {"partition": function})

@@ -92,3 +92,18 @@ def test_mptrain_rl_refuses_another_runs_out(tmp_path, capsys):
     assert run_cli(common) == 2
     assert f"{tmp_path} holds a finished 1-round run" in capsys.readouterr().err
     assert run_cli(common + ["--overwrite"]) == 0
+
+
+def test_overwrite_leaves_none_of_the_earlier_runs_outputs(tmp_path, capsys):
+    """--overwrite replaces the earlier run's outputs, not only those the new run writes
+    again: its checkpoint.pt (kept by --checkpoint-every, which the new run lacks) stayed,
+    and '--resume runs/a' then resumed the earlier run beside the new one's metrics; the
+    closing line named it among the new run's outputs."""
+    out = tmp_path / "a"
+    common = ["run", "--quiet", "--data", "linreg", "--out", str(out)]
+    assert run_cli(common + ["--epochs", "2", "--checkpoint-every", "1"]) == 0
+    (out / "notes.txt").write_text("mine")   # the user's own file stays
+    assert run_cli(common + ["--epochs", "1", "--overwrite"]) == 0
+    assert not (out / "checkpoint.pt").exists()
+    assert (out / "notes.txt").read_text() == "mine"
+    assert len(metrics_rows(out)) == 1

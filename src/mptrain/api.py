@@ -23,7 +23,8 @@ from .supervised import SupervisedFamily
 
 def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None = None,
         overwrite: bool = False, quiet: bool = True,
-        resume: str | Path | Checkpoint | None = None, loggers=None, tb_dir: str | Path | None = None, callbacks=None,
+        resume: str | Path | Checkpoint | None = None, loggers=None,
+        tb_dir: str | Path | None = None, callbacks=None,
         **settings) -> FitResult:
     """Train ``model`` on ``train_data`` and return a :class:`FitResult`.
 

@@ -223,8 +223,10 @@ def names_users_code(name: str, value) -> bool:
     import string or a file path), which a checkpoint never supplies. A built-in partition
     has a colon too (``dirichlet:0.3``, ``shards:2``) but names no code: the checkpoint
     holds it, and a resume without it trains the same clients."""
-    from .imports import can_name_code
+    from .imports import NATURAL_DATA_PREFIXES, can_name_code
 
+    if name == "data" and isinstance(value, str) and value.startswith(NATURAL_DATA_PREFIXES):
+        return False   # leaf:femnist, hf:mnist: a folder or a Hub set, read as data
     return name in USER_CODE_NAMES and isinstance(value, str) and can_name_code(value)
 
 

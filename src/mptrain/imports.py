@@ -34,12 +34,23 @@ def colon_hint(text) -> str:
     if not module or not all(part.isidentifier() for part in text.split(".")):
         return ""
     return f" (did you mean {module + ':' + attribute!r}?)"
+#: ``--data`` values of natural data (``data.sources``: a LEAF folder, a Hugging Face set,
+#: FedProx's generator): read as data before any import string, so they never name code.
+NATURAL_DATA_PREFIXES = ("leaf:", "hf:", "synthetic:")
+
+
 def can_name_code(text: str) -> bool:
     """Whether ``text`` can name a function: ``module:attribute`` (or ``file.py:attribute``)
     whose attribute is a dotted name. ``dirichlet:0.3`` cannot: a built-in with a
     parameter, not code of the user's."""
     module, _, attribute = text.partition(":")
-    return bool(module) and all(part.isidentifier() for part in attribute.split("."))
+    return bool(module) and all(part.isidentifier() or part in _UNNAMED
+                                for part in attribute.split("."))
+
+
+#: The parts of a qualified name Python gives functions without a name of their own
+#: (``fit(partition=lambda ...)`` goes by ``__main__:<lambda>``): still the user's code.
+_UNNAMED = ("<lambda>", "<locals>")
 
 
 def load_object(spec: str, what: str):

@@ -29,7 +29,8 @@ from .launch.restarts import train_with_restarts
 from .launch.start_method import AS_REQUESTED
 from .report.console import ConsolePresenter
 from .report.metrics import RoundMetrics
-from .report.outputs import prepare_out_dir, refuse_other_runs_outputs
+from .report.outputs import (prepare_out_dir, refuse_other_runs_outputs,
+                             remove_other_runs_outputs)
 from .report.recorder import RunRecorder
 from .result import FitResult
 
@@ -133,8 +134,11 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
     # A torchrun restart continues from the job's checkpoint in --out (``joined.resume``):
     # resumed there, it passes; a restart is no reason of its own (a first attempt refused
     # here would be restarted, and would then replace the other run's outputs).
-    if out_dir is not None and not (config.overwrite or resumed_in(resume, out_dir)):
-        refuse_other_runs_outputs(out_dir)   # after the lock: a live run is the lock's to name
+    if out_dir is not None and not resumed_in(resume, out_dir):
+        if config.overwrite:
+            remove_other_runs_outputs(out_dir)
+        else:   # after the lock: a live run is the lock's to name
+            refuse_other_runs_outputs(out_dir)
     run_info = {**family.run_info, **request.extra_run_info, **joined.run_info}
     keeper = CheckpointKeeper(config, run_info, out_dir, resume,
                               keep_on_disk=joined.restartable, data=fingerprint)

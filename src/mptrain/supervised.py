@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data.fingerprint import difference, fingerprint
+from .data.fingerprint import difference, fingerprint, well_formed
 from .data.sources import DataBundle
 from .engine.evaluation import TestSetEvaluation
 from .errors import UserError, python_caller, setting_name
@@ -42,6 +42,7 @@ class SupervisedFamily:
 
         found = non_finite_data(self.data, sets=("training",))
         return f"{found[0]}: drop or fill those samples" if found else None
+
     def data_fingerprint(self, config, resume, launcher, keeps: bool) -> dict | None:
         """The data's fingerprint (``data.fingerprint``) where checkpoints will record it
         (``keeps``) or a resume checks it -- a pass over the data's bytes, 0.13 s for
@@ -55,6 +56,9 @@ class SupervisedFamily:
         launcher.place_data(self.data)
         now = fingerprint(self.data)
         if resume is not None and resume.data is not None:
+            if not well_formed(resume.data):   # read from the file like its other parts
+                raise UserError(f"{resume.source or 'the checkpoint'} is damaged: its 'data' "
+                                "is not the fingerprint of a data set; use another checkpoint")
             differs = difference(resume.data, now)
             if differs is not None:
                 raise UserError(f"this is not the data the checkpoint was trained on: "

@@ -55,6 +55,9 @@ def test_partitions_of_a_leaf_folder_default_to_its_users(tmp_path, capsys):
      "--clients 5, but leaf-synthetic has 6 natural clients"),
     (None, ["--data", "digits", "--partition", "natural"], "natural needs data that names"),
     (None, ["--data", "digits", "--client-column", "w"], "name the columns of --data hf:NAME"),
+    # Natural data with columns of its own (LEAF's, FedProx's): the flags were ignored.
+    ("leaf", ["--data", "leaf:{root}", "--label", "y"], "name the columns of --data hf:NAME"),
+    (None, ["--data", "synthetic:1,1", "--features", "x"], "name the columns of --data hf:NAME"),
     (None, ["--data", "synthetic:1"], "synthetic:ALPHA,BETA"),
 ])
 def test_mistakes_are_one_line(tmp_path, capsys, make, flags, needle):

@@ -121,3 +121,18 @@ def test_the_fingerprint_reads_every_dtype_as_bytes():
                              torch.ones(3, dtype=torch.bool)))
     assert odd["train"]["inputs"]["dtype"] == "bfloat16"
     assert odd["train"]["targets"]["dtype"] == "bool"
+
+
+@pytest.mark.parametrize("recorded", [{"train": "x"}, {"train": {"inputs": 3}},
+                                      {"train": {"inputs": {"shape": [64, 4]}, "targets": []}}])
+def test_a_damaged_fingerprint_is_a_damaged_checkpoint_in_one_line(tmp_path, recorded):
+    """The fingerprint is read from the file like every other part: a malformed one ended
+    the resume in AttributeError ('str' object has no attribute 'get')."""
+    model = torch.nn.Linear(4, 2)
+    mptrain.fit(copy.deepcopy(model), classified(), strategy="single", epochs=1,
+                batch_size=16, out=tmp_path, checkpoint_every=1)
+    damaged = checkpoints.load(tmp_path).as_dict()
+    damaged["data"] = recorded
+    torch.save(damaged, tmp_path / "checkpoint.pt")
+    with pytest.raises(UserError, match="is damaged: its 'data'"):
+        mptrain.fit(copy.deepcopy(model), classified(), resume=tmp_path, epochs=2)

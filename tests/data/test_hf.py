@@ -105,3 +105,27 @@ def test_a_config_file_names_the_columns(femnist_folder, tmp_path, capsys):
     assert main(["run", "--config", str(config), "--strategy", "fedavg", "--workers", "1",
                  "--rounds", "1", "--local-epochs", "1", "--clients-per-round", "2"]) == 0
     assert "4 clients (natural)" in capsys.readouterr().out
+
+
+def test_a_hub_set_never_runs_its_loading_script(monkeypatch):
+    """datasets before 3.0 ran a Hub set's loading script unless told not to (2.14 and 2.15,
+    which the extra accepted, without asking): --data hf:NAME, which a checkpoint may name,
+    would then run code. The load says trust_remote_code=False (4.x drops it quietly)."""
+    asked = {}
+
+    def recording(name, **options):
+        asked.update(options, name=name)
+        raise FileNotFoundError(f"no {name}")
+
+    monkeypatch.setattr(datasets, "load_dataset", recording)
+    with pytest.raises(UserError):
+        load_data("hf:someone/scripted")
+    assert asked == {"name": "someone/scripted", "trust_remote_code": False}
+
+
+def test_a_client_column_with_a_missing_value_is_one_line(tmp_path):
+    # np.unique of ['a', None, 'b'] raised TypeError ('<' between NoneType and str).
+    datasets.Dataset.from_dict({"writer_id": ["a", None, "b"], "x": [[1.0], [2.0], [3.0]],
+                                "y": [0, 1, 0]}).save_to_disk(str(tmp_path / "gaps"))
+    with pytest.raises(UserError, match="client column 'writer_id' has no client for row 1"):
+        load_data(f"hf:{tmp_path / 'gaps'}", features="x", label="y")

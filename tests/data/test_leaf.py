@@ -155,3 +155,53 @@ def test_indented_json_and_an_empty_user_data_read_the_same(tmp_path):
     assert bundle.clients.names == ("a", "b") and bundle.test is None
     assert np.allclose(bundle.train.inputs.numpy(),
                        np.asarray(users["a"]["x"] + users["b"]["x"], dtype=np.float32))
+
+
+@pytest.mark.parametrize("text, needle", [
+    # A value nested past the decoder's recursion limit: RecursionError, a traceback.
+    ('{"users": ["a"], "num_samples": [1], "user_data": {"a": {"x": ' + "[" * 100_000
+     + "]" * 100_000 + ', "y": [0]}}}', "nested too deeply"),
+    # hierarchies that are not a list: TypeError (len of an int), a traceback.
+    ('{"users": ["a"], "num_samples": [1], "hierarchies": 5, "user_data": {"a": '
+     '{"x": [[1.0, 2.0]], "y": [0]}}}', None),
+])
+def test_a_hostile_leaf_file_is_one_line_or_read(tmp_path, text, needle):
+    train = tmp_path / "leaf" / "train" / "d.json"
+    train.parent.mkdir(parents=True)
+    train.write_text(text)
+    if needle is None:
+        assert load_data(f"leaf:{tmp_path / 'leaf'}").clients.hierarchies is None
+        return
+    with pytest.raises(UserError, match=needle) as info:
+        load_data(f"leaf:{tmp_path / 'leaf'}")
+    assert "\n" not in str(info.value)
+
+
+def test_a_user_without_samples_is_a_client_without_rows(tmp_path):
+    """num_samples 0 with empty x and y is LEAF's layout of a user with no rows; read first,
+    it was refused ('x holds NoneType samples'; Shakespeare: 'y must be one character')."""
+    rng = np.random.default_rng(0)
+    for kind, user in (("synthetic", synthetic_user(rng, 3)),
+                       ("shakespeare", shakespeare_user(rng, 3))):
+        root = tmp_path / kind
+        write_file(root / "train" / "d.json", {"empty": {"x": [], "y": []}, "full": user})
+        bundle = load_data(f"leaf:{root}")
+        assert len(bundle.train) == 3 and bundle.clients.count == 2
+
+
+def test_a_folder_larger_than_dev_shm_is_refused_before_it_is_written(tmp_path, monkeypatch):
+    """The arrays are made in shared memory as the folder is read, before the run's plan
+    checks /dev/shm: a folder larger than it (Docker's 64 MB default: FEMNIST is 2.5 GB)
+    died of SIGBUS as its pages were written. Each split is now checked as it is made."""
+    import os
+
+    rng = np.random.default_rng(0)
+    write_file(tmp_path / "leaf" / "train" / "d.json", {"a": synthetic_user(rng, 40)})
+
+    class Small:
+        f_bavail, f_frsize, f_blocks = 2, 4096, 16   # 8 KiB free; the set is 9.9 KiB
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Small())
+    with pytest.raises(UserError, match="needs .* of shared memory but /dev/shm has only") as info:
+        load_data(f"leaf:{tmp_path / 'leaf'}")
+    assert "\n" not in str(info.value)

@@ -129,13 +129,30 @@ def test_floyd_sample_is_uniform_distinct_and_seeded():
     assert np.allclose(counts / 4000, 3 / 8, atol=0.03)
 
 
-def test_a_checkpoint_fingerprints_devices_by_what_draws_them():
-    """A checkpointing run over on-demand devices records their recipe, not rows it never
-    draws (it raised AttributeError: no rows held); another seed is other data."""
-    from mptrain.data.fingerprint import difference, fingerprint
+def test_devices_drawn_on_demand_are_fingerprinted_without_drawing_them(tmp_path):
+    """A checkpointed run on devices drawn on demand records what they are (the generator's
+    parameters, seed and sizes: hashing their rows would draw every device), and a resume
+    checks it: on the same devices it goes on, on others it is refused in one line."""
+    from mptrain import checkpoint as checkpoints
 
-    first = fingerprint(load_synthetic("synthetic:1,1", 3_000, seed=0, on_demand=True))
-    again = fingerprint(load_synthetic("synthetic:1,1", 3_000, seed=0, on_demand=True))
-    other = fingerprint(load_synthetic("synthetic:1,1", 3_000, seed=1, on_demand=True))
-    assert difference(first, again) is None
-    assert difference(first, other).startswith("the training inputs ")
+    def devices(seed):
+        return load_synthetic("synthetic:1,1", 30, seed=seed, on_demand=True)
+
+    settings = dict(strategy="fedavg", workers=1, threads_per_worker=1, local_epochs=1,
+                    clients_per_round=2, start_method="fork")
+    bundle = devices(0)
+    model = build_model("mclr", bundle.input_shape, bundle.output_size)
+    mptrain.fit(model, bundle, rounds=1, out=tmp_path, checkpoint_every=1, **settings)
+    recorded = checkpoints.load(tmp_path).data["train"]
+    assert recorded["inputs"]["shape"] == [len(bundle.train), 60]
+    # The test set's devices and the dry run's first one: the fingerprint drew none.
+    assert bundle.train.devices.drawn == TEST_DEVICES_OF_30 + 1
+    with pytest.raises(UserError, match="not the data the checkpoint was trained on: the "
+                                        "training inputs"):
+        mptrain.fit(build_model("mclr", (60,), 10), devices(1), resume=tmp_path, rounds=2)
+    resumed = mptrain.fit(build_model("mclr", (60,), 10), devices(0), resume=tmp_path,
+                          rounds=2)
+    assert len(resumed.epochs) == 2
+
+
+TEST_DEVICES_OF_30 = 30   # fewer devices than TEST_DEVICES: every one's test rows

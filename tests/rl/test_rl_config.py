@@ -113,3 +113,23 @@ def test_ppo_says_why_its_rounds_are_longer_than_round_steps():
     assert rounded_rounds(config) == ["rounds end at whole rollouts of 512 transitions: "
                                       "--round-steps 5000 gives rounds of about 5,120 steps"]
     assert rounded_rounds(RLConfig(algo="ppo", workers=2, round_steps=5_120)) == []
+
+
+@pytest.mark.parametrize("damage", [{"round_steps": "x"}, {"resumed_round": "q"},
+                                    {"steps": None}, {"round_steps": 0},
+                                    {"resumed_step": -5}])
+def test_a_checkpoint_whose_counts_are_damaged_is_one_line(damage):
+    """Where a resumed run takes up its rounds is counted from the checkpoint's steps and
+    rounds before its settings are checked: a damaged one ended the resume in TypeError
+    ('<=' not supported between 'int' and 'str')."""
+    from mptrain.checkpoint import Checkpoint
+    from mptrain.rl.config import resumed_at
+
+    config = {"steps": 2500, "round_steps": 1000, **damage}
+    checkpoint = Checkpoint(epoch=3, strategy="dqn", config=config, run={}, model={},
+                            ranks=[], metrics=[])
+    with pytest.raises(UserError, match="is damaged"):
+        resumed_at(checkpoint)
+    assert resumed_at(Checkpoint(epoch=3, strategy="dqn", config={"steps": 2500,
+                                 "round_steps": 1000}, run={}, model={}, ranks=[],
+                                 metrics=[])) == (3, 2500)

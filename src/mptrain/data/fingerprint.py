@@ -36,6 +36,19 @@ def fingerprint(bundle) -> dict:
             "test": _of_set(bundle.test) if bundle.test is not None else None}
 
 
+def well_formed(recorded) -> bool:
+    """Whether ``recorded`` (read from a checkpoint file) is shaped as :func:`fingerprint`
+    makes it, so that comparing it cannot fail."""
+    def tensor_ok(entry) -> bool:
+        return isinstance(entry, dict) and isinstance(entry.get("shape"), list) \
+            and isinstance(entry.get("dtype"), str) and isinstance(entry.get("sha256"), str)
+
+    return isinstance(recorded, dict) and all(
+        recorded.get(key) is None or (isinstance(recorded[key], dict) and all(
+            tensor_ok(recorded[key].get(part)) for part in ("inputs", "targets")))
+        for key, _ in _PARTS)
+
+
 def difference(recorded: dict, now: dict) -> str | None:
     """How ``now`` differs from ``recorded`` (both from :func:`fingerprint`), in words:
     the first difference found, or None when the data is the same."""
@@ -65,7 +78,7 @@ def _tensor_difference(theirs: dict, ours: dict) -> str | None:
 
 
 def _of_set(data: SharedTensorDataset) -> dict:
-    if getattr(data, "on_demand", False):   # rows drawn when asked for: their recipe
+    if hasattr(data, "fingerprint"):   # devices drawn on demand: their generator's digest
         return data.fingerprint()
     return {"inputs": _of_tensor(data.held_inputs), "targets": _of_tensor(data.targets)}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 
 import numpy as np
 import torch
@@ -308,3 +309,26 @@ def shared_zeros(shape, dtype=torch.float32) -> torch.Tensor:
     numel = math.prod(shape)
     storage = new_shared(numel * torch.empty(0, dtype=dtype).element_size())
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+
+
+SHM_PATH = "/dev/shm"
+
+
+def check_shm_space(nbytes: int, path: str = SHM_PATH, what: str = "the run") -> None:
+    """Refuse now, with the fix, rather than die of SIGBUS when /dev/shm runs out later
+    (``what``: who needs it, ``the run`` or the data being read)."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return  # no /dev/shm (not Linux): torch uses other mechanisms
+    free = stats.f_bavail * stats.f_frsize
+    if nbytes > free:
+        raise UserError(
+            f"{what} needs {nbytes / 2**20:,.0f} MiB of shared memory but {path} has only "
+            f"{free / 2**20:,.0f} MiB free; free space there, or in Docker start the "
+            f"container with a larger --shm-size (e.g. --shm-size={_suggest_size(nbytes)})")
+
+
+def _suggest_size(nbytes: int) -> str:
+    gib = max(1, -(-int(nbytes * 1.5) // 2**30))
+    return f"{gib}g"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from ..errors import UserError, did_you_mean
-from ..imports import call_factory, colon_hint, is_import_string
+from ..imports import NATURAL_DATA_PREFIXES, call_factory, colon_hint, is_import_string
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
@@ -91,14 +91,14 @@ def load_data(name: str, data_dir: str | None = None, seed: int = 0, *,
     them; ``client_column``, ``features``, ``label``: ``hf``'s columns (None: known for
     flwrlabs' sets, else guessed from the usual names)."""
     columns = {"client_column": client_column, "features": features, "label": label}
+    if any(columns.values()) and not name.startswith("hf:"):
+        raise UserError("--client-column, --features and --label name the columns of "
+                        f"--data hf:NAME; --data {name} has none")
     natural = _natural(name, clients, seed, columns)
     if natural is not None:
         if data_dir is not None:
             raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
         return natural
-    if any(columns.values()):
-        raise UserError("--client-column, --features and --label name the columns of "
-                        f"--data hf:NAME; --data {name} has none")
     if name != "mnist" and data_dir is not None:
         raise UserError(f"--data-dir is only used with --data mnist (got --data {name})")
     if name == "digits":
@@ -121,7 +121,7 @@ def load_data(name: str, data_dir: str | None = None, seed: int = 0, *,
 
 
 #: Prefixes of the natural data sets (``data.natural``): clients are in the data.
-NATURAL_PREFIXES = ("leaf:", "hf:", "synthetic:")
+NATURAL_PREFIXES = NATURAL_DATA_PREFIXES
 
 
 def is_natural(name: str | None) -> bool:

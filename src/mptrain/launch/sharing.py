@@ -15,17 +15,18 @@ torch.multiprocessing has two sharing strategies on Linux:
 
 from __future__ import annotations
 
-import os
 import resource
 
 import torch.multiprocessing as torch_mp
 
+# The check that /dev/shm holds what will be written there lives with the shared data (the
+# natural data readers, below this room, check it as they load); the plan imports it here.
+from ..data.shared import SHM_PATH, check_shm_space  # noqa: F401
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
 
 # Descriptors the process needs for everything else (pipes, libraries, files, sockets).
 _DESCRIPTOR_HEADROOM = 512
-SHM_PATH = "/dev/shm"
 
 
 def raise_open_file_limit() -> tuple[int, int]:
@@ -73,22 +74,3 @@ def choose_sharing_strategy(requested: str, shared_tensors: int) -> tuple[str, s
         reason = "the only strategy this platform has"
     torch_mp.set_sharing_strategy(strategy)
     return strategy, reason
-
-
-def check_shm_space(nbytes: int, path: str = SHM_PATH) -> None:
-    """Refuse now, with the fix, rather than die of SIGBUS when /dev/shm runs out later."""
-    try:
-        stats = os.statvfs(path)
-    except OSError:
-        return  # no /dev/shm (not Linux): torch uses other mechanisms
-    free = stats.f_bavail * stats.f_frsize
-    if nbytes > free:
-        raise UserError(
-            f"the run needs {nbytes / 2**20:,.0f} MiB of shared memory but {path} has only "
-            f"{free / 2**20:,.0f} MiB free; free space there, or in Docker start the "
-            f"container with a larger --shm-size (e.g. --shm-size={_suggest_size(nbytes)})")
-
-
-def _suggest_size(nbytes: int) -> str:
-    gib = max(1, -(-int(nbytes * 1.5) // 2**30))
-    return f"{gib}g"

@@ -9,26 +9,20 @@ from __future__ import annotations
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .nets import FedAvgCNN
+
 #: LEAF's Shakespeare vocabulary size (``data.natural.leaf.LEAF_LETTERS``).
 LEAF_VOCABULARY = 80
 
 
-class LeafFemnistCNN(nn.Module):
+class LeafFemnistCNN(FedAvgCNN):
     """LEAF's FEMNIST CNN: 5x5 convolutions of 32 and 64 channels ("same" padding), each
     followed by ReLU and 2x2 max pooling, a dense layer of 2048 ReLU units and the class
-    logits (6,603,710 parameters at 62 classes)."""
+    logits (6,603,710 parameters at 62 classes) -- McMahan et al.'s CNN with a wider dense
+    layer."""
 
     def __init__(self, num_classes: int = 62):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 32, kernel_size=5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
-        self.fc1 = nn.Linear(64 * 7 * 7, 2048)
-        self.fc2 = nn.Linear(2048, num_classes)
-
-    def forward(self, x):
-        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
-        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
-        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+        super().__init__(num_classes, hidden=2048)
 
 
 class LeafShakespeareLSTM(nn.Module):

@@ -74,14 +74,15 @@ class Mnist2NN(nn.Module):
 class FedAvgCNN(nn.Module):
     """McMahan et al. 2017's MNIST CNN: two 5x5 convolutions (32, 64 channels) each followed
     by 2x2 max pooling, a fully connected layer of 512 ReLU units and a linear output
-    (1,663,370 parameters; "same" padding as in the paper, so 28 -> 14 -> 7)."""
+    (1,663,370 parameters; "same" padding as in the paper, so 28 -> 14 -> 7). ``hidden``:
+    the dense layer's units (LEAF's FEMNIST CNN is this network with 2048)."""
 
-    def __init__(self, num_classes: int = 10):
+    def __init__(self, num_classes: int = 10, hidden: int = 512):
         super().__init__()
         self.conv1 = nn.Conv2d(1, 32, kernel_size=5, padding=2)
         self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
-        self.fc1 = nn.Linear(64 * 7 * 7, 512)
-        self.fc2 = nn.Linear(512, num_classes)
+        self.fc1 = nn.Linear(64 * 7 * 7, hidden)
+        self.fc2 = nn.Linear(hidden, num_classes)
 
     def forward(self, x):
         x = F.max_pool2d(F.relu(self.conv1(x)), 2)

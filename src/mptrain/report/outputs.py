@@ -67,6 +67,17 @@ def refuse_other_runs_outputs(out_dir: Path) -> None:
                     f"{', '.join(ways)}")
 
 
+def remove_other_runs_outputs(out_dir: Path) -> None:
+    """``--overwrite``: the earlier run's outputs go before this run writes its own. Replaced
+    file by file, those this run does not write stayed (its checkpoint.pt without
+    --checkpoint-every, which '--resume' then took for this run's; RL's best.pt, a fedavg
+    run's client_metrics.jsonl) and the closing line named them as this run's. The user's
+    own files and a tracker's ``tb/`` (which holds runs side by side) stay."""
+    for name in OUTPUT_NAMES:
+        if name != "tb":
+            (out_dir / name).unlink(missing_ok=True)
+
+
 def _what_run(out_dir: Path) -> str:
     """The run whose outputs ``out_dir`` holds, as its files tell: ``a finished 5-epoch
     run``, ``an unfinished run of 3 rounds`` (stopped or failed: metrics.jsonl's rows), or

@@ -160,7 +160,16 @@ def resumed_at(checkpoint) -> tuple[int, int]:
     a run resumed from it takes up its rounds."""
     if checkpoint is None or checkpoint.epoch == 0:
         return (0, 0)
-    return (checkpoint.epoch, round_end(checkpoint.config, checkpoint.epoch - 1))
+    counts = {"resumed_round": 0, "resumed_step": 0, **{
+        k: v for k, v in checkpoint.config.items()
+        if k in ("steps", "round_steps", "resumed_round", "resumed_step")}}
+    # Read from the file before its settings are checked: a damaged count is said here.
+    if len(counts) != 4 or counts["round_steps"] == 0 or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0
+            for v in counts.values()):
+        raise UserError(f"{checkpoint.source or 'the checkpoint'} is damaged (its steps and "
+                        "rounds are not counts); use another checkpoint")
+    return (checkpoint.epoch, round_end(counts, checkpoint.epoch - 1))
 
 
 #: What ``keep`` may name: the policy of the best evaluation, or the last one.

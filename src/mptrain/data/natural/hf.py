@@ -17,13 +17,14 @@ client, as FedProx's generator splits: the rows after each client's first 90%.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ...errors import UserError
-from ..shared import SharedTensorDataset, shared_zeros
+from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
 from .clients import NaturalClients, NaturalData, group_rows
 from .progress import loading_bar
 
@@ -58,7 +59,16 @@ def load_hf(name: str, client_column: str | None = None, features: str | None = 
     client_col, feature_col, label_col = (columns[k] for k in
                                           ("client_column", "features", "label"))
     train_keys = _column(train, client_col)
-    names, train_ids = np.unique(train_keys, return_inverse=True)
+    missing = [row for row, key in enumerate(train_keys.tolist()) if key is None]
+    if missing:   # np.unique cannot order None among the names: a TypeError
+        raise UserError(f"--data hf:{name}: the client column {client_col!r} has no client for "
+                        f"row {missing[0]} ({len(missing):,} rows in all); drop those rows or "
+                        "give another --client-column")
+    try:
+        names, train_ids = np.unique(train_keys, return_inverse=True)
+    except TypeError:   # ids of mixed kinds (numbers and strings): no order between them
+        raise UserError(f"--data hf:{name}: the client column {client_col!r} mixes kinds of "
+                        "values; give a column of one kind (names or numbers)") from None
     test_ids = None
     if test is not None:
         _columns(name, test.column_names, {k: columns[k] for k in columns}, "test")
@@ -106,7 +116,9 @@ def _open(name: str):
         if folder.is_dir():
             loaded = datasets.load_from_disk(str(folder))
         else:
-            loaded = datasets.load_dataset(name)
+            # Never a Hub set's loading script: a checkpoint may name the set, and
+            # datasets before 3.0 ran scripts unless told (4.x has none and drops this).
+            loaded = datasets.load_dataset(name, trust_remote_code=False)
     except FileNotFoundError as err:
         raise UserError(f"--data hf:{name}: {_first_line(err)}; give a Hub name "
                         "(flwrlabs/femnist) or a folder written by save_to_disk") from None
@@ -191,6 +203,9 @@ def _read(split, feature_col: str, label_col: str, first: _First, bar, name: str
     """Data sets of ``sizes`` rows in shared memory, stored row ``r`` written to row
     ``place[r]`` of set ``which[r]``, read ``_CHUNK`` rows at a time: each row is written
     once, where the workers will read it."""
+    element = torch.empty(0, dtype=first.dtype).element_size()
+    check_shm_space(sum(size * (math.prod(first.shape) * element + 8) for size in sizes),
+                    what=f"--data hf:{name}")   # its pages are written as it is read
     outputs = [(shared_zeros((size, *first.shape), first.dtype),
                 shared_zeros((size,), torch.int64)) for size in sizes]
     for start in range(0, len(split), _CHUNK):

@@ -152,6 +152,9 @@ def _decode(text: str, at: int, path: Path, complete: bool):
             raise _Truncated from None
         raise UserError(f"LEAF file {path} is not valid JSON: {err.msg} at character "
                         f"{err.pos}") from None
+    except RecursionError:   # the decoder recurses per level: a hostile file's [[[[...
+        raise UserError(f"LEAF file {path} holds a value nested too deeply (from character "
+                        f"{at}); LEAF's samples are lists of numbers or strings") from None
 
 
 def _malformed(path: Path, at: int, wanted: str) -> UserError:

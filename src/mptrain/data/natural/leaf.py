@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
-from ..shared import SharedTensorDataset, shared_zeros
+from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
 from .clients import NaturalClients, NaturalData
 from .json_stream import leading_lists, read_text, walk
 from .progress import loading_bar
@@ -125,7 +125,7 @@ def _lists_of(path: Path) -> dict:
     if not all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in counts):
         raise UserError(f"LEAF file {path}: num_samples must be whole numbers >= 0")
     hierarchies = lists.get("hierarchies")
-    if hierarchies is not None and len(hierarchies) != len(users):
+    if not isinstance(hierarchies, list) or len(hierarchies) != len(users):
         hierarchies = None   # not one per user: not something to keep per client
     return {"users": [str(u) for u in users], "counts": counts, "hierarchies": hierarchies}
 
@@ -159,12 +159,16 @@ def _fill(path: Path, split: _Rows, kind: str | None, listed: set[str]) -> str |
             raise UserError(f"LEAF file {path}: user {uid!r} has data in user_data but is "
                             "not in its 'users' list")
         x, y = _xy(value, uid, path)
+        if x == [] and y == [] and split.counts[uid] == 0:   # a user without rows
+            listed.discard(uid)
+            continue
         kind = kind or _kind_of(x, uid, path)
         inputs, targets = _converted(kind, x, y, uid, path)
         if len(inputs) != split.counts[uid] or len(targets) != len(inputs):
             raise UserError(f"LEAF file {path}: user {uid!r} has {len(inputs)} x and "
                             f"{len(targets)} y but num_samples says {split.counts[uid]}")
-        if split.inputs is None:
+        if split.inputs is None:   # its pages are written as the files are read
+            check_shm_space(split.total * (inputs[0].nbytes + 8), what=f"LEAF {path.parent}")
             split.inputs = shared_zeros((split.total, *inputs.shape[1:]),
                                         torch.from_numpy(inputs).dtype)
             split.targets = shared_zeros((split.total,), torch.int64)

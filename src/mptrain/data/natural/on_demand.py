@@ -20,7 +20,6 @@ maths draws them (``synthetic._draw_block``, here a block of one).
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 
 import numpy as np
@@ -78,9 +77,9 @@ class DeviceRows:
 
     on_demand = True
     built = False        # no tensors to scan for NaN (``preflight.data_warnings``)
-    varied_sample = None  # drawn by mptrain's own generator: no __getitem__ of the user's
     is_shared = True     # nothing to share
     nbytes = 0           # nothing in memory: the memory preflight counts no data
+    varied_sample = None  # drawn by mptrain, not a user's __getitem__: nothing frozen to warn of
 
     def __init__(self, devices: SyntheticDevices, split: str):
         self.devices, self.split = devices, split
@@ -91,21 +90,6 @@ class DeviceRows:
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
-
-    def fingerprint(self) -> dict:
-        """What a checkpoint records of these rows (``data.fingerprint``): not their bytes,
-        which are never all drawn, but what draws every one of them -- the seed, the
-        recipe's parameters, each device's sizes and the shared model -- of which the rows
-        are a pure function."""
-        devices, digest = self.devices, hashlib.sha256()
-        digest.update(repr((self.split, devices.seed, devices.features,
-                            devices.params)).encode())
-        for array in (devices.sizes, devices.train_sizes, *(devices.shared_model or ())):
-            digest.update(np.ascontiguousarray(array).tobytes())
-        recipe = digest.hexdigest()
-        return {"inputs": {"shape": [len(self), devices.features], "dtype": "float32",
-                           "sha256": recipe},
-                "targets": {"shape": [len(self)], "dtype": "int64", "sha256": recipe}}
 
     @property
     def input_shape(self) -> tuple:
@@ -153,6 +137,22 @@ class DeviceRows:
     def __getitem__(self, index):
         x, y = self.batch(torch.tensor([int(index)]))
         return x[0], y[0]
+
+    def fingerprint(self) -> dict:
+        """What ``data.fingerprint`` records of this split: hashing its rows would draw
+        every device (~11 GB at 100,000), but they are a pure function of the generator's
+        parameters, the seed and the devices' sizes, so a digest of those stands for both
+        tensors' bytes."""
+        import hashlib
+
+        devices, digest = self.devices, hashlib.sha256()
+        digest.update(repr((self.split, devices.features, devices.params,
+                            devices.seed)).encode())
+        for array in (devices.sizes, devices.train_sizes, *(devices.shared_model or ())):
+            digest.update(np.ascontiguousarray(array).tobytes())
+        said = {"dtype": "float32", "sha256": digest.hexdigest()}
+        return {"inputs": {**said, "shape": [len(self), devices.features]},
+                "targets": {**said, "dtype": "int64", "shape": [len(self)]}}
 
     def materialize_(self):
         return self
