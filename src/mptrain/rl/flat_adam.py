@@ -32,6 +32,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import UserError
+from .plain_adam import adam_update_
 
 
 class FlatAdam:
@@ -98,18 +99,8 @@ class FlatAdam:
             _fused_step(self._values, self._grads, exp_avgs, exp_avg_sqs, self.step_count,
                         self.lr, self.betas, self.eps)
             return
-        # torch.optim.Adam's loop (_single_tensor_adam), each operation over all the views
-        beta1, beta2 = self.betas
-        step = self.step_count.item()
-        step_size = self.lr / (1 - beta1 ** step)
-        bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
-        torch._foreach_lerp_(exp_avgs, self._grads, 1 - beta1)
-        torch._foreach_mul_(exp_avg_sqs, beta2)
-        torch._foreach_addcmul_(exp_avg_sqs, self._grads, self._grads, 1 - beta2)
-        denominators = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(denominators, bias_correction2_sqrt)
-        torch._foreach_add_(denominators, self.eps)
-        torch._foreach_addcdiv_(self._values, exp_avgs, denominators, -step_size)
+        adam_update_(self._values, self._grads, exp_avgs, exp_avg_sqs, self.step_count.item(),
+                     self.lr, self.betas, self.eps)   # torch.optim.Adam's loop over the views
 
     def state_dict(self) -> dict:
         return {"steps": self.steps, "exp_avg": self.exp_avg.clone(),

@@ -9,9 +9,9 @@ are (a3c's Adam state is shared between processes, tensor by tensor), so they ge
 The arithmetic is torch's, operation for operation: with parameters on a CPU and neither
 ``fused`` nor ``foreach`` asked for, ``torch.optim.Adam`` runs ``_single_tensor_adam``,
 whose loop this is (``weight_decay`` 0, ``amsgrad``, ``maximize``, ``capturable`` and
-``differentiable`` off, as a3c and dqn build it): the same in-place tensor operations in the
-same order on the same tensors, the bias corrections in Python floats from the step read
-back after its increment. So a run steps bit for bit as it did with ``torch.optim``, and a
+``differentiable`` off, as a3c and dqn build it): the same in-place tensor operations in
+the same order (in their foreach form: ``adam_update_``, which ``flat_adam`` steps with
+too), the bias corrections in Python floats from the step read back after its increment. So a run steps bit for bit as it did with ``torch.optim``, and a
 test compares the two. Its state is laid out as torch's (``state[param]``: ``step``,
 ``exp_avg``, ``exp_avg_sq``; ``state_dict`` in torch's format), so a3c's shared state
 attaches to it as it did, and checkpoints written with either load into the other.
@@ -71,15 +71,8 @@ class PlainAdam:
             if torch.is_complex(param):
                 grad, exp_avg = torch.view_as_real(grad), torch.view_as_real(exp_avg)
                 exp_avg_sq, param = torch.view_as_real(exp_avg_sq), torch.view_as_real(param)
-            exp_avg.lerp_(grad, 1 - beta1)
-            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            step = step_t.item()
-            bias_correction1 = 1 - beta1 ** step
-            bias_correction2 = 1 - beta2 ** step
-            step_size = lr / bias_correction1
-            bias_correction2_sqrt = bias_correction2 ** 0.5
-            denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
-            param.addcdiv_(exp_avg, denom, value=-step_size)
+            adam_update_([param], [grad], [exp_avg], [exp_avg_sq], step_t.item(), lr,
+                         (beta1, beta2), eps)
 
     def state_dict(self) -> dict:
         """torch's layout: the state by parameter index, the group's settings."""
@@ -126,3 +119,23 @@ def _fresh_state(param: torch.Tensor) -> dict:
     return {"step": torch.tensor(0.0, dtype=dtype),
             "exp_avg": torch.zeros_like(param, memory_format=torch.preserve_format),
             "exp_avg_sq": torch.zeros_like(param, memory_format=torch.preserve_format)}
+
+
+def adam_update_(values: list[torch.Tensor], grads: list[torch.Tensor],
+                 exp_avgs: list[torch.Tensor], exp_avg_sqs: list[torch.Tensor], step: float,
+                 lr: float, betas: tuple[float, float], eps: float) -> None:
+    """``_single_tensor_adam``'s update of ``values`` in place, at ``step`` (read after its
+    increment), each of its operations applied to every tensor of the lists at once: a
+    foreach operation computes each tensor as the single-tensor one does, so the bits are
+    the loop's. The one Adam step of ``PlainAdam`` and of ``flat_adam`` without a fused
+    kernel."""
+    beta1, beta2 = betas
+    step_size = lr / (1 - beta1 ** step)
+    bias_correction2_sqrt = (1 - beta2 ** step) ** 0.5
+    torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
+    denominators = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_div_(denominators, bias_correction2_sqrt)
+    torch._foreach_add_(denominators, eps)
+    torch._foreach_addcdiv_(values, exp_avgs, denominators, -step_size)
