@@ -79,3 +79,12 @@ def test_eval_train_scores_the_global_model_on_the_whole_training_set():
     assert last["train_eval_accuracy"] == \
         pytest.approx((output.argmax(1) == targets).float().mean().item())
     assert "train_eval_loss" not in fit(make_model(), rounds=1).rounds[0].extras
+
+
+def test_the_command_line_refuses_dropping_stragglers_without_any(capsys, tmp_path):
+    from user_errors import fail
+
+    err = fail(["run", "--strategy", "fedavg", "--data", "synthetic:0,0", "--drop-stragglers",
+                "--out", str(tmp_path / "never")], capsys)
+    assert "--drop-stragglers drops the clients that --straggler-rate P makes straggle" in err
+    assert not (tmp_path / "never").exists()
