@@ -11,8 +11,8 @@ from ...report.console import metric_parts
 from ...report.words import count
 from . import robust_report as robust
 from .settings import accountant_name, privacy_delta, server_optimizer
-from .train_evaluation import train_eval_row
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
+from .train_evaluation import train_eval_row
 
 #: Rounds in a row of a lone trained client's non-finite update that mean the run diverged.
 LONE_CLIENT_ROUNDS = 3
