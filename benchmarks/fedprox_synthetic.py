@@ -168,8 +168,8 @@ def verdicts(table: dict, datasets: list[str], stragglers: list[float],
             size = "as large as" if mean_gap >= 22 else "smaller than"
             lines.append(f"accuracy at 90%: FedProx - FedAvg = {', '.join(f'{g:+.1f}' for g in gaps)}"
                          f" points (mean {mean_gap:+.1f}) -> " +
-                         (f"holds in direction, the gain {size} the paper's +22 (an average "
-                          "over its heterogeneous settings, not these three alone)"
+                         (f"holds in direction, the gain {size} the paper's +22 (the abstract's average "
+                          "in its highly heterogeneous settings, not these cells alone)"
                           if not worse else
                           f"does NOT hold on Synthetic({'), ('.join(worse)})"))
         worse = [d for d in datasets if pair(d, 0.9)[0] is not None
@@ -257,9 +257,12 @@ def main() -> None:
     lines += ["", "Against this table:"] + [f"- {v}" for v in verdicts(table, datasets,
                                                                          stragglers, args.rounds)]
     lines += ["", "How this run differs from the paper's:"] + [f"- {d}" for d in DIFFERENCES]
-    if args.rounds != 200 or seeds != [0, 1, 2]:
-        lines.append(f"- {args.rounds} rounds and seeds {args.seeds}, not the paper's 200 "
-                     "rounds (3 seeds asked): the verdicts say nothing about the claims")
+    if args.rounds != 200:
+        lines.append(f"- {args.rounds} rounds, not the paper's 200: the verdicts say nothing "
+                     "about the claims")
+    if len(seeds) < 3 or len(datasets) < 3 or len(stragglers) < 2:
+        lines.append(f"- part of the table only (seeds {args.seeds}; the issue asks for 3 "
+                     "seeds of 3 data sets at 0% and 90%): each verdict covers the cells shown")
     print("\n".join(lines))
     path = result_path("fedprox-synthetic", args.json)
     if path is not None:
