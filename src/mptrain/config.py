@@ -383,7 +383,7 @@ _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_s
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
                   "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk")
 _FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
-          "compile")
+          "compile", "drop_stragglers", "eval_train")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,

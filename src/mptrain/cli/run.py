@@ -171,6 +171,9 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--straggler-rate", type=float,
               help="fedavg: fraction of sampled clients doing a random part of their local "
                    "steps (0).")
+@click.option("--drop-stragglers/--no-drop-stragglers", default=None,
+              help="fedavg: throw away the stragglers' partial work (FedAvg as FedProx's "
+                   "paper runs it) instead of aggregating it (FedProx).")
 @click.option("--accept-failures/--no-accept-failures", default=None,
               help="fedavg: drop a client that raises from its round instead of stopping.")
 @click.option("--dp-clip", type=float,
@@ -188,6 +191,9 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--dp-clip-lr", type=float, help="fedavg: adaptive clip's step (0.2).")
 @click.option("--dp-count-noise", type=float,
               help="fedavg: noise std on adaptive clipping's count (expected clients / 20).")
+@click.option("--eval-train/--no-eval-train", default=None,
+              help="fedavg: whenever the test set is scored, score the global model on the "
+                   "whole training set too (train_eval_loss, train_eval_accuracy).")
 @click.option("--client-eval-every", type=int,
               help="fedavg: every N rounds evaluate the global model on each client's own "
                    "test split (pooled data: its training rows): weighted and unweighted "

@@ -56,6 +56,10 @@ def check_fedavg_config(config) -> None:
         if f.prox_mu:
             raise UserError(f"{named('scaffold')} and {named('prox_mu')} both correct client "
                             "drift; choose one")
+    if f.drop_stragglers and not f.straggler_rate:
+        raise UserError(f"{named('drop_stragglers')} drops the clients that "
+                        f"{named('straggler_rate')} P makes straggle, and there are none: "
+                        f"add {named('straggler_rate')} P")
     _check_privacy(f)
     refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
                         scaffold=f.scaffold)

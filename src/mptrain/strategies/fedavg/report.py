@@ -13,6 +13,7 @@ from . import robust_report as robust
 from .settings import accountant_name, privacy_delta, server_optimizer
 from .client_metrics import FILE_NAME
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
+from .train_evaluation import train_eval_row
 
 #: Rounds in a row of a lone trained client's non-finite update that mean the run diverged.
 LONE_CLIENT_ROUNDS = 3
@@ -50,6 +51,7 @@ def round_row(reports, watch: "DivergenceWatch") -> dict:
     server = extras[0]   # rank 0 speaks for the server
     row.update({key: server[key] for key in (*SERVER_KEYS, *robust.ROBUST_KEYS)
                 if key in server})
+    row.update(train_eval_row(extras))
     if server.get("privacy_stop"):
         row["stopped"] = "privacy budget"
     return row
@@ -146,7 +148,7 @@ def summary_fields(config, last_epsilon: float | None,
               "server_lr": server_optimizer(f).lr,
               "server_momentum": f.server_momentum, "scaffold": f.scaffold,
               "sampling": f.sampling, "dropout_rate": f.dropout_rate,
-              "straggler_rate": f.straggler_rate}
+              "straggler_rate": f.straggler_rate, "drop_stragglers": f.drop_stragglers}
     if f.private:
         fields.update({"epsilon": last_epsilon, "dp_delta": privacy_delta(f),
                        "dp_noise": f.dp_noise, "dp_clip": f.dp_clip,
@@ -180,9 +182,12 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
         extras.append(f"SCAFFOLD: client variates {need / 2**20:,.1f} MiB {where}")
     if f.dropout_rate or f.straggler_rate:
         extras.append(f"unreliable clients: {f.dropout_rate:g} drop out, "
-                      f"{f.straggler_rate:g} straggle")
+                      f"{f.straggler_rate:g} straggle"
+                      + (" (their partial work dropped)" if f.drop_stragglers else ""))
     if f.dp_clip is not None:
         extras.append(_privacy_line(f))
+    if f.eval_train:
+        extras.append("the training set scored with the test set")
     if f.client_eval_every:
         extras.append(client_evaluation_line(f.client_eval_every, client_eval_split,
                                              only_sampled, out_dir))

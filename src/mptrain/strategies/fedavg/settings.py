@@ -53,6 +53,8 @@ class FedAvgSettings:
     aggregator: str = "mean"                # how the server combines the round's updates
     malicious_fraction: float = 0.0         # clients that attack (seeded, fixed for the run)
     attack: str | None = None               # what they send (federated.robust.attacks)
+    drop_stragglers: bool = False           # FedAvg as FedProx's paper runs it: stragglers lost
+    eval_train: bool = False                # with the test set, score the whole training set
 
     @property
     def sampled_clients(self) -> int:

@@ -41,7 +41,7 @@ from ...federated.privacy import clip_
 from ...federated.sampling import assign_clients, poisson_sample, sample_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
-from . import checkpoint
+from . import checkpoint, train_evaluation
 from .client_evaluation import ClientEvaluation
 from .clients import ClientTrainer
 from .cohorts import CohortClients
@@ -117,6 +117,9 @@ class FedAvgProgram(WorkerProgram):
         if self.robust is not None and group.rank == 0:
             figures["rounds_skipped"] = self.rounds_skipped
         self.trainer.load_global()
+        if train_evaluation.due(self.config, round_index):
+            figures.update(train_evaluation.evaluate_training_set(self.config, self.setup,
+                                                                  self.trainer))
         if self.client_evaluation.due(round_index):
             figures.update(self.client_evaluation.run(mine))
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
@@ -246,9 +249,13 @@ class FedAvgProgram(WorkerProgram):
             # not the run diverging.
             tally.nonfinite.append(client)
             return 0.0
-        tally.count(steps, samples, loss, partial=steps < trainer.full_steps(client))
-        if availability.drops_out(c.seed, round_index, client, f.dropout_rate):
-            tally.dropped += 1     # trained, never reported: nothing of it is kept
+        straggled = steps < trainer.full_steps(client)
+        tally.count(steps, samples, loss, partial=straggled)
+        if availability.drops_out(c.seed, round_index, client, f.dropout_rate) or \
+                (straggled and f.drop_stragglers):
+            # Trained, never reported (or, FedAvg as FedProx's paper runs it, a straggler
+            # whose partial work the server will not wait for): nothing of it is kept.
+            tally.dropped += 1
             return 0.0
         tally.reported += 1
         if f.scaffold:
@@ -258,13 +265,16 @@ class FedAvgProgram(WorkerProgram):
                 result[:p], steps, trainer.client_lr(round_index),
                 delta_out=shared.control_deltas[slot])
             shared.touched[client] = 1
+        # Weighted by its data (FedAvg's and FedProx's n_k), not by the samples it got
+        # through: a straggler's partial work counts as much as a full client's.
+        weight = float(trainer.sizes[client] * f.local_epochs)
         if clip is None:
-            return float(samples)
+            return weight
         # Clipping is the client's: the server only ever sees a bounded update.
         result.sub_(shared.global_flat)
         norm = clip_(result, clip)
         shared.within[slot] = 1.0 if norm <= clip else 0.0
-        return 1.0 if f.private else float(samples)
+        return 1.0 if f.private else weight
 
     # -- what the loop asks of every program -----------------------------------------------------
     def eval_model(self) -> nn.Module:
