@@ -108,3 +108,26 @@ def write_json(path: str | Path, data) -> None:
     temp = path.with_suffix(path.suffix + ".tmp")
     temp.write_text(json.dumps(data, indent=2) + "\n")
     temp.replace(path)
+
+
+def kept_run(cache: Path | None, name: str, run, cached_only: bool = False) -> dict:
+    """``run()``'s result, or the one kept as ``cache/name.json`` by an earlier sitting of
+    the same setting (written atomically; a failed run is run again): a table of many long
+    runs fills over several sittings. With ``cached_only`` a run not kept is not run: it
+    is marked missing."""
+    if cache is None:
+        return run()
+    path = cache / (name.replace(":", "-").replace(",", "-") + ".json")
+    if path.exists():
+        try:
+            found = json.loads(path.read_text())
+        except ValueError:
+            found = None
+        if isinstance(found, dict) and found.get("ok"):
+            return found
+    if cached_only:
+        return {"ok": False, "missing": True, "error": "not run yet"}
+    result = run()
+    if result["ok"]:
+        write_json(path, result)
+    return result

@@ -50,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import machine_info, mnist_dir, result_path, run_measured, write_json
+from common import kept_run, machine_info, mnist_dir, result_path, run_measured, write_json
 
 PYTHON = sys.executable
 PAPER = ["--model", "mnist-2nn", "--clients", "100", "--local-epochs", "1",
@@ -104,28 +104,12 @@ def run_cell(rule: str, attack: str, seed: int, args, data_dir: Path) -> dict:
 
 
 def cached_run(cache: Path | None, rule: str, attack: str, seed: int, args,
-               data_dir: Path | None) -> dict:
-    """``run_cell``, or its result from an earlier sitting of the same setting (a JSON file
-    per run under ``--cache``, written atomically; failed runs are run again). With
-    ``--cached-only`` a run not kept is not run: it is marked missing."""
-    if cache is None:
-        return run_cell(rule, attack, seed, args, data_dir)
+               data_dir) -> dict:
+    """``run_cell``, or its result kept under ``--cache`` (``common.kept_run``)."""
     name = (f"{rule}_{attack}_seed{seed}_r{args.rounds}_c{args.clients_per_round}"
             f"_m{args.malicious_fraction:g}{'_smoke' if args.smoke else ''}")
-    path = cache / (name.replace(":", "-").replace(",", "-") + ".json")
-    if path.exists():
-        try:
-            found = json.loads(path.read_text())
-        except ValueError:
-            found = None
-        if isinstance(found, dict) and found.get("ok"):
-            return found
-    if args.cached_only:
-        return {"ok": False, "missing": True, "error": "not run yet"}
-    run = run_cell(rule, attack, seed, args, data_dir)
-    if run["ok"]:
-        write_json(path, run)
-    return run
+    return kept_run(cache, name, lambda: run_cell(rule, attack, seed, args, data_dir),
+                    args.cached_only)
 
 
 def median(values):

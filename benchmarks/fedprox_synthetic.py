@@ -49,7 +49,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import machine_info, result_path, run_measured, write_json
+from common import kept_run, machine_info, result_path, run_measured, write_json
 
 PYTHON = sys.executable
 PAPER = ["--strategy", "fedavg", "--model", "mclr", "--partition", "natural",
@@ -109,25 +109,10 @@ def run_cell(dataset: str, method: str, straggle: float, seed: int, args) -> dic
 
 def cached_run(cache: Path | None, dataset: str, method: str, straggle: float, seed: int,
                args) -> dict:
-    """``run_cell``, or its result kept under ``--cache`` by an earlier sitting of the same
-    setting (failed runs are run again); with ``--cached-only`` a run not kept is missing."""
-    if cache is None:
-        return run_cell(dataset, method, straggle, seed, args)
+    """``run_cell``, or its result kept under ``--cache`` (``common.kept_run``)."""
     name = f"synthetic-{dataset}_{method}_s{straggle:g}_seed{seed}_r{args.rounds}"
-    path = cache / (name.replace(",", "-") + ".json")
-    if path.exists():
-        try:
-            found = json.loads(path.read_text())
-        except ValueError:
-            found = None
-        if isinstance(found, dict) and found.get("ok"):
-            return found
-    if args.cached_only:
-        return {"ok": False, "missing": True, "error": "not run yet"}
-    run = run_cell(dataset, method, straggle, seed, args)
-    if run["ok"]:
-        write_json(path, run)
-    return run
+    return kept_run(cache, name, lambda: run_cell(dataset, method, straggle, seed, args),
+                    args.cached_only)
 
 
 def cell_figures(runs: list[dict]) -> dict:
