@@ -18,7 +18,7 @@ def due(config, round_index: int) -> bool:
                                          or round_index + 1 == config.fedavg.rounds)
 
 
-def evaluate_training_set(config, setup, trainer) -> dict:
+def on_training_set(config, setup, trainer) -> dict:
     """This rank's share: the loss sum, correct count and count over its slice."""
     group = setup.group
     indices = eval_shard(len(setup.data.train), group.world_size, group.rank)

@@ -118,8 +118,7 @@ class FedAvgProgram(WorkerProgram):
             figures["rounds_skipped"] = self.rounds_skipped
         self.trainer.load_global()
         if train_evaluation.due(self.config, round_index):
-            figures.update(train_evaluation.evaluate_training_set(self.config, self.setup,
-                                                                  self.trainer))
+            figures.update(train_evaluation.on_training_set(self.config, self.setup, self.trainer))
         if self.client_evaluation.due(round_index):
             figures.update(self.client_evaluation.run(mine))
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
