@@ -75,7 +75,7 @@ class TestSetEvaluation(RoundEvaluation):
 
     def due(self, index: int, last: bool) -> bool:
         return self.setup.data.test is not None and \
-            (last or (index + 1) % self.setup.config.eval_every == 0)
+            every_nth(index, self.setup.config.eval_every, last)
 
     def run(self, program) -> Evaluation:
         setup, group = self.setup, self.setup.group
@@ -93,6 +93,12 @@ class TestSetEvaluation(RoundEvaluation):
             return False
         return ratio_over_ranks(self.setup.group, evaluation.correct, evaluation.count,
                                 empty=0.0, numerator_is_count=True) >= target
+
+
+def every_nth(index: int, every: int, last: bool) -> bool:
+    """Whether round ``index`` (0-based) is one an evaluation every ``every`` rounds scores:
+    each ``every``-th, and the ``last`` whatever it is (the run's result is scored)."""
+    return last or (index + 1) % every == 0
 
 
 def ratio_over_ranks(group, numerator: float, denominator: int, empty: float,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ...data.device_feed import feed_for
 from ...data.sources import CLASSIFICATION
+from ...engine.evaluation import every_nth
 from ...federated.aggregate import column_slice
 from ...federated.client_accuracy import client_scores
 
@@ -47,7 +48,7 @@ class ClientEvaluation:
     def due(self, round_index: int) -> bool:
         f = self.config.fedavg
         return bool(f.client_eval_every) and self.setup.data.task == CLASSIFICATION and \
-            ((round_index + 1) % f.client_eval_every == 0 or round_index + 1 == f.rounds)
+            every_nth(round_index, f.client_eval_every, round_index + 1 == f.rounds)
 
     def run(self, mine: list[int]) -> dict:
         """This rank's clients scored, as its report's ``client_scores``; ``mine``: the

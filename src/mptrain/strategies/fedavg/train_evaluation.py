@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from ...data.sharding import eval_shard
 from ...data.sources import CLASSIFICATION
+from ...engine.evaluation import every_nth
 from ...engine.task import evaluate
 
 
 def due(config, round_index: int) -> bool:
     """Whether round ``round_index`` (0-based) scores the training set: with the test set."""
-    return config.fedavg.eval_train and ((round_index + 1) % config.eval_every == 0
-                                         or round_index + 1 == config.fedavg.rounds)
+    return config.fedavg.eval_train and every_nth(round_index, config.eval_every,
+                                                  round_index + 1 == config.fedavg.rounds)
 
 
 def on_training_set(config, setup, trainer) -> dict:
