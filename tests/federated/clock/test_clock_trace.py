@@ -83,3 +83,13 @@ def test_a_trace_naming_unknown_clients_is_refused(tmp_path):
         _trace(tmp_path, {3: {"active": [0], "inactive": [1]}}, clients=3)
     with pytest.raises(UserError, match="non-negative integers"):
         _trace(tmp_path, {"phone": {"active": [0], "inactive": [1]}})
+
+
+def test_when_a_client_leaves_and_comes_back(tmp_path):
+    trace = _trace(tmp_path, {0: {"active": [10, 50], "inactive": [20, 60],
+                                  "finish_time": 100}}, clients=1)
+    assert trace.online_until(0, 12) == 20 and trace.online_until(0, 30) == 30
+    assert trace.next_online(1, 30) == 50 and trace.next_online(1, 70) == 110
+    assert trace.next_online(1, 15) == 15
+    partial = _trace(tmp_path, {0: {"active": [10], "inactive": [20]}}, clients=2)
+    assert partial.next_online(2, 25) == 25          # client 1 has no trace: always online

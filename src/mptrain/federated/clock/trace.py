@@ -43,17 +43,28 @@ class ClientWindows:
     def available(self, t: float) -> bool:
         return self._window(t % self.period) is not None
 
-    def online_through(self, t0: float, t1: float) -> bool:
-        phase = t0 % self.period
+    def online_until(self, t: float) -> float:
+        """When the client, online at ``t``, goes offline (``t`` itself when it is offline
+        then; infinity when it never does)."""
+        phase = t % self.period
         i = self._window(phase)
         if i is None:
-            return False
+            return t
         run_end = self.ends[i]
         if run_end >= self.period and self.starts[0] <= 0:   # the window wraps into the next
             if i == 0:
-                return True                                   # online the whole period
+                return math.inf                               # online the whole period
             run_end = self.period + self.ends[0]
-        return t1 - t0 <= run_end - phase
+        return t + (run_end - phase)
+
+    def next_online(self, t: float) -> float:
+        """The first moment from ``t`` on that the client is online."""
+        phase = t % self.period
+        if self._window(phase) is not None:
+            return t
+        i = bisect.bisect_right(self.starts, phase)
+        start = self.starts[i] if i < len(self.starts) else self.period + self.starts[0]
+        return t + (start - phase)
 
 
 @dataclass(frozen=True)
@@ -71,8 +82,20 @@ class AvailabilityTrace:
     def online_through(self, client: int, t0: float, t1: float) -> bool:
         """Whether ``client`` stays online from ``t0`` to ``t1`` (an update that starts at
         ``t0`` and reports at ``t1`` is lost otherwise)."""
+        return t1 <= self.online_until(client, t0)
+
+    def online_until(self, client: int, t: float) -> float:
+        """When ``client``, online at ``t``, goes offline (infinity: never; ``t``: it is
+        offline at ``t``)."""
         w = self.windows.get(client)
-        return w is None or w.online_through(t0, t1)
+        return math.inf if w is None else w.online_until(t)
+
+    def next_online(self, clients: int, t: float) -> float:
+        """The first moment from ``t`` on that any of ``range(clients)`` is online (a server
+        with nobody to sample waits until then)."""
+        if len(self.windows) < clients:
+            return t                      # someone without a trace: always online
+        return min(w.next_online(t) for c, w in self.windows.items() if c < clients)
 
     def available_clients(self, clients: int, t: float) -> list[int]:
         """The ids among ``range(clients)`` online at ``t``, increasing."""
