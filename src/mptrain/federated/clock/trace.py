@@ -21,10 +21,14 @@ import math
 from dataclasses import dataclass, field
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from .files import client_id, read_mapping
 
 CYCLE_PREFIX = "cycle:"
-_WHAT = "--availability-trace file"
+
+
+def _what() -> str:
+    return f"{named('availability_trace')} file"
 
 
 @dataclass(frozen=True)
@@ -112,21 +116,21 @@ def availability_trace(spec: str | None, clients: int) -> AvailabilityTrace:
     if spec is None:
         return ALWAYS_ONLINE
     if not isinstance(spec, str) or not spec.strip():
-        raise UserError(f"--availability-trace must be a file, got {spec!r}")
+        raise UserError(f"{named('availability_trace')} must be a file, got {spec!r}")
     cycle = spec.startswith(CYCLE_PREFIX)
     path = spec[len(CYCLE_PREFIX):] if cycle else spec
-    data = read_mapping(path, _WHAT)
-    parsed = dict(sorted((client_id(key, path, _WHAT), client_windows(entry, key, path))
+    data = read_mapping(path, _what())
+    parsed = dict(sorted((client_id(key, path, _what()), client_windows(entry, key, path))
                          for key, entry in data.items()))
     if not parsed:
-        raise UserError(f"{_WHAT} {path}: holds no clients")
+        raise UserError(f"{_what()} {path}: holds no clients")
     if cycle:
         ids = list(parsed)
         windows = {c: parsed[ids[c % len(ids)]] for c in range(clients)}
     else:
         unknown = [i for i in parsed if i >= clients]
         if unknown:
-            raise UserError(f"{_WHAT} {path}: names unknown client {unknown[0]} (the run has "
+            raise UserError(f"{_what()} {path}: names unknown client {unknown[0]} (the run has "
                             f"clients 0-{clients - 1}); use cycle:{path} to deal its traces "
                             "to the clients in turn")
         windows = parsed
@@ -135,7 +139,7 @@ def availability_trace(spec: str | None, clients: int) -> AvailabilityTrace:
 
 def client_windows(entry, key, path) -> ClientWindows:
     """One client's entry checked and merged into disjoint windows."""
-    where = f"{_WHAT} {path}: client {key}"
+    where = f"{_what()} {path}: client {key}"
     if not isinstance(entry, dict):
         raise UserError(f"{where}: expected {{'active': [...], 'inactive': [...]}}")
     active, inactive = entry.get("active"), entry.get("inactive")
