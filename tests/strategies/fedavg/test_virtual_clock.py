@@ -128,3 +128,13 @@ def test_deadline_and_over_selection_are_the_same_whatever_the_workers(tmp_path)
         [m.extras["virtual_time_s"] for m in one.rounds]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["virtual_time_s"] == one.rounds[-1].extras["virtual_time_s"]
+
+
+def test_a_trace_naming_unknown_clients_is_one_line_before_the_run(tmp_path, capsys):
+    from user_errors import fail
+
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"99": {"active": [0], "inactive": [10]}}))
+    err = fail(["run", "--strategy", "fedavg", "--data", "synthetic:0,0", "--rounds", "1",
+                "--client-speeds", "constant", "--availability-trace", str(path)], capsys)
+    assert "--availability-trace file" in err and "unknown client 99" in err
