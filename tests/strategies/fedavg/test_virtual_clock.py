@@ -138,3 +138,28 @@ def test_a_trace_naming_unknown_clients_is_one_line_before_the_run(tmp_path, cap
     err = fail(["run", "--strategy", "fedavg", "--data", "synthetic:0,0", "--rounds", "1",
                 "--client-speeds", "constant", "--availability-trace", str(path)], capsys)
     assert "--availability-trace file" in err and "unknown client 99" in err
+
+
+def test_a_round_nobody_finishes_in_time_says_so():
+    from types import SimpleNamespace
+
+    from mptrain.strategies.fedavg.report import round_notes
+
+    metrics = SimpleNamespace(epoch=3, extras={"clients": 0, "sampled": 5, "late": 4,
+                                               "offline": 1, "reported": 0})
+    assert round_notes(config(), metrics) == [
+        "round 3: none of the 5 sampled clients reported in time (4 late, 1 offline); "
+        "the round changed nothing"]
+
+
+@pytest.mark.parametrize("seconds, said", [(0.00213, "virtual 0.00213 s (2 late)"),
+                                           (12345.6, "virtual 12,346 s (2 late)")])
+def test_the_round_line_says_the_virtual_time(monkeypatch, seconds, said):
+    from types import SimpleNamespace
+
+    from mptrain.strategies.fedavg import report
+
+    monkeypatch.setattr(report, "metric_parts", lambda metrics: [])   # losses: not here
+    metrics = SimpleNamespace(epoch=1, extras={"clients": 3, "virtual_time_s": seconds,
+                                               "late": 2, "offline": 0})
+    assert said in report.round_line(metrics)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -102,7 +103,7 @@ def client_speeds(spec: str, clients: int, seed: int) -> ClientSpeeds:
         mu, sigma = _numbers(spec, arguments, 2, DEFAULT_LOGNORMAL)
         if sigma < 0:
             raise UserError(f"{named('client_speeds')} {spec}: SIGMA must be >= 0")
-        rng = np.random.default_rng([seed, _SPEEDS])   # no torch: config reads this
+        rng = np.random.default_rng([seed, _SPEEDS])   # its own stream of the seed
         device = np.maximum(FEDSCALE_MIN_DEVICE_SPEED, rng.lognormal(mu, sigma, clients))
         return _with_default_link(device * FEDSCALE_S_PER_SAMPLE, spec)
     if name == "constant":
@@ -113,7 +114,7 @@ def client_speeds(spec: str, clients: int, seed: int) -> ClientSpeeds:
         return _with_default_link(np.full(clients, ms / 1000.0), spec)
     cycle = spec.startswith(CYCLE_PREFIX)
     path = spec[len(CYCLE_PREFIX):] if cycle else spec
-    if "." not in path and "/" not in path and not _exists(path):
+    if "." not in path and "/" not in path and not Path(path).exists():
         raise UserError(f"{named('client_speeds')} {spec!r}: unknown; expected "
                         "lognormal:MU,SIGMA, constant:MS or a file of device speeds "
                         "(FedScale's layout)")
@@ -165,9 +166,3 @@ def _numbers(spec: str, arguments: str, count: int, default: tuple) -> tuple:
         raise UserError(f"{named('client_speeds')} {spec}: expected {count} number"
                         f"{'s' if count > 1 else ''} after the colon")
     return values
-
-
-def _exists(path: str) -> bool:
-    from pathlib import Path
-
-    return Path(path).exists()

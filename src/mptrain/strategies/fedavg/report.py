@@ -97,8 +97,9 @@ def round_line(metrics) -> list[str]:
     if extras.get("virtual_time_s") is not None:
         lost = [f"{extras[key]} {key}" for key in ("late", "offline", "cancelled")
                 if extras.get(key)]
-        parts.append(f"virtual {extras['virtual_time_s']:,.0f} s"
-                     + (f" ({', '.join(lost)})" if lost else ""))
+        seconds = extras["virtual_time_s"]
+        said = f"{seconds:,.0f}" if seconds >= 100 else f"{seconds:.3g}"
+        parts.append(f"virtual {said} s" + (f" ({', '.join(lost)})" if lost else ""))
     if extras.get("epsilon") is not None:
         parts.append(f"ε {extras['epsilon']:.3g}")
     parts += robust.round_parts(extras)
@@ -129,7 +130,11 @@ def round_notes(config, metrics, planned: str | None = None) -> list[str]:
         notes.append(f"round {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
                      "non-finite update")
     noise = " but the noise" if "epsilon" in extras else ""
-    if extras.get("clients") == 0:
+    if extras.get("clients") == 0 and extras.get("sampled"):   # the clock dropped them all
+        notes.append(f"round {index}: none of the {extras['sampled']} sampled clients "
+                     f"reported in time ({extras.get('late', 0)} late, "
+                     f"{extras.get('offline', 0)} offline); the round changed nothing{noise}")
+    elif extras.get("clients") == 0:
         notes.append(f"round {index}: Poisson sampling drew no client; the round changed "
                      f"nothing{noise}")
     elif extras.get("clients") and extras.get("reported") == 0:
