@@ -88,7 +88,8 @@ class ClientTrainer:
         steps, samples and the sum of its training loss over samples. ``relabel``: a
         transform of the client's labels (a label-flipping attacker's)."""
         c, f, setup, shared = self.config, self.config.fedavg, self.setup, self.shared
-        indices = shared.client_indices(client)
+        # Data drawn on demand: the client's rows drawn once for all its local epochs.
+        feed, (indices,) = self.feed.for_rows([shared.client_indices(client)])
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
         seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
         budget = availability.local_steps(c.seed, round_index, client, f.straggler_rate,
@@ -106,7 +107,7 @@ class ClientTrainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
         for _ in range(f.local_epochs):
             order = indices[torch.randperm(len(indices), generator=generator)]
-            for _, batch, inputs, targets in self.feed.batches(
+            for _, batch, inputs, targets in feed.batches(
                     enumerate(torch.split(order, c.batch_size))):
                 if steps == budget:
                     break   # a straggler stops here

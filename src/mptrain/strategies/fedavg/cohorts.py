@@ -144,9 +144,10 @@ class CohortClients:
         if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
+        # Data drawn on demand: the cohort's rows drawn once for all its steps.
+        feed, rows = trainer.feed.for_rows([shared.client_indices(c) for c in clients])
         return list(train_cohort(
-            self.cohort_trainer, clients, round_index, self.work, shared.client_index,
-            shared.client_offsets, trainer.feed.batch,
+            self.cohort_trainer, clients, round_index, self.work, rows, feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
             corrections, on_step=self.setup.progress.advance))
 
