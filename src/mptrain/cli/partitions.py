@@ -65,6 +65,7 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
       --server-momentum M                        FedAvgM (server sgd)
       --scaffold                                 SCAFFOLD, option II variates
       --dropout-rate P, --straggler-rate P       unreliable clients
+        --straggler-mode exact                   FedProx's: round(K x P) of K straggle
         --drop-stragglers                        FedAvg loses stragglers' work
       --eval-train                               loss over the whole training set
       --dp-clip C --dp-noise Z --sampling poisson  DP-FedAvg; epsilon at

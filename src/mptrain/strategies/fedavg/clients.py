@@ -20,6 +20,7 @@ from ...federated import availability, scaffold
 from ...federated.client import add_proximal_gradient_, full_steps
 from ...federated.sampling import client_seed
 from ..model_state import floating_state
+from .sample import RoundSample
 from .shared import FedAvgShared, param_numel
 
 
@@ -47,6 +48,7 @@ class ClientTrainer:
         self.optimizer = build_optimizer(self.params, c.optimizer, c.lr, c.momentum,
                                          c.weight_decay)
         self.sizes = shared.client_sizes()
+        self.round_sample = RoundSample(config, shared.rows)   # who else is in my round
         # Views of the shared global model, one per tensor: the server updates it in place,
         # so they stay valid for the whole run.
         sizes = [t.numel() for t in self.tensors]
@@ -92,8 +94,9 @@ class ClientTrainer:
         feed, (indices,) = self.feed.for_rows([shared.client_indices(client)])
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
         seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
-        budget = availability.local_steps(c.seed, round_index, client, f.straggler_rate,
-                                          self.full_steps(client))
+        budget = availability.step_budget(
+            c.seed, round_index, client, self.full_steps(client), f.straggler_rate,
+            f.straggler_mode, f.local_epochs, self.round_sample.for_stragglers(round_index))
         self.optimizer.state.clear()  # a fresh optimizer for every client
         for group in self.optimizer.param_groups:
             group["lr"] = self.client_lr(round_index)

@@ -39,6 +39,7 @@ class FedAvgSettings:
     sampling: str = "fixed"                 # fixed-size uniform sample, or Poisson (rate q)
     dropout_rate: float = 0.0               # sampled clients that train but never report
     straggler_rate: float = 0.0             # sampled clients doing part of their local steps
+    straggler_mode: str = "per-client"      # or "exact": FedProx's count and whole epochs
     dp_clip: float | None = None            # L2 clip of each client's update
     dp_noise: float | None = None           # noise multiplier z: std z * clip on the sum
     dp_delta: float | None = None           # None with DP: 1e-5

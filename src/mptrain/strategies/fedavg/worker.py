@@ -38,7 +38,7 @@ from ...federated import availability, scaffold
 from ...federated.client import update_is_finite
 from ...federated.cohorts.clients import split_into_cohorts
 from ...federated.privacy import clip_
-from ...federated.sampling import assign_clients, poisson_sample, sample_clients
+from ...federated.sampling import assign_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
 from . import checkpoint, train_evaluation
@@ -47,6 +47,7 @@ from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .gathered import GatheredTable, slot_owners
 from .robust_worker import RobustWorker
+from .sample import round_sample
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
@@ -90,7 +91,7 @@ class FedAvgProgram(WorkerProgram):
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
         group, shared = self.group, self.shared
-        sampled = self._sample(round_index)
+        sampled = round_sample(self.config, round_index, shared.rows)
         assignment = assign_clients(sampled, self.trainer.sizes, group.world_size)
         mine = assignment[group.rank]
         owners = slot_owners(sampled, assignment)
@@ -129,16 +130,6 @@ class FedAvgProgram(WorkerProgram):
                          started=started, ended=ended, extras=extras,
                          last=bool(figures.get("privacy_stop")) if group.rank == 0
                          else self.server.privacy_stop())
-
-    def _sample(self, round_index: int) -> list[int]:
-        c, f = self.config, self.config.fedavg
-        if f.sampling == "poisson":
-            sampled = poisson_sample(f.clients, f.sample_rate, c.seed, round_index)
-            if len(sampled) > self.shared.rows:   # < 1e-20 per round
-                raise ClientFailedError(f"round {round_index + 1} sampled {len(sampled)} "
-                                        "clients, more than the table holds")
-            return sampled
-        return sample_clients(f.clients, f.sampled_clients, c.seed, round_index)
 
     def train_my_clients(self, mine: list[int], sampled: list[int], round_index: int,
                          clip: float | None, tally: "RoundTally"):
