@@ -39,7 +39,6 @@ class FedAvgSettings:
     sampling: str = "fixed"                 # fixed-size uniform sample, or Poisson (rate q)
     dropout_rate: float = 0.0               # sampled clients that train but never report
     straggler_rate: float = 0.0             # sampled clients doing part of their local steps
-    straggler_mode: str = "per-client"      # or "exact": FedProx's count and whole epochs
     dp_clip: float | None = None            # L2 clip of each client's update
     dp_noise: float | None = None           # noise multiplier z: std z * clip on the sum
     dp_delta: float | None = None           # None with DP: 1e-5
@@ -56,6 +55,7 @@ class FedAvgSettings:
     attack: str | None = None               # what they send (federated.robust.attacks)
     drop_stragglers: bool = False           # FedAvg as FedProx's paper runs it: stragglers lost
     eval_train: bool = False                # with the test set, score the whole training set
+    straggler_mode: str = "per-client"      # or "exact": FedProx's count and whole epochs
 
     @property
     def sampled_clients(self) -> int:
