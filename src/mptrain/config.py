@@ -20,7 +20,8 @@ from typing import Any, Mapping
 from .data.defaults import TrainingDefaults
 from .engine.precision import PRECISIONS
 from .errors import UserError, did_you_mean, setting_name
-from .federated.choices import ACCOUNTANTS, CLIENT_SAMPLING, SERVER_OPTIMIZERS, VECTORIZE_CLIENTS
+from .federated.choices import (ACCOUNTANTS, CLIENT_SAMPLING, SERVER_OPTIMIZERS, STRAGGLER_MODES,
+                                VECTORIZE_CLIENTS)
 from .strategies.fedavg.settings import FEDAVG_SETTINGS, FedAvgSettings
 from .strategies.registry import DEFAULT_STRATEGY
 
@@ -388,7 +389,7 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
             "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS,
-            "vectorize_clients": VECTORIZE_CLIENTS}
+            "vectorize_clients": VECTORIZE_CLIENTS, "straggler_mode": STRAGGLER_MODES}
 #: Settings that may be None (left to the run or off).
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",

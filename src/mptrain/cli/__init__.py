@@ -2,7 +2,7 @@
 
 No training logic lives here. Every user mistake becomes one line on stderr and exit code 2.
 Each sub-command is a module of this package (``run``, ``rl``, ``bench``, ``partitions``,
-``tools``).
+``plot``, ``tools``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ..errors import (Interrupted, RunInterrupted, TrainingDiverged, UserError,
                       WorkerFailedError)
 from ..launch import openmp
 from ..launch.lifecycle import exit_after_cleanup, sigterm_raises
-from . import bench, partitions, rl, run, tools  # noqa: F401  (each registers its command)
+from . import bench, partitions, plot, rl, run, tools  # noqa: F401  (each registers its command)
 from .app import cli
 
 # click >= 8.2 raises this for a bare `mptrain`; older versions print the help themselves.

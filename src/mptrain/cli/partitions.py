@@ -65,6 +65,7 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
       --server-momentum M                        FedAvgM (server sgd)
       --scaffold                                 SCAFFOLD, option II variates
       --dropout-rate P, --straggler-rate P       unreliable clients
+        --straggler-mode exact                   FedProx's: round(K x P) of K straggle
         --drop-stragglers                        FedAvg loses stragglers' work
       --client-speeds lognormal                  a virtual clock: virtual_time_s
         --round-deadline S, --over-select F,     per round; late clients dropped

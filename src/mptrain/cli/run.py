@@ -7,8 +7,8 @@ import click
 
 from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SCHEDULES,
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
-                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, VECTORIZE_CLIENTS,
-                      load_config_file)
+                      SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, STRAGGLER_MODES,
+                      VECTORIZE_CLIENTS, load_config_file)
 from ..federated.robust.spec import AGGREGATOR_HELP, ATTACK_HELP
 from ..settings import DATA_COLUMNS, RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
@@ -171,6 +171,11 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--straggler-rate", type=float,
               help="fedavg: fraction of sampled clients doing a random part of their local "
                    "steps (0).")
+@click.option("--straggler-mode", type=Choice(STRAGGLER_MODES),
+              help="fedavg: per-client (each sampled client straggles with probability P, "
+                   "doing 1 to all-but-one of its local steps) or exact (FedProx's code: "
+                   "round(K x P) of the round's K clients straggle, each doing 1 to E-1 "
+                   "whole local epochs)  [default: per-client]")
 @click.option("--drop-stragglers/--no-drop-stragglers", default=None,
               help="fedavg: throw away the stragglers' partial work (FedAvg as FedProx's "
                    "paper runs it) instead of aggregating it (FedProx).")

@@ -36,8 +36,21 @@ class DeviceFeed:
     """``batches(pairs)`` turns ``(key, indices)`` pairs into ``(key, indices, inputs,
     targets)`` with the tensors on the feed's device. This one: CPU, no copy."""
 
+    device = torch.device("cpu")
+
     def __init__(self, data: SharedTensorDataset):
         self.data = data
+
+    def for_rows(self, pieces) -> tuple["DeviceFeed", list[torch.Tensor]]:
+        """A feed for the rows of ``pieces`` (index tensors: each a client's samples) and
+        their indices in it: for data drawn on demand a feed over those rows gathered once
+        (``DeviceRows.gathered``), so that a batch does not look for its devices again;
+        for any other data this feed and the indices as they are."""
+        gathered = getattr(self.data, "gathered", None)
+        if gathered is None:
+            return self, list(pieces)
+        block, positions = gathered(pieces)
+        return feed_for(block, self.device), positions
 
     def batches(self, pairs: Iterable) -> Iterator:
         for key, indices in pairs:

@@ -4,16 +4,29 @@ whatever the number of workers.
 - A **dropout** is a sampled client that trains but never reports (a phone that went
   offline): the round aggregates the clients that did report, weighted as always.
 - A **straggler** does only part of its local work (the FedProx paper's systems
-  heterogeneity): a uniformly random number of local steps from 1 to ``full - 1``.
+  heterogeneity). ``--straggler-mode per-client`` (the default): each sampled client
+  straggles with probability P and does a uniformly random number of local steps from 1 to
+  ``full - 1``. ``exact``, as FedProx's code (litian96/FedProx, ``trainers/fedprox.py``)
+  runs its table: of the K clients a round samples, ``round(K x (1 - P))`` chosen at random
+  finish and the others straggle -- at 90% of 10, exactly 9 -- each doing a uniformly random
+  whole number of local epochs from 1 to E - 1.
+
+Both are the same whichever process trains a client: a draw depends on the seed, the round,
+the client and (``exact``) the round's sample, never on which worker asks.
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
+from .choices import STRAGGLER_MODES
 from .sampling import mix_seed
 
 _DROPOUT, _STRAGGLER = 0x5EED_0004, 0x5EED_0005
+_EXACT_STRAGGLERS, _STRAGGLER_EPOCHS = 0x5EED_000A, 0x5EED_000B
+PER_CLIENT, EXACT = STRAGGLER_MODES
 
 
 def _uniform(seed: int, round_index: int, client: int, salt: int) -> float:
@@ -37,3 +50,40 @@ def local_steps(seed: int, round_index: int, client: int, rate: float, full: int
         return full
     # The same draw, rescaled to [0, 1), picks the count: one stream per client and round.
     return 1 + min(full - 2, int(draw / rate * (full - 1)))
+
+
+def exact_stragglers(seed: int, round_index: int, sampled: Sequence[int],
+                     rate: float) -> frozenset[int]:
+    """FedProx's stragglers of a round: of the K clients ``sampled``, all but
+    ``round(K x (1 - rate))`` (its code's count of clients that finish; Python's rounding,
+    as there), chosen uniformly from the seed and the round."""
+    clients = sorted(sampled)
+    finishing = round(len(clients) * (1 - rate))
+    if rate <= 0 or finishing >= len(clients):
+        return frozenset()
+    generator = torch.Generator().manual_seed(
+        mix_seed(seed, round_index, len(clients), _EXACT_STRAGGLERS))
+    order = torch.randperm(len(clients), generator=generator).tolist()
+    return frozenset(clients[i] for i in order[finishing:])
+
+
+def straggler_epochs(seed: int, round_index: int, client: int, local_epochs: int) -> int:
+    """The whole local epochs a straggler of ``exact`` mode does: uniform from 1 to
+    ``local_epochs - 1`` (FedProx's ``randint(1, E)``); 1 where E is 1 or 2."""
+    draw = _uniform(seed, round_index, client, _STRAGGLER_EPOCHS)
+    return 1 + min(max(0, local_epochs - 2), int(draw * max(1, local_epochs - 1)))
+
+
+def step_budget(seed: int, round_index: int, client: int, full: int, rate: float,
+                mode: str = PER_CLIENT, local_epochs: int = 1,
+                sampled: Sequence[int] = ()) -> int:
+    """The local steps ``client`` may take in round ``round_index`` out of its ``full``
+    (``local_epochs`` epochs of equal steps): ``per-client``, :func:`local_steps`;
+    ``exact``, ``full`` unless it is one of the round's :func:`exact_stragglers` among
+    ``sampled``, then :func:`straggler_epochs` whole epochs of them. What the one-at-a-time
+    and the stacked paths both ask."""
+    if mode == PER_CLIENT:
+        return local_steps(seed, round_index, client, rate, full)
+    if client not in exact_stragglers(seed, round_index, sampled, rate):
+        return full
+    return straggler_epochs(seed, round_index, client, local_epochs) * (full // local_epochs)

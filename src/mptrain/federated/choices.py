@@ -10,3 +10,7 @@ ACCOUNTANTS = ("rdp", "pld")
 CLIENT_SAMPLING = ("fixed", "poisson")
 #: ``--vectorize-clients`` (``cohorts.choice``).
 VECTORIZE_CLIENTS = ("auto", "on", "off")
+#: ``--straggler-mode`` (``availability``): each sampled client straggles with probability
+#: P and does part of its local steps, or FedProx's code: exactly that share of the round's
+#: clients straggle, each doing a whole number of local epochs.
+STRAGGLER_MODES = ("per-client", "exact")

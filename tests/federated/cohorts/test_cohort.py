@@ -281,14 +281,12 @@ def test_a_cohort_counts_its_samples_once_and_takes_them_back_when_it_raises(dat
     inputs, targets, every = data
     model = small_model()
     trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS["sgd"], torch.device("cpu"))
-    index = torch.cat(every)
-    offsets = torch.tensor([0] + [len(c) for c in every]).cumsum(0)
     work = ClientWork(seed=3, batch_size=BATCH, local_epochs=EPOCHS, straggler_rate=0.0)
     start = [p.detach() for p in model.parameters()]
 
     def run(batch):
         counted = []
-        outcomes = list(train_cohort(trainer, range(len(every)), 0, work, index, offsets,
+        outcomes = list(train_cohort(trainer, range(len(every)), 0, work, every,
                                      batch, start, lr=0.1, on_step=counted.append))
         return counted, outcomes
 
@@ -306,7 +304,7 @@ def test_a_cohort_counts_its_samples_once_and_takes_them_back_when_it_raises(dat
 
     counted = []
     with pytest.raises(RuntimeError, match="simulated"):
-        list(train_cohort(trainer, range(len(every)), 0, work, index, offsets,
+        list(train_cohort(trainer, range(len(every)), 0, work, every,
                           out_of_memory_at_the_fifth_step, start, lr=0.1,
                           on_step=counted.append))
     assert len(counted) == 5 and min(counted[:4]) > 0     # four steps, then taken back

@@ -31,6 +31,7 @@ class ClientWork:
     batch_size: int
     local_epochs: int
     straggler_rate: float
+    straggler_mode: str = availability.PER_CLIENT
 
 
 @dataclass
@@ -93,20 +94,23 @@ def split_into_cohorts(clients: Sequence[int], size: int) -> list[list[int]]:
 
 
 def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: int,
-                 work: ClientWork, client_index: torch.Tensor, offsets: torch.Tensor,
+                 work: ClientWork, rows: Sequence[torch.Tensor],
                  batch: Callable, global_params: Sequence[torch.Tensor], lr: float,
                  corrections: torch.Tensor | None = None,
-                 on_step: Callable[[int], None] | None = None) -> Iterator[ClientOutcome]:
+                 on_step: Callable[[int], None] | None = None,
+                 sampled: Sequence[int] = ()) -> Iterator[ClientOutcome]:
     """Train ``clients`` together from the global model ``global_params``; yields each
-    client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
+    client's outcome in order. ``rows[k]``: the samples of ``clients[k]``, as indices that
+    ``batch`` reads; ``sampled``: the round's clients, where they decide who straggles
+    (``availability.step_budget``). ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
     ``on_step(samples)``: progress after every step, and once, negative, if the cohort
     raises (what it counted is taken back: its clients are then trained again)."""
     streams = []
-    for client in clients:
-        indices = client_index[offsets[client]:offsets[client + 1]]
+    for client, indices in zip(clients, rows):
         full = full_steps(len(indices), work.batch_size, work.local_epochs)
-        budget = availability.local_steps(work.seed, round_index, client,
-                                          work.straggler_rate, full)
+        budget = availability.step_budget(work.seed, round_index, client, full,
+                                          work.straggler_rate, work.straggler_mode,
+                                          work.local_epochs, sampled)
         generator = torch.Generator().manual_seed(client_seed(work.seed, round_index, client))
         streams.append(client_batches(indices, generator, work.batch_size,
                                       work.local_epochs, budget))

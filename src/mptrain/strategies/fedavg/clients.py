@@ -20,6 +20,7 @@ from ...federated import availability, scaffold
 from ...federated.client import add_proximal_gradient_, full_steps
 from ...federated.sampling import client_seed
 from ..model_state import floating_state
+from .sample import RoundSample
 from .shared import FedAvgShared, param_numel
 
 
@@ -47,6 +48,7 @@ class ClientTrainer:
         self.optimizer = build_optimizer(self.params, c.optimizer, c.lr, c.momentum,
                                          c.weight_decay)
         self.sizes = shared.client_sizes()
+        self.round_sample = RoundSample(config, shared.rows)   # who else is in my round
         # Views of the shared global model, one per tensor: the server updates it in place,
         # so they stay valid for the whole run.
         sizes = [t.numel() for t in self.tensors]
@@ -88,11 +90,13 @@ class ClientTrainer:
         steps, samples and the sum of its training loss over samples. ``relabel``: a
         transform of the client's labels (a label-flipping attacker's)."""
         c, f, setup, shared = self.config, self.config.fedavg, self.setup, self.shared
-        indices = shared.client_indices(client)
+        # Data drawn on demand: the client's rows drawn once for all its local epochs.
+        feed, (indices,) = self.feed.for_rows([shared.client_indices(client)])
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
         seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
-        budget = availability.local_steps(c.seed, round_index, client, f.straggler_rate,
-                                          self.full_steps(client))
+        budget = availability.step_budget(
+            c.seed, round_index, client, self.full_steps(client), f.straggler_rate,
+            f.straggler_mode, f.local_epochs, self.round_sample.for_stragglers(round_index))
         self.optimizer.state.clear()  # a fresh optimizer for every client
         for group in self.optimizer.param_groups:
             group["lr"] = self.client_lr(round_index)
@@ -106,7 +110,7 @@ class ClientTrainer:
         loss_sum = torch.zeros((), dtype=torch.float64, device=setup.device)
         for _ in range(f.local_epochs):
             order = indices[torch.randperm(len(indices), generator=generator)]
-            for _, batch, inputs, targets in self.feed.batches(
+            for _, batch, inputs, targets in feed.batches(
                     enumerate(torch.split(order, c.batch_size))):
                 if steps == budget:
                     break   # a straggler stops here

@@ -109,7 +109,7 @@ class CohortClients:
         self.agreed = not self.path.vectorized
         self.saved_size: int | None = None    # the cohort size of the run a resume continues
         self.work = ClientWork(config.seed, config.batch_size, config.fedavg.local_epochs,
-                               config.fedavg.straggler_rate)
+                               config.fedavg.straggler_rate, config.fedavg.straggler_mode)
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
@@ -144,11 +144,13 @@ class CohortClients:
         if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
+        # Data drawn on demand: the cohort's rows drawn once for all its steps.
+        feed, rows = trainer.feed.for_rows([shared.client_indices(k) for k in clients])
         return list(train_cohort(
-            self.cohort_trainer, clients, round_index, self.work, shared.client_index,
-            shared.client_offsets, trainer.feed.batch,
+            self.cohort_trainer, clients, round_index, self.work, rows, feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
-            corrections, on_step=self.setup.progress.advance))
+            corrections, on_step=self.setup.progress.advance,
+            sampled=trainer.round_sample.for_stragglers(round_index)))
 
     # -- a checkpoint's part -----------------------------------------------------------------
     def state(self) -> dict:

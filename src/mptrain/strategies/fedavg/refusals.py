@@ -15,6 +15,7 @@ from ...comm.dist import gather_buffer_rows
 from ...data.sources import CLASSIFICATION
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
+from ...federated.availability import EXACT
 from ...federated.robust.settings import RobustSettings
 from ...report.words import human_bytes
 from ..model_state import floating_state
@@ -61,6 +62,21 @@ def check_fedavg_config(config) -> None:
         raise UserError(f"{named('drop_stragglers')} drops the clients that "
                         f"{named('straggler_rate')} P makes straggle, and there are none: "
                         f"add {named('straggler_rate')} P")
+    if f.straggler_mode == EXACT:
+        if not f.straggler_rate:
+            raise UserError(f"{named('straggler_mode')} exact decides which clients "
+                            f"{named('straggler_rate')} P makes straggle, and there are "
+                            f"none: add {named('straggler_rate')} P")
+        if f.local_epochs < 2:
+            raise UserError(f"{named('straggler_mode')} exact: a straggler does 1 to E-1 "
+                            f"whole local epochs, and {named('local_epochs')} is "
+                            f"{f.local_epochs}: give {named('local_epochs')} 2 or more, or "
+                            f"{named('straggler_mode')} per-client (part of the steps)")
+        if f.client_speeds:
+            raise UserError(f"{named('straggler_mode')} exact picks the stragglers among the "
+                            f"clients a round samples, and {named('client_speeds')} makes the "
+                            "virtual clock sample among those online and over-selected: use "
+                            f"{named('straggler_mode')} per-client with the clock")
     _check_privacy(f)
     check_clock(config)
     refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,

@@ -159,7 +159,8 @@ def summary_fields(config, last_epsilon: float | None,
               "server_lr": server_optimizer(f).lr,
               "server_momentum": f.server_momentum, "scaffold": f.scaffold,
               "sampling": f.sampling, "dropout_rate": f.dropout_rate,
-              "straggler_rate": f.straggler_rate, "drop_stragglers": f.drop_stragglers}
+              "straggler_rate": f.straggler_rate, "straggler_mode": f.straggler_mode,
+              "drop_stragglers": f.drop_stragglers}
     if f.private:
         fields.update({"epsilon": last_epsilon, "dp_delta": privacy_delta(f),
                        "dp_noise": f.dp_noise, "dp_clip": f.dp_clip,
@@ -194,6 +195,11 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
     if f.dropout_rate or f.straggler_rate:
         extras.append(f"unreliable clients: {f.dropout_rate:g} drop out, "
                       f"{f.straggler_rate:g} straggle"
+                      + (" (exactly that share of each round's clients, "
+                         + ("1 whole local epoch" if f.local_epochs == 2 else
+                            f"1 to {f.local_epochs - 1} whole local epochs")
+                         + " each, as FedProx's code)"
+                         if f.straggler_mode == "exact" and f.straggler_rate else "")
                       + (" (their partial work dropped)" if f.drop_stragglers else ""))
     if f.dp_clip is not None:
         extras.append(_privacy_line(f))

@@ -59,6 +59,7 @@ class FedAvgSettings:
     availability_trace: str | None = None   # when each client is online (FedScale's layout)
     round_deadline: float | None = None     # virtual seconds a round waits for its clients
     over_select: float = 1.0                # sample F x clients_per_round, keep the first
+    straggler_mode: str = "per-client"      # or "exact": FedProx's count and whole epochs
 
     @property
     def sampled_clients(self) -> int:

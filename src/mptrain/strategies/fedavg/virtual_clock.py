@@ -25,6 +25,7 @@ from ...federated import availability
 from ...federated.client import full_steps
 from ...federated.clock import (ClientRun, availability_trace, client_speeds, time_round)
 from ...federated.sampling import poisson_sample, sample_clients
+from .sample import round_sample
 
 
 class RoundSampler:
@@ -38,13 +39,9 @@ class RoundSampler:
         self.figures: dict = {}
 
     def sample(self, round_index: int) -> list[int]:
-        c, f = self.config, self.config.fedavg
-        if self.clock is not None:
-            trained, self.figures = self.clock.play_to(round_index)
-        elif f.sampling == "poisson":
-            trained = poisson_sample(f.clients, f.sample_rate, c.seed, round_index)
-        else:
-            trained = sample_clients(f.clients, f.sampled_clients, c.seed, round_index)
+        if self.clock is None:
+            return round_sample(self.config, round_index, self.rows)
+        trained, self.figures = self.clock.play_to(round_index)
         if len(trained) > self.rows:   # Poisson: < 1e-20 per round
             raise ClientFailedError(f"round {round_index + 1} sampled {len(trained)} "
                                     "clients, more than the table holds")
