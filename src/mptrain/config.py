@@ -381,7 +381,8 @@ def check_positive_ints(settings, names) -> None:
 
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
-                  "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk")
+                  "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk",
+                  "personal_head_epochs")
 _FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
           "compile", "drop_stragglers", "eval_train")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
@@ -393,7 +394,7 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
                        "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
-                       "attack"})
+                       "attack", "personal_memory"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
@@ -405,7 +406,8 @@ _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "dp_clip": (0, None, True, False), "dp_noise": (0, None, True, False),
             "dp_delta": (0, 1, True, True), "target_epsilon": (0, None, True, False),
             "dp_clip_quantile": (0, 1, True, True), "dp_clip_lr": (0, None, True, False),
-            "dp_count_noise": (0, None, True, False), "malicious_fraction": (0, 1, False, True)}
+            "dp_count_noise": (0, None, True, False), "malicious_fraction": (0, 1, False, True),
+            "personal_memory": (0, None, False, False)}
 
 
 def check_setting(name: str, value) -> None:
@@ -457,6 +459,11 @@ def check_setting(name: str, value) -> None:
             from .federated.robust.spec import parse_aggregator, parse_attack
 
             (parse_aggregator if name == "aggregator" else parse_attack)(value)
+    elif name == "personalize":
+        if value is not None:
+            from .federated.personal.spec import parse_personalize   # no torch
+
+            parse_personalize(value)
     elif name == "partition":
         check_kind(name, value, "a name")
         if not value:

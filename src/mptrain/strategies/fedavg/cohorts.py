@@ -26,6 +26,7 @@ from ...federated.cohorts.optimizer import ClientOptimizerSettings
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
 from ...federated.cohorts.memory import cohort_size, memory_budget
+from .personal_setup import one_at_a_time_reason
 from .shared import table_rows
 
 
@@ -42,6 +43,9 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     mode = f.vectorize_clients
     if mode == "off":
         return None, ClientPath(False, reason=vectorizing("off"))
+    personal = one_at_a_time_reason(config)   # ``on`` is refused with it
+    if personal is not None:
+        return None, ClientPath(False, reason=personal)
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
                                               "model")

@@ -9,6 +9,7 @@ from pathlib import Path
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...report.console import metric_parts
 from ...report.words import count
+from . import personal_report
 from . import robust_report as robust
 from .settings import accountant_name, privacy_delta, server_optimizer
 from .client_metrics import FILE_NAME
@@ -100,6 +101,7 @@ def round_line(metrics) -> list[str]:
         parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
                      f"(weighted {100 * extras['client_acc_weighted']:.1f}%, "
                      f"p10 {100 * extras['client_acc_p10']:.1f}%)")
+    parts += personal_report.round_parts(extras)
     return parts + metric_parts(metrics)
 
 
@@ -188,8 +190,8 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
         extras.append(_privacy_line(f))
     if f.eval_train:
         extras.append("the training set scored with the test set")
-    if f.client_eval_every:
-        extras.append(client_evaluation_line(f.client_eval_every, client_eval_split,
+    if f.client_eval_rounds:
+        extras.append(client_evaluation_line(f.client_eval_rounds, client_eval_split,
                                              only_sampled, out_dir))
     if f.accept_failures:
         extras.append("failing clients are dropped from their round")

@@ -55,6 +55,9 @@ class FedAvgSettings:
     attack: str | None = None               # what they send (federated.robust.attacks)
     drop_stragglers: bool = False           # FedAvg as FedProx's paper runs it: stragglers lost
     eval_train: bool = False                # with the test set, score the whole training set
+    personalize: str | None = None          # each client's own model (federated.personal)
+    personal_memory: float | None = None    # MiB of shared memory for it; None: half of free
+    personal_head_epochs: int | None = None  # fedrep: head epochs before the body's; None: 10
 
     @property
     def sampled_clients(self) -> int:
@@ -64,6 +67,15 @@ class FedAvgSettings:
         if self.client_fraction is not None:
             return max(1, math.ceil(self.client_fraction * self.clients))
         return min(10, self.clients)
+
+    @property
+    def client_eval_rounds(self) -> int | None:
+        """Per-client evaluation every N rounds (and the last): --client-eval-every, or with
+        --personalize and without it, the last round only (None: no per-client
+        evaluation)."""
+        if self.client_eval_every is None and self.personalize is not None:
+            return self.rounds
+        return self.client_eval_every
 
     @property
     def private(self) -> bool:
