@@ -157,3 +157,22 @@ def test_auto_trains_one_client_at_a_time_and_says_why(capsys):
     shown = capsys.readouterr()
     assert "one client at a time: personalize ditto keeps personal state" in \
         shown.out + shown.err
+
+
+def test_state_that_would_not_fit_the_disk_is_refused_up_front(tmp_path, monkeypatch):
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg import personal_report, personal_setup
+    from mptrain.strategies.fedavg import shared as fedavg_shared
+
+    config = TrainConfig(strategy="fedavg", clients=1000, personalize="ditto:1",
+                         personal_memory=1)
+    model = normed_model()   # 1,178 floats a client: 1 MiB holds 222 of them
+    placement = personal_setup.store_plan(config, model, tmp_path)
+    assert (placement.memory_rows, placement.disk_rows) == (222, 778)
+    line = personal_report.banner_line(config, model, tmp_path)
+    assert "1021.5 KiB in shared memory (222 of 1,000 clients), 3.5 MiB in a memory-mapped " \
+           f"file {tmp_path / STORE_FILE}" in line
+    monkeypatch.setattr(fedavg_shared, "_free_bytes", lambda path: 2**20)
+    with pytest.raises(UserError, match=r"keeps 3\.5 MiB of personal state beyond "
+                                        r"1021\.5 KiB in shared memory .*: 1\.0 MiB free"):
+        personal_setup.store_plan(config, model, tmp_path)
