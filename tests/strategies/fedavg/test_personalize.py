@@ -2,7 +2,7 @@
 global one on each client's own test split (figures, rows, banner); fine-tuning and Ditto
 leave FedAvg's global model as it was, bit for bit; FedPer never averages its layers; the
 same bits on two workers as on one; a resume continues bitwise with the personal state in
-a mapped file; refusals in one line."""
+a mapped file; stacked FedPer agrees with one client at a time; refusals in one line."""
 
 from __future__ import annotations
 
@@ -119,7 +119,10 @@ def test_personalize_alone_scores_the_last_round():
 @pytest.mark.parametrize("options, message", [
     (dict(personalize="fedper:9"), "no layer '9'; its layers: 0, 1, 3"),
     (dict(personalize="fedper:0,1,3"), "leaves nothing to average"),
-    (dict(personalize="ditto:1", vectorize_clients="on"), "stacked cohorts do not hold it"),
+    (dict(personalize="ditto:1", vectorize_clients="on"), "stacked cohorts hold only fedper's"),
+    (dict(personalize="fedper:1,2", vectorize_clients="on",
+          model=nn.Sequential(nn.Linear(60, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))),
+     "fedper keeps buffers .running statistics. on each client"),
     (dict(personal_memory=10), "personal_memory is about personalize"),
     (dict(personalize="fedper:3", personal_head_epochs=2), "fedrep's"),
     (dict(personalize="fedper:3", personal_memory=0), "no out folder"),
@@ -155,8 +158,30 @@ def test_a_config_file_says_it_as_the_flags_do(tmp_path):
 def test_auto_trains_one_client_at_a_time_and_says_why(capsys):
     run(personalize="ditto:0.1", vectorize_clients="auto", quiet=False, rounds=1)
     shown = capsys.readouterr()
-    assert "one client at a time: personalize ditto keeps personal state" in \
-        shown.out + shown.err
+    assert "one client at a time: personalize ditto keeps personal state that stacked " \
+           "cohorts do not hold (only fedper stacks)" in shown.out + shown.err
+
+
+def test_stacked_fedper_agrees_with_one_client_at_a_time():
+    """Each client's personal layer is its own slice of the stacked parameters."""
+    import copy
+
+    from fedavg_workload import RUN, make_data, make_model, make_test_data
+
+    initial = make_model()
+    runs = {mode: mptrain.fit(copy.deepcopy(initial), make_data(), make_test_data(),
+                              **{**RUN, "workers": 1, "clients_per_round": 6,
+                                 "client_eval_every": 1, "personalize": "fedper:2",
+                                 "vectorize_clients": mode})
+            for mode in ("off", "on")}
+    on, off = runs["on"], runs["off"]
+    assert on.summary["client_path"] == "vectorized x6"
+    for name, tensor in on.model.state_dict().items():
+        torch.testing.assert_close(tensor, off.model.state_dict()[name], atol=1e-5, rtol=0)
+    assert torch.equal(on.model[2].weight, initial[2].weight)   # never averaged
+    assert on.summary["clients_personalized"] == off.summary["clients_personalized"] > 0
+    assert on.summary["personal_acc_mean"] == pytest.approx(off.summary["personal_acc_mean"],
+                                                             abs=0.02)
 
 
 def test_state_that_would_not_fit_the_disk_is_refused_up_front(tmp_path, monkeypatch):

@@ -96,11 +96,13 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
                  work: ClientWork, client_index: torch.Tensor, offsets: torch.Tensor,
                  batch: Callable, global_params: Sequence[torch.Tensor], lr: float,
                  corrections: torch.Tensor | None = None,
-                 on_step: Callable[[int], None] | None = None) -> Iterator[ClientOutcome]:
+                 on_step: Callable[[int], None] | None = None,
+                 starts: dict[int, torch.Tensor] | None = None) -> Iterator[ClientOutcome]:
     """Train ``clients`` together from the global model ``global_params``; yields each
     client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
     ``on_step(samples)``: progress after every step, and once, negative, if the cohort
-    raises (what it counted is taken back: its clients are then trained again)."""
+    raises (what it counted is taken back: its clients are then trained again);
+    ``starts``: the clients' own starts of some parameters (``CohortTrainer.train``)."""
     streams = []
     for client in clients:
         indices = client_index[offsets[client]:offsets[client + 1]]
@@ -121,7 +123,8 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
     try:
         trained = trainer.train(batches, batch, global_params, corrections=corrections,
                                 mask_seed=cohort_seed(work.seed, round_index, clients),
-                                lr=lr, on_step=None if on_step is None else count)
+                                lr=lr, on_step=None if on_step is None else count,
+                                starts=starts)
     except Exception:
         # A cohort that raises is retrained one client at a time, which counts its clients'
         # samples again: what this attempt counted is taken back, so that progress counts

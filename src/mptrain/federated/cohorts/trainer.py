@@ -127,15 +127,17 @@ class CohortTrainer:
     def train(self, batches: CohortBatches, batch: Callable,
               global_params: Sequence[torch.Tensor],
               corrections: torch.Tensor | None = None, mask_seed: int = 0,
-              lr: float | None = None, on_step: Callable[[int], None] | None = None
-              ) -> CohortResult:
+              lr: float | None = None, on_step: Callable[[int], None] | None = None,
+              starts: dict[int, torch.Tensor] | None = None) -> CohortResult:
         """Train ``batches.clients`` clients from the round's global model ``global_params``
         (one tensor per parameter, on the device).
 
         ``batch(indices)`` gives ``(inputs, targets)`` on the device for flat indices (a
         ``DeviceFeed``'s ``batch``); ``corrections`` (``[K, params]``): SCAFFOLD's ``c -
         c_i`` per client; ``lr``: this round's client learning rate (the settings' when
-        None); ``on_step(samples)`` after every step (progress).
+        None); ``on_step(samples)`` after every step (progress); ``starts``: each client's
+        own start of some parameters, ``[K, *shape]`` by the parameter's position (FedPer's
+        personal layers), instead of the global model's.
         """
         K, B = batches.clients, batches.index.shape[2]
         if batches.length and self.trained is None:   # before the mask seed: its pass
@@ -145,6 +147,8 @@ class CohortTrainer:
         # first step gives each its own (``StackedOptimizer``, which never writes it).
         # Parameters a lone client never steps stay that copy (``find_trained``).
         shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in global_params]
+        for i, start in (starts or {}).items():   # never written either: steps go out of place
+            shared[i] = start.to(self.device)
         kept = [i for i, t in enumerate(self.trained or [True] * len(shared)) if t]
         anchors = [global_params[i].detach().to(self.device) for i in kept] if self.prox_mu else None
         views = _correction_views(corrections, shared, self.device)

@@ -26,6 +26,7 @@ from ...federated.cohorts.optimizer import ClientOptimizerSettings
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
 from ...federated.cohorts.memory import cohort_size, memory_budget
+from .personal_cohorts import keep_personal, personal_starts
 from .personal_setup import one_at_a_time_reason
 from .shared import table_rows
 
@@ -43,8 +44,10 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     mode = f.vectorize_clients
     if mode == "off":
         return None, ClientPath(False, reason=vectorizing("off"))
-    personal = one_at_a_time_reason(config)   # ``on`` is refused with it
+    personal = one_at_a_time_reason(config, model)
     if personal is not None:
+        if mode == "on":
+            raise UserError(f"{vectorizing('on')}: {personal}")
         return None, ClientPath(False, reason=personal)
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
@@ -148,11 +151,12 @@ class CohortClients:
         if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
-        return list(train_cohort(
+        return keep_personal(trainer, list(train_cohort(
             self.cohort_trainer, clients, round_index, self.work, shared.client_index,
             shared.client_offsets, trainer.feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
-            corrections, on_step=self.setup.progress.advance))
+            corrections, on_step=self.setup.progress.advance,
+            starts=personal_starts(trainer, clients, self.setup.device))))
 
     # -- a checkpoint's part -----------------------------------------------------------------
     def state(self) -> dict:

@@ -39,9 +39,9 @@ def check_personalize_config(config) -> None:
         raise UserError(f"{named('personal_memory')} sizes the clients' personal state, and "
                         f"{named('personalize')} finetune keeps none (it only changes how "
                         "clients are scored)")
-    if spec.trains and f.vectorize_clients == "on":
+    if spec.trains and spec.method != "fedper" and f.vectorize_clients == "on":
         raise UserError(f"{named('personalize')} {spec.method} trains each client's personal "
-                        "state one client at a time; stacked cohorts do not hold it yet: "
+                        "state one client at a time; stacked cohorts hold only fedper's: "
                         f"use {named('vectorize_clients')} auto or off")
     if spec.layered and f.scaffold:
         raise UserError(f"{named('scaffold')}'s control variates span every parameter, and "
@@ -117,11 +117,19 @@ def make_store(config, model, plan, out_dir: Path | None):
     return PersonalStore(placement, path, shared=plan.comm.shares_memory)
 
 
-def one_at_a_time_reason(config) -> str | None:
-    """Why --vectorize-clients auto trains this run's clients one at a time (None: nothing
-    personal in training)."""
+def one_at_a_time_reason(config, model) -> str | None:
+    """Why this run's clients must train one at a time with its --personalize (None: they
+    may stack: fine-tuning, or FedPer over parameters only -- ``personal_cohorts``)."""
     spec = spec_of(config)
     if spec is None or not spec.trains:
         return None
+    if spec.method == "fedper":
+        from ...federated.personal.layers import personal_layers
+
+        params = sum(1 for _ in model.parameters())
+        if all(i < params for i in personal_layers(model, spec).tensors):
+            return None
+        return (f"{named('personalize')} fedper keeps buffers (running statistics) on each "
+                "client, which stacked cohorts never change")
     return (f"{named('personalize')} {spec.method} keeps personal state that stacked cohorts "
-            "do not hold yet")
+            "do not hold (only fedper stacks)")

@@ -45,6 +45,8 @@ class PersonalTrainer(ClientTrainer):
         self.store = shared.personal
         layers = personal_layers(self.model, self.spec)
         self.personal = [self.tensors[i] for i in layers.tensors]
+        #: Their positions in ``floating_state`` (the stacked path's parameter positions).
+        self.personal_positions = list(layers.tensors)
         sizes = [t.numel() for t in self.tensors]
         starts = torch.tensor([0] + sizes).cumsum(0).tolist()
         #: The global model's columns of each personal tensor.
