@@ -16,15 +16,21 @@ import torch
 
 from ...engine.seeding import seed_global_generator
 from ...engine.step import train_step
-from ..sampling import client_seed
+from ..sampling import client_seed, mix_seed
 
-#: Mixed into a client's seed so each kind of personal loop has a stream of its own.
+#: Mixed into the run's seed so each kind of personal loop has a stream of its own.
 SEED_TAGS = {"finetune": 0x5EED0001, "head": 0x5EED0002, "ditto": 0x5EED0003}
 
 
+def loop_seed(seed: int, kind: str) -> int:
+    """The run seed of every ``kind`` loop: a stacked cohort given it as its seed draws each
+    client's batches as ``personal_seed`` does (``client_seed`` of it)."""
+    return mix_seed(seed, SEED_TAGS[kind])
+
+
 def personal_seed(seed: int, round_index: int, client: int, kind: str) -> int:
-    """The seed of ``client``'s ``kind`` loop in ``round_index`` (within torch's 64 bits)."""
-    return (client_seed(seed, round_index, client) ^ SEED_TAGS[kind]) & ((1 << 63) - 1)
+    """The seed of ``client``'s ``kind`` loop in ``round_index``."""
+    return client_seed(loop_seed(seed, kind), round_index, client)
 
 
 def run_local_steps(forward, optimizer, feed, indices: torch.Tensor, batch_size: int,

@@ -46,6 +46,8 @@ The parts, one line per file, in the order a run meets them:
 - ``personal_setup``: ``--personalize``'s refusals, its store's place and size;
 - ``personal_trainer``: ``ClientTrainer`` with each client's personal state (FedPer,
   FedRep, FedBN, Ditto);
+- ``personal_cohorts``: FedPer's personal layers and Ditto's personal models in stacked
+  cohorts;
 - ``personal_evaluation``: each client's personalized model scored beside the global one;
 - ``personal_report``: the personalized figures in the round's row, client_metrics.jsonl,
   the console and the banner.

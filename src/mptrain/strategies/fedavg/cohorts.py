@@ -26,15 +26,18 @@ from ...federated.cohorts.optimizer import ClientOptimizerSettings
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
 from ...federated.cohorts.memory import cohort_size, memory_budget
-from .personal_cohorts import keep_personal, personal_starts
+from .personal_cohorts import DittoCohort, fedavg_starts, keep_personal
 from .personal_setup import one_at_a_time_reason
 from .shared import table_rows
 
 
-def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
+def cohort_trainer(config, model, task: str, device, prox_mu: float | None = None
+                   ) -> CohortTrainer:
+    """The run's cohort trainer; ``prox_mu``: a pull other than FedProx's (Ditto's)."""
     return CohortTrainer(model, task, ClientOptimizerSettings(
         config.optimizer, config.lr, config.momentum, config.weight_decay),
-        torch.device(device), precision=config.precision, prox_mu=config.fedavg.prox_mu)
+        torch.device(device), precision=config.precision,
+        prox_mu=config.fedavg.prox_mu if prox_mu is None else prox_mu)
 
 
 def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, ClientPath]:
@@ -120,6 +123,9 @@ class CohortClients:
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
+        self.ditto = DittoCohort(config, trainer, setup) if self.path.vectorized and \
+            getattr(trainer, "spec", None) is not None and trainer.spec.method == "ditto" \
+            else None
 
     def agree(self, group) -> ClientPath:
         """The cohort size, rank 0's for every rank (every rank calls this, in its first
@@ -151,12 +157,20 @@ class CohortClients:
         if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
-        return keep_personal(trainer, list(train_cohort(
+        outcomes = keep_personal(trainer, list(train_cohort(
             self.cohort_trainer, clients, round_index, self.work, shared.client_index,
             shared.client_offsets, trainer.feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
             corrections, on_step=self.setup.progress.advance,
-            starts=personal_starts(trainer, clients, self.setup.device))))
+            starts=fedavg_starts(trainer, clients, self.setup.device))))
+        if self.ditto is not None:
+            try:
+                self.ditto.train(clients, round_index, shared)
+            except Exception:
+                # Retrained one at a time: the FedAvg cohort's progress is taken back.
+                self.setup.progress.advance(-sum(o.samples for o in outcomes))
+                raise
+        return outcomes
 
     # -- a checkpoint's part -----------------------------------------------------------------
     def state(self) -> dict:
