@@ -110,10 +110,12 @@ def test_a_resume_continues_bitwise_with_the_state_in_a_mapped_file(tmp_path, ca
         rows_of(tmp_path / "whole" / "client_metrics.jsonl")
 
 
-def test_personalize_alone_scores_the_last_round():
-    result = run(personalize="finetune:1", client_eval_every=None, rounds=2)
+def test_personalize_alone_scores_the_last_round(capsys):
+    result = run(personalize="finetune:1", client_eval_every=None, rounds=2, quiet=False)
     rows = [m.as_dict() for m in result.rounds]
     assert "personal_acc_mean" not in rows[0] and "personal_acc_mean" in rows[1]
+    shown = capsys.readouterr()
+    assert "every client evaluated after the last round" in shown.out + shown.err
 
 
 @pytest.mark.parametrize("options, message", [

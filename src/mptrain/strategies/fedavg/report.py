@@ -192,7 +192,8 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
         extras.append("the training set scored with the test set")
     if f.client_eval_rounds:
         extras.append(client_evaluation_line(f.client_eval_rounds, client_eval_split,
-                                             only_sampled, out_dir))
+                                             only_sampled, out_dir,
+                                             last_only=f.client_eval_every is None))
     if f.accept_failures:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
@@ -204,8 +205,10 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
 
 
 def client_evaluation_line(every: int, split: str, only_sampled: bool,
-                           out_dir: Path | None) -> str:
-    when = "every round" if every == 1 else f"every {every} rounds"
+                           out_dir: Path | None, last_only: bool = False) -> str:
+    """``last_only``: --personalize without --client-eval-every scores the last round."""
+    when = "after the last round" if last_only else \
+        "every round" if every == 1 else f"every {every} rounds"
     who = "the round's clients" if only_sampled else "every client"
     rows = "each on its own test split" if split == "test" else \
         "each on its training rows (pooled data: no per-client test split)"
