@@ -90,9 +90,13 @@ def test_fedper_never_averages_its_layers():
     assert result.summary["clients_personalized"] > 0
 
 
-@pytest.mark.parametrize("method", ["fedrep:last:1", "fedbn"])
-def test_fedrep_and_fedbn_train_and_report(method):
-    result = run(personalize=method, personal_head_epochs=2 if "fedrep" in method else None)
+@pytest.mark.parametrize("method, options", [
+    ("fedrep:last:1", {"personal_head_epochs": 2}), ("fedbn", {}),
+    # Ditto composes with a robust rule (its paper's point): the rule aggregates the global
+    # model, which the personal models only read.
+    ("ditto:0.1", {"aggregator": "median"})])
+def test_fedrep_fedbn_and_robust_ditto_train_and_report(method, options):
+    result = run(personalize=method, **options)
     assert 0 <= result.summary["personal_acc_mean"] <= 1
     assert result.summary["clients_personalized"] > 0
 
