@@ -104,6 +104,28 @@ def test_the_store_spills_beyond_its_budget_to_a_mapped_file(tmp_path):
     assert fresh.touched.tolist() == [0, 1, 0, 1, 1]
 
 
+def test_rows_of_another_width_are_refused(tmp_path):
+    saved = PersonalStore(place_rows(2, 3, 1 << 20), None, shared=False)
+    saved.put(1, torch.ones(3))
+    other = PersonalStore(place_rows(2, 4, 1 << 20), None, shared=False)
+    with pytest.raises(ValueError, match="3 floats a client and this run's 4"):
+        other.load_state(saved.state())
+
+
+def test_the_training_methods_need_one_machines_shared_memory():
+    from types import SimpleNamespace
+
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.personal_setup import check_personalize_run
+
+    torchrun = SimpleNamespace(comm=SimpleNamespace(shares_memory=False))
+    with pytest.raises(UserError, match="one machine's shared memory"):
+        check_personalize_run(TrainConfig(strategy="fedavg", personalize="fedper:3"), None,
+                              bn_model(), torchrun, None)
+    check_personalize_run(TrainConfig(strategy="fedavg", personalize="finetune:2"), None,
+                          bn_model(), torchrun, None)   # scoring only: runs there
+
+
 def test_every_kind_of_loop_has_its_own_seed():
     seeds = {personal_seed(3, 2, 7, kind) for kind in ("finetune", "head", "ditto")}
     assert len(seeds) == 3 and all(0 <= s < 2**63 for s in seeds)

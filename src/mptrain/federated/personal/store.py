@@ -113,6 +113,13 @@ class PersonalStore:
         return {"clients": clients, "rows": rows}
 
     def load_state(self, state: dict) -> None:
+        """Put a checkpoint's rows back; rows of another width (a resume that changed
+        --personalize) are refused, not cut."""
+        width = state["rows"].shape[1] if state["rows"].dim() == 2 else None
+        if len(state["clients"]) and width != self.placement.width:
+            raise ValueError(f"the checkpoint's personal state has {width} floats a client "
+                             f"and this run's {self.placement.width}: resume with the "
+                             "--personalize it was saved with")
         for client, row in zip(state["clients"].tolist(), state["rows"]):
             self.put(client, row)
 
