@@ -125,7 +125,6 @@ def test_personalize_alone_scores_the_last_round(capsys):
 @pytest.mark.parametrize("options, message", [
     (dict(personalize="fedper:9"), "no layer '9'; its layers: 0, 1, 3"),
     (dict(personalize="fedper:0,1,3"), "leaves nothing to average"),
-    (dict(personalize="fedbn", vectorize_clients="on"), "cohorts hold only fedper.s and ditto"),
     (dict(personalize="fedper:1,2", vectorize_clients="on",
           model=nn.Sequential(nn.Linear(60, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))),
      "fedper keeps buffers .running statistics. on each client"),
@@ -161,17 +160,23 @@ def test_a_config_file_says_it_as_the_flags_do(tmp_path):
     assert summary["personalize"] == "finetune:2" and "personal_acc_p10" in summary
 
 
-def test_auto_trains_one_client_at_a_time_and_says_why(capsys):
-    run(personalize="fedrep:last:1", vectorize_clients="auto", quiet=False, rounds=1)
-    shown = capsys.readouterr()
-    assert "one client at a time: personalize fedrep keeps personal state that stacked " \
-           "cohorts do not hold (fedper and ditto stack)" in shown.out + shown.err
+def test_auto_trains_personal_running_statistics_one_client_at_a_time():
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.cohorts import choose_path
+
+    model = nn.Sequential(nn.Linear(60, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
+    config = TrainConfig(strategy="fedavg", personalize="fedbn", vectorize_clients="auto")
+    _, path = choose_path(config, model, synthetic(), workers=1)
+    assert path.describe() == ("one client at a time: --personalize fedbn keeps buffers "
+                               "(running statistics) on each client, which stacked cohorts "
+                               "never change")
 
 
-@pytest.mark.parametrize("method", ["fedper:2", "ditto:0.5"])
+@pytest.mark.parametrize("method", ["fedper:2", "fedrep:2", "ditto:0.5"])
 def test_stacked_personalization_agrees_with_one_client_at_a_time(method):
     """FedPer: each client's personal layer is its own slice of the stacked parameters;
-    Ditto: a second cohort of the clients' personal models."""
+    FedRep: a head cohort, then the bodies with the heads held; Ditto: a second cohort of
+    the clients' personal models."""
     import copy
 
     from fedavg_workload import RUN, make_data, make_model, make_test_data
@@ -180,13 +185,15 @@ def test_stacked_personalization_agrees_with_one_client_at_a_time(method):
     runs = {mode: mptrain.fit(copy.deepcopy(initial), make_data(), make_test_data(),
                               **{**RUN, "workers": 1, "clients_per_round": 6,
                                  "client_eval_every": 1, "personalize": method,
-                                 "vectorize_clients": mode})
+                                 "vectorize_clients": mode, "momentum": 0.5,
+                                 "weight_decay": 1e-3, "personal_head_epochs":
+                                 2 if method.startswith("fedrep") else None})
             for mode in ("off", "on")}
     on, off = runs["on"], runs["off"]
     assert on.summary["client_path"] == "vectorized x6"
     for name, tensor in on.model.state_dict().items():
         torch.testing.assert_close(tensor, off.model.state_dict()[name], atol=1e-5, rtol=0)
-    if method.startswith("fedper"):
+    if not method.startswith("ditto"):
         assert torch.equal(on.model[2].weight, initial[2].weight)   # never averaged
     assert on.summary["clients_personalized"] == off.summary["clients_personalized"] > 0
     for key in ("personal_acc_mean", "personal_loss"):

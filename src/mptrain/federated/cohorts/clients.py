@@ -97,12 +97,14 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
                  batch: Callable, global_params: Sequence[torch.Tensor], lr: float,
                  corrections: torch.Tensor | None = None,
                  on_step: Callable[[int], None] | None = None,
-                 starts: dict[int, torch.Tensor] | None = None) -> Iterator[ClientOutcome]:
+                 starts: dict[int, torch.Tensor] | None = None,
+                 frozen: Sequence[int] = ()) -> Iterator[ClientOutcome]:
     """Train ``clients`` together from the global model ``global_params``; yields each
     client's outcome in order. ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
     ``on_step(samples)``: progress after every step, and once, negative, if the cohort
     raises (what it counted is taken back: its clients are then trained again);
-    ``starts``: the clients' own starts of some parameters (``CohortTrainer.train``)."""
+    ``starts``, ``frozen``: the clients' own starts of some parameters, and those that
+    keep them (``CohortTrainer.train``)."""
     streams = []
     for client in clients:
         indices = client_index[offsets[client]:offsets[client + 1]]
@@ -124,7 +126,7 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
         trained = trainer.train(batches, batch, global_params, corrections=corrections,
                                 mask_seed=cohort_seed(work.seed, round_index, clients),
                                 lr=lr, on_step=None if on_step is None else count,
-                                starts=starts)
+                                starts=starts, frozen=frozen)
     except Exception:
         # A cohort that raises is retrained one client at a time, which counts its clients'
         # samples again: what this attempt counted is taken back, so that progress counts

@@ -26,7 +26,7 @@ from ...federated.cohorts.optimizer import ClientOptimizerSettings
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
 from ...federated.cohorts.memory import cohort_size, memory_budget
-from .personal_cohorts import DittoCohort, fedavg_starts, keep_personal
+from .personal_cohorts import DittoCohort, FedRepCohort, fedavg_starts, keep_personal
 from .personal_setup import one_at_a_time_reason
 from .shared import table_rows
 
@@ -123,9 +123,12 @@ class CohortClients:
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
-        self.ditto = DittoCohort(config, trainer, setup) if self.path.vectorized and \
-            getattr(trainer, "spec", None) is not None and trainer.spec.method == "ditto" \
-            else None
+        method = getattr(getattr(trainer, "spec", None), "method", None)
+        vectorized = self.path.vectorized
+        self.ditto = DittoCohort(config, trainer, setup) \
+            if vectorized and method == "ditto" else None
+        self.fedrep = FedRepCohort(config, trainer, setup) \
+            if vectorized and method == "fedrep" else None
 
     def agree(self, group) -> ClientPath:
         """The cohort size, rank 0's for every rank (every rank calls this, in its first
@@ -157,12 +160,17 @@ class CohortClients:
         if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
+        starts, frozen = fedavg_starts(trainer, clients, self.setup.device), ()
+        if self.fedrep is not None:   # the heads first, then the bodies with them held
+            starts, frozen = self.fedrep.train_heads(clients, round_index, shared), \
+                self.fedrep.heads
+            trainer.load_global()
         outcomes = keep_personal(trainer, list(train_cohort(
             self.cohort_trainer, clients, round_index, self.work, shared.client_index,
             shared.client_offsets, trainer.feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
-            corrections, on_step=self.setup.progress.advance,
-            starts=fedavg_starts(trainer, clients, self.setup.device))))
+            corrections, on_step=self.setup.progress.advance, starts=starts,
+            frozen=frozen)))
         if self.ditto is not None:
             try:
                 self.ditto.train(clients, round_index, shared)

@@ -39,10 +39,6 @@ def check_personalize_config(config) -> None:
         raise UserError(f"{named('personal_memory')} sizes the clients' personal state, and "
                         f"{named('personalize')} finetune keeps none (it only changes how "
                         "clients are scored)")
-    if spec.method in ("fedrep", "fedbn") and f.vectorize_clients == "on":
-        raise UserError(f"{named('personalize')} {spec.method} trains each client's personal "
-                        "state one client at a time; stacked cohorts hold only fedper's and "
-                        f"ditto's: use {named('vectorize_clients')} auto or off")
     if spec.layered and f.scaffold:
         raise UserError(f"{named('scaffold')}'s control variates span every parameter, and "
                         f"{named('personalize')} {spec.method} keeps some of them on each "
@@ -119,17 +115,15 @@ def make_store(config, model, plan, out_dir: Path | None):
 
 def one_at_a_time_reason(config, model) -> str | None:
     """Why this run's clients must train one at a time with its --personalize (None: they
-    may stack: fine-tuning, Ditto, or FedPer over parameters only -- ``personal_cohorts``)."""
+    may stack: fine-tuning, Ditto, and FedPer, FedRep and FedBN over parameters only --
+    ``personal_cohorts``)."""
     spec = spec_of(config)
     if spec is None or not spec.trains or spec.method == "ditto":
         return None
-    if spec.method == "fedper":
-        from ...federated.personal.layers import personal_layers
+    from ...federated.personal.layers import personal_layers
 
-        params = sum(1 for _ in model.parameters())
-        if all(i < params for i in personal_layers(model, spec).tensors):
-            return None
-        return (f"{named('personalize')} fedper keeps buffers (running statistics) on each "
-                "client, which stacked cohorts never change")
-    return (f"{named('personalize')} {spec.method} keeps personal state that stacked cohorts "
-            "do not hold (fedper and ditto stack)")
+    params = sum(1 for _ in model.parameters())
+    if all(i < params for i in personal_layers(model, spec).tensors):
+        return None   # GroupNorm and LayerNorm have no running statistics
+    return (f"{named('personalize')} {spec.method} keeps buffers (running statistics) on "
+            "each client, which stacked cohorts never change")
