@@ -6,7 +6,8 @@ each client's accuracy on its own test split.
         [--methods fedavg,finetune,fedper,fedrep,fedbn,ditto] [--seeds 0,1,2]
         [--rounds 100] [--clients 100] [--clients-per-round 10] [--classes-per-client 2]
         [--eval-every 5] [--target 0.95] [--finetune-steps 10] [--ditto-lambda 0.1]
-        [--head-epochs 10] [--workers 1] [--quick] [--json auto|PATH|none]
+        [--head-epochs 10] [--workers 1] [--vectorize-clients auto|on|off] [--quick]
+        [--json auto|PATH|none]
 
 The split: MNIST's training set cut by ``pathological:K`` (each client K classes, flwr's
 partitioner of that name), and its *test* set cut the same way -- each client gets a share
@@ -131,7 +132,7 @@ def run_case(bundle, model_name: str, method: str, seed: int, args) -> dict:
                     clients_per_round=args.clients_per_round, rounds=args.rounds,
                     local_epochs=1, batch_size=10, lr=0.05, momentum=0.0, optimizer="sgd",
                     seed=seed, workers=args.workers, client_eval_every=args.eval_every,
-                    vectorize_clients="off", quiet=True)
+                    vectorize_clients=args.vectorize_clients, quiet=True)
     if flag is not None:
         settings["personalize"] = flag.format(**vars(args))
         if method == "fedrep":
@@ -195,6 +196,7 @@ def main() -> None:
     parser.add_argument("--ditto-lambda", type=float, default=0.1)
     parser.add_argument("--head-epochs", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--vectorize-clients", default="auto")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default="auto")
     args = parser.parse_args()
