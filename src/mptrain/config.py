@@ -382,7 +382,8 @@ def check_positive_ints(settings, names) -> None:
 
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
-                  "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk")
+                  "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk",
+                  "personal_head_epochs")
 _FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
           "compile", "drop_stragglers", "eval_train")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
@@ -394,7 +395,8 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
                        "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
-                       "attack", "client_speeds", "availability_trace", "round_deadline"})
+                       "attack", "client_speeds", "availability_trace", "round_deadline",
+                       "personal_memory"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
@@ -407,7 +409,8 @@ _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "dp_delta": (0, 1, True, True), "target_epsilon": (0, None, True, False),
             "dp_clip_quantile": (0, 1, True, True), "dp_clip_lr": (0, None, True, False),
             "dp_count_noise": (0, None, True, False), "malicious_fraction": (0, 1, False, True),
-            "round_deadline": (0, None, True, False), "over_select": (1, None, False, False)}
+            "round_deadline": (0, None, True, False), "over_select": (1, None, False, False),
+            "personal_memory": (0, None, False, False)}
 
 
 def check_setting(name: str, value) -> None:
@@ -462,6 +465,11 @@ def check_setting(name: str, value) -> None:
     elif name in ("client_speeds", "availability_trace"):
         if value is not None:   # read with the clients' count (fedavg's refusals)
             check_kind(name, value, "a name")
+    elif name == "personalize":
+        if value is not None:
+            from .federated.personal.spec import parse_personalize   # no torch
+
+            parse_personalize(value)
     elif name == "partition":
         check_kind(name, value, "a name")
         if not value:

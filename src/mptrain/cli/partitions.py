@@ -76,6 +76,9 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
       --client-eval-every N                      per-client accuracy (own test
                                                  split where clients have one):
                                                  means, 10th pct, worst
+      --personalize finetune:S|fedper:L|fedrep:L|fedbn|ditto:LAMBDA
+                                                 each client's own model, scored
+                                                 beside the global one
     """
     import torch
     from rich.console import Console

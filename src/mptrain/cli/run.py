@@ -227,6 +227,16 @@ class GroupedHelp(NonEmptyValues):
               help="fedavg: fraction of the clients that attack (seeded, fixed for the run; "
                    "0).")
 @click.option("--attack", help="fedavg: " + ATTACK_HELP + ".")
+@click.option("--personalize",
+              help="fedavg: each client's own model, scored on its own test split beside the "
+                   "global one: finetune:STEPS (scoring only), fedper:LAYERS, fedrep:LAYERS, "
+                   "fedbn, ditto:LAMBDA; LAYERS are module names (fc2,fc1) or last:N.")
+@click.option("--personal-memory", type=float,
+              help="fedavg: MiB of shared memory for the clients' personal state (default: "
+                   "half of /dev/shm's free space); the rest goes to a file under --out.")
+@click.option("--personal-head-epochs", type=int,
+              help="fedavg: fedrep's epochs on the head before --local-epochs on the body "
+                   "(10, as Collins et al. 2021).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @supervised_run_options("worker", "epochs/rounds")

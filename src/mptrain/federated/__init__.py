@@ -21,6 +21,8 @@ reports -> clip its update -> aggregate -> add noise -> server step. One line pe
 - ``robust/``: robust aggregation rules and attacks (``--aggregator``, ``--attack``);
 - ``cohorts/``: clients trained stacked in cohorts (``--vectorize-clients``);
 - ``clock/``: the virtual clock -- client speeds, availability traces, a round's duration.
+- ``personal/``: each client's own model (``--personalize``): which tensors stay local,
+  the per-client store, the personal local steps.
 
 Everything random is a function of ``(seed, round, client)`` (or of ``(seed, round,
 block)`` for noise), never of the worker that runs it: the same seed gives the same run

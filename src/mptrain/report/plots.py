@@ -58,6 +58,11 @@ def plot_curves(path: Path, epochs: list[dict], title: str, unit: str = "epoch")
     if any(r.get("client_acc_mean") is not None for r in epochs):
         for key, label, style in clients:
             score_axis.plot(*series(key), linestyle=style, color="tab:purple", label=label)
+        # --personalize: each client's own model on the same rows.
+        if any(r.get("personal_acc_mean") is not None for r in epochs):
+            for key, label, style in clients[:3]:
+                score_axis.plot(*series(key.replace("client_", "personal_")), linestyle=style,
+                                color="tab:orange", label=label.replace("clients", "personal"))
         score_axis.legend()
     score_axis.set(xlabel=unit, title=score_key.replace("_", " "))
     for axis in (loss_axis, score_axis):

@@ -98,13 +98,17 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
                  batch: Callable, global_params: Sequence[torch.Tensor], lr: float,
                  corrections: torch.Tensor | None = None,
                  on_step: Callable[[int], None] | None = None,
-                 sampled: Sequence[int] = ()) -> Iterator[ClientOutcome]:
+                 sampled: Sequence[int] = (),
+                 starts: dict[int, torch.Tensor] | None = None,
+                 frozen: Sequence[int] = ()) -> Iterator[ClientOutcome]:
     """Train ``clients`` together from the global model ``global_params``; yields each
     client's outcome in order. ``rows[k]``: the samples of ``clients[k]``, as indices that
     ``batch`` reads; ``sampled``: the round's clients, where they decide who straggles
     (``availability.step_budget``). ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
     ``on_step(samples)``: progress after every step, and once, negative, if the cohort
-    raises (what it counted is taken back: its clients are then trained again)."""
+    raises (what it counted is taken back: its clients are then trained again);
+    ``starts``, ``frozen``: the clients' own starts of some parameters, and those that
+    keep them (``CohortTrainer.train``)."""
     streams = []
     for client, indices in zip(clients, rows):
         full = full_steps(len(indices), work.batch_size, work.local_epochs)
@@ -125,7 +129,8 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
     try:
         trained = trainer.train(batches, batch, global_params, corrections=corrections,
                                 mask_seed=cohort_seed(work.seed, round_index, clients),
-                                lr=lr, on_step=None if on_step is None else count)
+                                lr=lr, on_step=None if on_step is None else count,
+                                starts=starts, frozen=frozen)
     except Exception:
         # A cohort that raises is retrained one client at a time, which counts its clients'
         # samples again: what this attempt counted is taken back, so that progress counts

@@ -127,15 +127,19 @@ class CohortTrainer:
     def train(self, batches: CohortBatches, batch: Callable,
               global_params: Sequence[torch.Tensor],
               corrections: torch.Tensor | None = None, mask_seed: int = 0,
-              lr: float | None = None, on_step: Callable[[int], None] | None = None
-              ) -> CohortResult:
+              lr: float | None = None, on_step: Callable[[int], None] | None = None,
+              starts: dict[int, torch.Tensor] | None = None,
+              frozen: Sequence[int] = ()) -> CohortResult:
         """Train ``batches.clients`` clients from the round's global model ``global_params``
         (one tensor per parameter, on the device).
 
         ``batch(indices)`` gives ``(inputs, targets)`` on the device for flat indices (a
         ``DeviceFeed``'s ``batch``); ``corrections`` (``[K, params]``): SCAFFOLD's ``c -
         c_i`` per client; ``lr``: this round's client learning rate (the settings' when
-        None); ``on_step(samples)`` after every step (progress).
+        None); ``on_step(samples)`` after every step (progress); ``starts``: each client's
+        own start of some parameters, ``[K, *shape]`` by the parameter's position (FedPer's
+        personal layers), instead of the global model's; ``frozen``: positions of parameters
+        that keep their start (FedRep's head while its body trains).
         """
         K, B = batches.clients, batches.index.shape[2]
         if batches.length and self.trained is None:   # before the mask seed: its pass
@@ -145,6 +149,8 @@ class CohortTrainer:
         # first step gives each its own (``StackedOptimizer``, which never writes it).
         # Parameters a lone client never steps stay that copy (``find_trained``).
         shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in global_params]
+        for i, start in (starts or {}).items():   # never written either: steps go out of place
+            shared[i] = start.to(self.device)
         kept = [i for i, t in enumerate(self.trained or [True] * len(shared)) if t]
         anchors = [global_params[i].detach().to(self.device) for i in kept] if self.prox_mu else None
         views = _correction_views(corrections, shared, self.device)
@@ -170,6 +176,8 @@ class CohortTrainer:
             self._correct(grads, optimizer.params, anchors, views)
             active = None if min(batches.steps) > t else (steps > t).to(self.device)
             optimizer.step(grads, active)
+            if frozen:
+                _hold(optimizer.params, kept, frozen, shared)
             loss_sums += losses.detach() * counts[t]
             if on_step is not None:
                 on_step(totals[t])
@@ -210,6 +218,18 @@ def finite_clients(params: Sequence[torch.Tensor]) -> list[bool]:
         if not ok:
             finite[k] = all(bool(torch.isfinite(p[k]).all()) for p in params)
     return finite
+
+
+@torch.no_grad()
+def _hold(params: list[torch.Tensor], kept: list[int], frozen: Sequence[int],
+          starts: list[torch.Tensor]) -> None:
+    """Put the ``frozen`` parameters back to their starts after a step: they are stepped
+    with the others (a frozen parameter of each client's own cannot be a cohort's
+    constant), and their step undone -- as a parameter without a gradient that a lone
+    client's optimizer skips."""
+    for j, i in enumerate(kept):
+        if i in frozen:
+            params[j].copy_(starts[i])
 
 
 def _merged(every: list[torch.Tensor], kept: list[int],

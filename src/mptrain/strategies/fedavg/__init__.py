@@ -1,7 +1,7 @@
 """Federated averaging (McMahan et al. 2017) with many simulated clients on a few processes,
 and the algorithms around it: FedProx, server optimizers (FedAvgM, FedAdam, FedYogi,
 FedAdagrad), SCAFFOLD, unreliable clients, DP-FedAvg with an accountant, per-client
-evaluation.
+evaluation, personalization (FedPer, FedRep, FedBN, Ditto, fine-tuning).
 
 Clients are not processes and not model copies: a client is an index slice of the one shared
 data set. Every round the same seeded sample of clients is drawn on every worker; each worker
@@ -42,7 +42,15 @@ The parts, one line per file, in the order a run meets them:
 - ``client_metrics``: those scores joined, summarised and written to client_metrics.jsonl;
 - ``checkpoint``: the server's state in a checkpoint, and back;
 - ``report``: the banner, the round's line and notes, summary.json;
-- ``robust_report``: what a robust rule and an attack add to them.
+- ``robust_report``: what a robust rule and an attack add to them;
+- ``personal_setup``: ``--personalize``'s refusals, its store's place and size;
+- ``personal_trainer``: ``ClientTrainer`` with each client's personal state (FedPer,
+  FedRep, FedBN, Ditto);
+- ``personal_cohorts``: FedPer's personal layers and Ditto's personal models in stacked
+  cohorts;
+- ``personal_evaluation``: each client's personalized model scored beside the global one;
+- ``personal_report``: the personalized figures in the round's row, client_metrics.jsonl,
+  the console and the banner.
 
 The maths (sampling, aggregation, privacy, server optimizers, robust rules, cohorts) is in
 ``mptrain.federated``.

@@ -1,5 +1,5 @@
-"""fedavg's part of a checkpoint: the global model and every piece of server state (the
-rest -- which clients a round samples, their seeds -- is a function of the seed), and how a
+"""fedavg's part of a checkpoint: the global model and every piece of server state (and
+with --personalize the clients' personal state; the rest -- which clients a round samples, their seeds -- is a function of the seed), and how a
 resumed run puts it back into the shared state."""
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ def server_state(shared: FedAvgShared, rank: int, model, accountant,
         ids = torch.nonzero(shared.touched).flatten()
         state["scaffold"] = {"c": shared.controls.clone(), "clients": ids,
                              "c_i": client_controls[ids].clone()}
+    if shared.personal is not None:   # --personalize: every trained client's state
+        state["personal"] = shared.personal.state()
     return state
 
 
@@ -53,3 +55,5 @@ def load_server_state(shared: FedAvgShared, state: dict, accountant,
         shared.controls.copy_(saved["c"])
         client_controls[saved["clients"]] = saved["c_i"]
         shared.touched[saved["clients"]] = 1
+    if "personal" in state and shared.personal is not None:
+        shared.personal.load_state(state["personal"])

@@ -18,6 +18,7 @@ from ...data.sources import CLASSIFICATION
 from ...engine.evaluation import every_nth
 from ...federated.aggregate import column_slice
 from ...federated.client_accuracy import client_scores
+from .personal_evaluation import personal_evaluation
 
 #: What each split's scores are called in the summary and the banner.
 TEST_SPLIT, TRAIN_SPLIT = "test", "train"
@@ -44,15 +45,18 @@ class ClientEvaluation:
         self.split = evaluation_split(setup.data, config.fedavg.partition)
         self.only_sampled = scores_only_sampled(setup.data)
         self._test_feed = None   # made at the first evaluation: a GPU copy only if asked
+        #: --personalize: each client's own model, scored on the same rows.
+        self.personal = personal_evaluation(config, shared, setup, trainer)
 
     def due(self, round_index: int) -> bool:
         f = self.config.fedavg
-        return bool(f.client_eval_every) and self.setup.data.task == CLASSIFICATION and \
-            every_nth(round_index, f.client_eval_every, round_index + 1 == f.rounds)
+        return bool(f.client_eval_rounds) and self.setup.data.task == CLASSIFICATION and \
+            every_nth(round_index, f.client_eval_rounds, round_index + 1 == f.rounds)
 
-    def run(self, mine: list[int]) -> dict:
-        """This rank's clients scored, as its report's ``client_scores``; ``mine``: the
-        round's clients this rank trained (scored when only sampled clients are)."""
+    def run(self, mine: list[int], round_index: int) -> dict:
+        """This rank's clients scored, as its report's ``client_scores`` (and with
+        --personalize its ``personal_scores``); ``mine``: the round's clients this rank
+        trained (scored when only sampled clients are)."""
         c, setup, group = self.config, self.setup, self.setup.group
         if self.only_sampled:
             clients = list(mine)
@@ -68,7 +72,11 @@ class ClientEvaluation:
         scores = client_scores(self.trainer.model, feed, offsets, clients,
                                c.eval_batch_size, setup.device, c.precision, index=index,
                                beat=setup.progress.beat)
-        return {"client_scores": scores.as_lists()}
+        if self.personal is None:
+            return {"client_scores": scores.as_lists()}
+        return {"client_scores": scores.as_lists(),
+                "personal_scores": self.personal.scores(clients, feed, offsets, index,
+                                                        round_index)}
 
     def _feed_of_test(self, natural):
         if self._test_feed is None:

@@ -26,13 +26,18 @@ from ...federated.cohorts.optimizer import ClientOptimizerSettings
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
 from ...federated.cohorts.memory import cohort_size, memory_budget
+from .personal_cohorts import DittoCohort, FedRepCohort, fedavg_starts, keep_personal
+from .personal_setup import one_at_a_time_reason
 from .shared import table_rows
 
 
-def cohort_trainer(config, model, task: str, device) -> CohortTrainer:
+def cohort_trainer(config, model, task: str, device, prox_mu: float | None = None
+                   ) -> CohortTrainer:
+    """The run's cohort trainer; ``prox_mu``: a pull other than FedProx's (Ditto's)."""
     return CohortTrainer(model, task, ClientOptimizerSettings(
         config.optimizer, config.lr, config.momentum, config.weight_decay),
-        torch.device(device), precision=config.precision, prox_mu=config.fedavg.prox_mu)
+        torch.device(device), precision=config.precision,
+        prox_mu=config.fedavg.prox_mu if prox_mu is None else prox_mu)
 
 
 def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, ClientPath]:
@@ -42,6 +47,11 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
     mode = f.vectorize_clients
     if mode == "off":
         return None, ClientPath(False, reason=vectorizing("off"))
+    personal = one_at_a_time_reason(config, model)
+    if personal is not None:
+        if mode == "on":
+            raise UserError(f"{vectorizing('on')}: {personal}")
+        return None, ClientPath(False, reason=personal)
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
                                               "model")
@@ -113,6 +123,12 @@ class CohortClients:
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)
+        method = getattr(getattr(trainer, "spec", None), "method", None)
+        vectorized = self.path.vectorized
+        self.ditto = DittoCohort(config, trainer, setup) \
+            if vectorized and method == "ditto" else None
+        self.fedrep = FedRepCohort(config, trainer, setup) \
+            if vectorized and method == "fedrep" else None
 
     def agree(self, group) -> ClientPath:
         """The cohort size, rank 0's for every rank (every rank calls this, in its first
@@ -144,13 +160,26 @@ class CohortClients:
         if c.fedavg.scaffold:
             corrections = torch.stack([scaffold.drift_correction(
                 shared.controls, self.client_controls[client]) for client in clients])
+        starts, frozen = fedavg_starts(trainer, clients, self.setup.device), ()
+        if self.fedrep is not None:   # the heads first, then the bodies with them held
+            starts, frozen = self.fedrep.train_heads(clients, round_index, shared), \
+                self.fedrep.heads
+            trainer.load_global()
         # Data drawn on demand: the cohort's rows drawn once for all its steps.
         feed, rows = trainer.feed.for_rows([shared.client_indices(k) for k in clients])
-        return list(train_cohort(
+        outcomes = keep_personal(trainer, list(train_cohort(
             self.cohort_trainer, clients, round_index, self.work, rows, feed.batch,
             [p.detach() for p in trainer.params], trainer.client_lr(round_index),
-            corrections, on_step=self.setup.progress.advance,
-            sampled=trainer.round_sample.for_stragglers(round_index)))
+            corrections, on_step=self.setup.progress.advance, starts=starts,
+            frozen=frozen, sampled=trainer.round_sample.for_stragglers(round_index))))
+        if self.ditto is not None:
+            try:
+                self.ditto.train(clients, round_index, shared)
+            except Exception:
+                # Retrained one at a time: the FedAvg cohort's progress is taken back.
+                self.setup.progress.advance(-sum(o.samples for o in outcomes))
+                raise
+        return outcomes
 
     # -- a checkpoint's part -----------------------------------------------------------------
     def state(self) -> dict:

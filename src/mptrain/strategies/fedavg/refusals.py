@@ -20,6 +20,7 @@ from ...federated.robust.settings import RobustSettings
 from ...report.words import human_bytes
 from ..model_state import floating_state
 from .gathered import WEIGHT_COLUMNS
+from .personal_setup import check_personalize_config, check_personalize_run
 from .settings import accountant_name, count_noise_std, privacy_delta, robust_settings_of
 from .virtual_clock import check_clock, check_clock_files
 from .shared import TABLE_LIMIT_BYTES, controls_placement, table_rows, uses_shared_table
@@ -79,6 +80,7 @@ def check_fedavg_config(config) -> None:
                             f"{named('straggler_mode')} per-client with the clock")
     _check_privacy(f)
     check_clock(config)
+    check_personalize_config(config)
     refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
                         scaffold=f.scaffold)
 
@@ -153,6 +155,7 @@ def check_run(config, data, model, plan, out_dir) -> None:
     if f.scaffold:
         controls_placement(c, model, out_dir)   # refuses when neither place fits
     check_robust(config, data, model, plan)
+    check_personalize_run(config, data, model, plan, out_dir)
 
 
 def check_robust(config, data, model, plan) -> None:

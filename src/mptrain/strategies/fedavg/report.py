@@ -9,6 +9,7 @@ from pathlib import Path
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...report.console import metric_parts
 from ...report.words import count
+from . import personal_report
 from . import robust_report as robust
 from . import virtual_clock
 from .settings import accountant_name, privacy_delta, server_optimizer
@@ -107,6 +108,7 @@ def round_line(metrics) -> list[str]:
         parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
                      f"(weighted {100 * extras['client_acc_weighted']:.1f}%, "
                      f"p10 {100 * extras['client_acc_p10']:.1f}%)")
+    parts += personal_report.round_parts(extras)
     return parts + metric_parts(metrics)
 
 
@@ -205,9 +207,10 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
         extras.append(_privacy_line(f))
     if f.eval_train:
         extras.append("the training set scored with the test set")
-    if f.client_eval_every:
-        extras.append(client_evaluation_line(f.client_eval_every, client_eval_split,
-                                             only_sampled, out_dir))
+    if f.client_eval_rounds:
+        extras.append(client_evaluation_line(f.client_eval_rounds, client_eval_split,
+                                             only_sampled, out_dir,
+                                             last_only=f.client_eval_every is None))
     if f.accept_failures:
         extras.append("failing clients are dropped from their round")
     if plan.comm.shares_memory and not uses_shared_table(c, model, plan):
@@ -221,8 +224,10 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
 
 
 def client_evaluation_line(every: int, split: str, only_sampled: bool,
-                           out_dir: Path | None) -> str:
-    when = "every round" if every == 1 else f"every {every} rounds"
+                           out_dir: Path | None, last_only: bool = False) -> str:
+    """``last_only``: --personalize without --client-eval-every scores the last round."""
+    when = "after the last round" if last_only else \
+        "every round" if every == 1 else f"every {every} rounds"
     who = "the round's clients" if only_sampled else "every client"
     rows = "each on its own test split" if split == "test" else \
         "each on its training rows (pooled data: no per-client test split)"

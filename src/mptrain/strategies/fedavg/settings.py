@@ -60,6 +60,9 @@ class FedAvgSettings:
     round_deadline: float | None = None     # virtual seconds a round waits for its clients
     over_select: float = 1.0                # sample F x clients_per_round, keep the first
     straggler_mode: str = "per-client"      # or "exact": FedProx's count and whole epochs
+    personalize: str | None = None          # each client's own model (federated.personal)
+    personal_memory: float | None = None    # MiB of shared memory for it; None: half of free
+    personal_head_epochs: int | None = None  # fedrep: head epochs before the body's; None: 10
 
     @property
     def sampled_clients(self) -> int:
@@ -75,6 +78,15 @@ class FedAvgSettings:
         """Clients a fixed-size round samples: ``over_select`` x ``sampled_clients`` (the
         first ``sampled_clients`` to report are kept), at most every client."""
         return min(self.clients, math.ceil(self.over_select * self.sampled_clients - 1e-9))
+
+    @property
+    def client_eval_rounds(self) -> int | None:
+        """Per-client evaluation every N rounds (and the last): --client-eval-every, or with
+        --personalize and without it, the last round only (None: no per-client
+        evaluation)."""
+        if self.client_eval_every is None and self.personalize is not None:
+            return self.rounds
+        return self.client_eval_every
 
     @property
     def private(self) -> bool:

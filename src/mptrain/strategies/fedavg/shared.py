@@ -24,6 +24,7 @@ from ...data.shared import shared_zeros
 from ...federated.sampling import poisson_capacity
 from ..model_state import floating_state
 from .decision_cell import DecisionCell
+from .personal_setup import make_store, store_plan
 from .settings import robust_settings_of, server_optimizer
 
 #: Above this, the table of one round's client results is not kept in shared memory; the
@@ -63,6 +64,8 @@ class FedAvgShared:
     #: they live in ``controls_path`` (a file each process maps: ``client_controls``).
     client_controls_in_memory: torch.Tensor | None = field(default=None, repr=False)
     controls_path: Path | None = None
+    #: --personalize: every client's personal state (``federated.personal.store``).
+    personal: object | None = None
 
     def client_controls(self) -> torch.Tensor | None:
         """SCAFFOLD's table of client variates ``c_i`` [clients, params]: shared memory, or
@@ -124,6 +127,7 @@ def share_round_state(config, model, clients: tuple[torch.Tensor, torch.Tensor],
                 if plan.comm.shares_memory else torch.zeros(shape)
     if _needs_decision_cell(config):
         parts["decision_cell"] = DecisionCell(rows)
+    parts["personal"] = make_store(config, model, plan, out_dir)
     shared = FedAvgShared(client_index=client_index, client_offsets=client_offsets,
                           global_flat=flat,
                           server_state=server_optimizer(f).init_state(flat.numel()),
@@ -203,6 +207,12 @@ def shared_bytes(config, model, plan, out_dir: Path | None) -> int:
         extra += need if place == "shm" else 0
     if _needs_decision_cell(config):
         extra += DecisionCell(table_rows(config)).tensor.nbytes
+    try:
+        placement = store_plan(config, model, out_dir)
+    except UserError:
+        placement = None                # ``check`` refuses it, with the figures
+    if placement is not None:
+        extra += placement.memory_bytes + f.clients
     return extra
 
 

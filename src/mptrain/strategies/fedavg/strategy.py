@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
                     model_tensor_count)
 from ..model_state import floating_state
-from . import client_metrics, cohorts, report, robust_report, virtual_clock
+from . import client_metrics, cohorts, personal_report, report, robust_report, virtual_clock
 from .client_evaluation import evaluation_split, scores_only_sampled
 from .refusals import check_fedavg_config, check_run
 from .settings import FEDAVG_SETTINGS
@@ -50,6 +50,7 @@ class FedAvgStrategy(Strategy):
         self.data_line: str | None = None   # devices drawn on demand: what the banner says
         self.last_client_summary: dict = {}
         self.last_row: dict | None = None   # the last round's metrics (its virtual time)
+        self.last_personal_summary: dict = {}   # --personalize: the last evaluation's
         self.client_metrics: client_metrics.ClientMetricsFile | None = None
 
     # -- facts ---------------------------------------------------------------------------------
@@ -145,11 +146,18 @@ class FedAvgStrategy(Strategy):
         if scores is not None:
             self.last_client_summary = client_metrics.summary_of(scores)
             row.update(self.last_client_summary)
+            personal, personalized = personal_report.joined_personal(reports)
+            if personal is not None:
+                self.last_personal_summary = personal_report.personal_summary(personal,
+                                                                              personalized)
+                row.update(self.last_personal_summary)
             if self.out_dir is not None:
                 if self.client_metrics is None:
                     self.client_metrics = client_metrics.ClientMetricsFile(self.out_dir)
-                self.client_metrics.add(row["round"], client_metrics.client_rows(
-                    row["round"], scores, self.client_names))
+                rows = client_metrics.client_rows(row["round"], scores, self.client_names)
+                if personal is not None:
+                    rows = personal_report.with_personal(rows, personal)
+                self.client_metrics.add(row["round"], rows)
         return row
 
     def round_line(self, metrics):
@@ -165,12 +173,13 @@ class FedAvgStrategy(Strategy):
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
                 "client_path": self.client_path,
                 **self._client_evaluation_fields(),
+                **personal_report.summary_fields(self.config, self.last_personal_summary),
                 **robust_report.summary_fields(self.config, self.rounds_skipped),
                 **virtual_clock.summary_fields(self.config, self.last_row)}
 
     def _client_evaluation_fields(self) -> dict:
         """The last per-client evaluation's figures, and what was scored."""
-        if not self.config.fedavg.client_eval_every:
+        if not self.config.fedavg.client_eval_rounds:
             return {}
         return {"client_eval_split": self.client_eval_split,
                 "client_eval_only_sampled": self.only_sampled_scored,
@@ -181,4 +190,7 @@ class FedAvgStrategy(Strategy):
                                 self.client_eval_split, self.only_sampled_scored)
         if self.data_line is not None:
             lines.append(self.data_line)
+        personal = personal_report.banner_line(self.config, model, self.out_dir)
+        if personal is not None:
+            lines.append(personal)
         return lines + [cohorts.banner_line(self.chosen_path)]

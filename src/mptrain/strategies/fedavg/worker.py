@@ -44,9 +44,9 @@ from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
 from . import checkpoint, train_evaluation
 from .client_evaluation import ClientEvaluation
-from .clients import ClientTrainer
 from .cohorts import CohortClients
 from .gathered import GatheredTable, slot_owners
+from .personal_trainer import trainer_class
 from .robust_worker import RobustWorker
 from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
@@ -63,7 +63,7 @@ class FedAvgProgram(WorkerProgram):
         self.config, self.shared, self.setup = config, shared, setup
         self.group = setup.group
         self.client_controls = shared.client_controls()   # mapped once per process
-        self.trainer = ClientTrainer(config, shared, setup, self.client_controls)
+        self.trainer = trainer_class(config)(config, shared, setup, self.client_controls)
         # The stacked path (--vectorize-clients), as the parent chose it; the cohort size is
         # agreed in the first round.
         self.cohorts = CohortClients(config, shared, setup, self.trainer,
@@ -127,7 +127,7 @@ class FedAvgProgram(WorkerProgram):
         if train_evaluation.due(self.config, round_index):
             figures.update(train_evaluation.on_training_set(self.config, self.setup, self.trainer))
         if self.client_evaluation.due(round_index):
-            figures.update(self.client_evaluation.run(mine))
+            figures.update(self.client_evaluation.run(mine, round_index))
         extras = {"clients": len(mine), **tally.as_extras(), **figures}
         if first and group.rank == 0:   # the path this run's clients train on, once
             extras["client_path"] = self.cohorts.path.describe()

@@ -1,0 +1,200 @@
+"""--personalize on real fedavg runs (issue 54): the personalized models scored beside the
+global one on each client's own test split (figures, rows, banner); fine-tuning and Ditto
+leave FedAvg's global model as it was, bit for bit; FedPer never averages its layers; the
+same bits on two workers as on one; a resume continues bitwise with the personal state in
+a mapped file; stacked FedPer agrees with one client at a time; refusals in one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn as nn
+
+import mptrain
+from mptrain.errors import UserError
+from mptrain.federated.personal.store import STORE_FILE
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def synthetic():
+    return mptrain.load_data("synthetic:1,1", clients=8, seed=0)
+
+
+def normed_model(seed=3):
+    """Two linear layers with a LayerNorm between them (BatchNorm would refuse a client's
+    last batch of one sample)."""
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(60, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 10))
+
+
+def run(out=None, model=None, **options):
+    settings = dict(strategy="fedavg", workers=1, threads_per_worker=1, rounds=2,
+                    local_epochs=1, clients_per_round=4, client_eval_every=1, seed=1, lr=0.05)
+    settings.update(options)
+    return mptrain.fit(model or normed_model(), synthetic(), out=out, **settings)
+
+
+def same_model(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a.state_dict().values(),
+                                                  b.state_dict().values()))
+
+
+def rows_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def plain():
+    return run()
+
+
+def test_finetuning_scores_each_client_and_leaves_the_global_model(plain, tmp_path):
+    tuned = run(out=tmp_path, personalize="finetune:3")
+    assert same_model(tuned.model, plain.model)
+    summary = tuned.summary
+    assert summary["personalize"] == "finetune:3"
+    assert summary["client_acc_mean"] == plain.summary["client_acc_mean"]
+    for key in ("personal_acc_mean", "personal_acc_weighted", "personal_acc_p10"):
+        assert 0 <= summary[key] <= 1
+    assert summary["clients_personalized"] == 8
+    rows = rows_of(tmp_path / "client_metrics.jsonl")
+    last = [r for r in rows if r["round"] == 2]
+    accuracies = torch.tensor([r["personal_accuracy"] for r in last], dtype=torch.float64)
+    assert summary["personal_acc_mean"] == pytest.approx(accuracies.mean().item())
+    assert summary["personal_acc_p10"] == pytest.approx(torch.quantile(accuracies, 0.1).item())
+    weighted = sum(r["personal_accuracy"] * r["samples"] for r in last) / \
+        sum(r["samples"] for r in last)
+    assert summary["personal_acc_weighted"] == pytest.approx(weighted)
+    assert tuned.rounds[-1].as_dict()["personal_acc_mean"] == summary["personal_acc_mean"]
+
+
+def test_ditto_keeps_fedavgs_global_model_and_the_same_bits_on_two_workers(plain):
+    one = run(personalize="ditto:0.5")
+    assert same_model(one.model, plain.model)          # the FedAvg update is untouched
+    assert one.summary["personal_acc_mean"] != one.summary["client_acc_mean"]
+    two = run(personalize="ditto:0.5", workers=2)
+    assert same_model(two.model, one.model)
+    assert {k: v for k, v in two.summary.items() if k.startswith("personal")} == \
+        {k: v for k, v in one.summary.items() if k.startswith("personal")}
+
+
+def test_fedper_never_averages_its_layers():
+    initial = normed_model()
+    result = run(model=normed_model(), personalize="fedper:3")
+    trained, start = result.model.state_dict(), initial.state_dict()
+    assert torch.equal(trained["3.weight"], start["3.weight"])   # the head stays per client
+    assert not torch.equal(trained["0.weight"], start["0.weight"])   # the body is averaged
+    assert result.summary["clients_personalized"] > 0
+
+
+@pytest.mark.parametrize("method, options", [
+    ("fedrep:last:1", {"personal_head_epochs": 2}), ("fedbn", {}),
+    # Ditto composes with a robust rule (its paper's point): the rule aggregates the global
+    # model, which the personal models only read.
+    ("ditto:0.1", {"aggregator": "median"})])
+def test_fedrep_fedbn_and_robust_ditto_train_and_report(method, options):
+    result = run(personalize=method, **options)
+    assert 0 <= result.summary["personal_acc_mean"] <= 1
+    assert result.summary["clients_personalized"] > 0
+
+
+def test_a_resume_continues_bitwise_with_the_state_in_a_mapped_file(tmp_path, capsys):
+    options = dict(personalize="fedper:1,3", personal_memory=0, rounds=3)
+    whole = run(out=tmp_path / "whole", **options)
+    run(out=tmp_path / "cut", checkpoint_every=1, **{**options, "rounds": 2}, quiet=False)
+    shown = capsys.readouterr()
+    assert "in a memory-mapped file" in shown.out + shown.err
+    assert (tmp_path / "cut" / STORE_FILE).exists()
+    resumed = run(out=tmp_path / "cut", resume=tmp_path / "cut", **options)
+    assert same_model(resumed.model, whole.model)
+    assert rows_of(tmp_path / "cut" / "client_metrics.jsonl") == \
+        rows_of(tmp_path / "whole" / "client_metrics.jsonl")
+
+
+def test_personalize_alone_scores_the_last_round(capsys):
+    result = run(personalize="finetune:1", client_eval_every=None, rounds=2, quiet=False)
+    rows = [m.as_dict() for m in result.rounds]
+    assert "personal_acc_mean" not in rows[0] and "personal_acc_mean" in rows[1]
+    shown = capsys.readouterr()
+    assert "every client evaluated after the last round" in shown.out + shown.err
+
+
+@pytest.mark.parametrize("options, message", [
+    (dict(personalize="fedper:9"), "no layer '9'; its layers: 0, 1, 3"),
+    (dict(personalize="fedper:0,1,3"), "leaves nothing to average"),
+    (dict(personalize="fedper:1,2", vectorize_clients="on",
+          model=nn.Sequential(nn.Linear(60, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))),
+     "fedper keeps buffers .running statistics. on each client"),
+    (dict(personal_memory=10), "personal_memory is about personalize"),
+    (dict(personalize="fedper:3", personal_head_epochs=2), "fedrep's"),
+    (dict(personalize="fedper:3", personal_memory=0), "no out folder"),
+])
+def test_bad_input_is_refused_in_one_line(options, message):
+    with pytest.raises(UserError, match=message) as refused:
+        run(**options)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_command_line_refuses_a_layer_that_does_not_exist(tmp_path, capsys):
+    from user_errors import fail
+
+    line = fail(["run", "--strategy", "fedavg", "--data", "synthetic:1,1", "--clients", "8",
+                 "--clients-per-round", "4", "--rounds", "1", "--personalize", "fedper:fc9",
+                 "--quiet",
+                 "--out", str(tmp_path / "run")], capsys)
+    assert "--personalize fedper: the model has no layer 'fc9'; its layers: linear" in line
+
+
+def test_a_config_file_says_it_as_the_flags_do(tmp_path):
+    from mptrain.cli import main
+
+    config = tmp_path / "run.toml"
+    config.write_text('personalize = "finetune:2"\n')
+    assert main(["run", "--strategy", "fedavg", "--data", "synthetic:1,1", "--clients", "8",
+                 "--clients-per-round", "4", "--rounds", "1", "--quiet", "--config",
+                 str(config), "--out", str(tmp_path / "run")]) == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["personalize"] == "finetune:2" and "personal_acc_p10" in summary
+
+
+def test_auto_trains_personal_running_statistics_one_client_at_a_time():
+    from mptrain.config import TrainConfig
+    from mptrain.strategies.fedavg.cohorts import choose_path
+
+    model = nn.Sequential(nn.Linear(60, 16), nn.BatchNorm1d(16), nn.Linear(16, 10))
+    config = TrainConfig(strategy="fedavg", personalize="fedbn", vectorize_clients="auto")
+    _, path = choose_path(config, model, synthetic(), workers=1)
+    assert path.describe() == ("one client at a time: --personalize fedbn keeps buffers "
+                               "(running statistics) on each client, which stacked cohorts "
+                               "never change")
+
+
+@pytest.mark.parametrize("method", ["fedper:2", "fedrep:2", "ditto:0.5"])
+def test_stacked_personalization_agrees_with_one_client_at_a_time(method):
+    """FedPer: each client's personal layer is its own slice of the stacked parameters;
+    FedRep: a head cohort, then the bodies with the heads held; Ditto: a second cohort of
+    the clients' personal models."""
+    import copy
+
+    from fedavg_workload import RUN, make_data, make_model, make_test_data
+
+    initial = make_model()
+    runs = {mode: mptrain.fit(copy.deepcopy(initial), make_data(), make_test_data(),
+                              **{**RUN, "workers": 1, "clients_per_round": 6,
+                                 "client_eval_every": 1, "personalize": method,
+                                 "vectorize_clients": mode, "momentum": 0.5,
+                                 "weight_decay": 1e-3, "personal_head_epochs":
+                                 2 if method.startswith("fedrep") else None})
+            for mode in ("off", "on")}
+    on, off = runs["on"], runs["off"]
+    assert on.summary["client_path"] == "vectorized x6"
+    for name, tensor in on.model.state_dict().items():
+        torch.testing.assert_close(tensor, off.model.state_dict()[name], atol=1e-5, rtol=0)
+    if not method.startswith("ditto"):
+        assert torch.equal(on.model[2].weight, initial[2].weight)   # never averaged
+    assert on.summary["clients_personalized"] == off.summary["clients_personalized"] > 0
+    for key in ("personal_acc_mean", "personal_loss"):
+        assert on.summary[key] == pytest.approx(off.summary[key], abs=1e-4)
