@@ -36,7 +36,8 @@ def colon_hint(text) -> str:
     return f" (did you mean {module + ':' + attribute!r}?)"
 #: ``--data`` values of natural data (``data.sources``: a LEAF folder, a Hugging Face set,
 #: FedProx's generator): read as data before any import string, so they never name code.
-NATURAL_DATA_PREFIXES = ("leaf:", "hf:", "synthetic:")
+#: ``synthetic-iid:`` takes no parameters, but no module is named so: the reader says so.
+NATURAL_DATA_PREFIXES = ("leaf:", "hf:", "synthetic:", "synthetic-iid:")
 
 
 def can_name_code(text: str) -> bool:
