@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -75,9 +76,16 @@ def given_function(function) -> str:
     """The name ``function`` goes by in the run's settings, summary and checkpoint
     (``module:qualified_name``, the import string it would have on the command line);
     :func:`user_partition` calls the function itself. A resume gives it again, as it gives
-    an import string again."""
-    name = f"{getattr(function, '__module__', None) or 'python'}:" \
-           f"{getattr(function, '__qualname__', type(function).__name__)}"
+    an import string again.
+
+    A function without a name of its own (a lambda, one defined in a function) is also
+    named by where it is, ``@file:line``: two lambdas of a script both went by
+    ``__main__:<lambda>``, so a resume given the other one took it for the same cut."""
+    qualname = getattr(function, '__qualname__', type(function).__name__)
+    name = f"{getattr(function, '__module__', None) or 'python'}:{qualname}"
+    code = getattr(function, "__code__", None)
+    if "<" in qualname and code is not None:
+        name += f"@{Path(code.co_filename).name}:{code.co_firstlineno}"
     _GIVEN_FUNCTIONS[name] = function   # the latest call's function is the run's
     return name
 
