@@ -70,6 +70,55 @@ def test_the_best_so_far_keeps_ties_for_the_later_policy_and_survives_a_checkpoi
     assert old.mean_return is None and old.offer(1.0, first)
 
 
+def _checkpoint_of(ranks):
+    from mptrain.checkpoint import Checkpoint
+
+    return Checkpoint(epoch=1, strategy="dqn", config={}, run={}, model={}, ranks=ranks,
+                      metrics=[{}], source=Path("run/checkpoint.pt"))
+
+
+def _kept(network):
+    return {"best_return": 10.0, "best_policy": BestSoFar(0, BestPolicy.create(network))
+            .policy.state()}
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda part: part["best_policy"]["tensors"].__setitem__(0, torch.zeros(3)),
+     "tensor 1 of 2 has shape (3,), the network's (2, 2)"),
+    (lambda part: part["best_policy"]["tensors"].pop(), "1 tensors for the network's 2"),
+    (lambda part: part["best_policy"]["tensors"].__setitem__(1, "bias"),
+     "tensor 2 of 2 is str"),
+    (lambda part: part["best_policy"]["tensors"].__setitem__(1, torch.zeros(2, dtype=torch.int8)),
+     "tensor 2 of 2 is torch.int8, the network's torch.float32"),
+    (lambda part: part.__setitem__("best_policy", [1, 2]), "no list of tensors"),
+    (lambda part: part.__setitem__("best_return", "high"), "best return is str"),
+    (lambda part: part.__setitem__("best_return", float("nan")), "best return is nan"),
+], ids=["shape", "count", "type", "dtype", "layout", "return-type", "return-nan"])
+def test_a_damaged_best_so_far_is_refused_in_one_line(damage, words):
+    """A worker loaded it and crashed: "RuntimeError: The size of tensor a (4) must match
+    the size of tensor b (3)", a traceback per rank, after the processes had started."""
+    from mptrain.errors import UserError
+    from mptrain.rl.best import check_best_state
+
+    network = nn.Linear(2, 2)
+    part = _kept(network)
+    check_best_state(_checkpoint_of([part, {"best_return": 10.0}]), network)
+    damage(part)
+    with pytest.raises(UserError) as caught:
+        check_best_state(_checkpoint_of([part, {"best_return": 10.0}]), network)
+    message = str(caught.value)
+    assert message.startswith("run/checkpoint.pt is damaged (the best evaluated policy")
+    assert words in message and message.endswith("; use another checkpoint")
+    assert "\n" not in message
+
+
+def test_a_best_so_far_of_an_evaluation_of_no_episodes_and_of_before_loads():
+    from mptrain.rl.best import check_best_state
+
+    network = nn.Linear(2, 2)
+    check_best_state(_checkpoint_of([{"best_return": float("-inf")}, {"rng": 1}]), network)
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("algo", ["a3c", "dqn", "ppo"])
 def test_evaluations_change_nothing_training_does(algo):
@@ -143,3 +192,14 @@ def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
     from_old = fit(resume=tmp_path / "old", steps=5_000, out=tmp_path / "old")
     assert from_old.summary["best_at_round"] == 5
     assert from_old.best_model is from_old.final_model
+
+    # A damaged best policy is refused before a worker starts (it crashed every worker).
+    from mptrain.errors import UserError
+
+    checkpoint = load(tmp_path / "run")
+    checkpoint.ranks[0]["best_policy"]["tensors"][0] = torch.zeros(3)
+    (tmp_path / "damaged").mkdir()
+    save(tmp_path / "damaged", checkpoint)
+    with pytest.raises(UserError, match="is damaged .the best evaluated policy of rank 0: "
+                                        "tensor 1 of .* has shape .3,."):
+        fit(resume=tmp_path / "damaged", steps=7_000, out=tmp_path / "damaged")
