@@ -53,7 +53,7 @@ def can_name_code(text: str) -> bool:
 
 #: The parts of a qualified name Python gives functions without a name of their own
 #: (``fit(partition=lambda ...)`` goes by ``__main__:<lambda>@file.py:LINE``, see
-#: ``data.partitions.given_function``): still the user's code.
+#: ``data.user_partitions.given_function``): still the user's code.
 _UNNAMED = ("<lambda>", "<locals>")
 
 
