@@ -133,7 +133,8 @@ def test_evaluations_change_nothing_training_does(algo):
 
 
 @pytest.mark.timeout(240)
-def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path: Path):
+def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path: Path,
+                                                                        capsys):
     result = fit("CartPole-v1", "dqn", out=tmp_path, **FORGETTING_DQN)
     returns = [row.extras["eval_return"] for row in result.rounds]
     best_at = max(i for i, r in enumerate(returns) if r == max(returns))   # ties: the later
@@ -156,9 +157,42 @@ def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path
                for k, v in result.final_model.state_dict().items())
     assert json.loads((tmp_path / "summary.json").read_text())["kept"] == "best"
 
-    final = fit("CartPole-v1", "dqn", keep="final", **FORGETTING_DQN)
-    assert final.kept == "final" and final.model is final.final_model
-    assert same_tensors(final.best_model, result.best_model)   # the same run, kept otherwise
+    # The same run kept otherwise, from the command line (it was a run of its own there,
+    # test_rl_cli's test_keep_final_writes_the_final_policy_as_model_pt, and another here).
+    from mptrain.cli import main
+
+    capsys.readouterr()
+    assert main(["rl", "--algo", "dqn", "--workers", "1", "--steps", "6000", "--round-steps",
+                 "1000", "--seed", "3", "--learning-starts", "500", "--eps-steps", "3000",
+                 "--eval-episodes", "2", "--eval-every", "1", "--keep", "final", "--out",
+                 str(tmp_path / "final")]) == 0
+    summary = json.loads((tmp_path / "final" / "summary.json").read_text())
+    assert summary["kept"] == "final" and summary["best_at_round"] == best_at + 1
+    model, final, best = (torch.load(tmp_path / "final" / name)
+                          for name in ("model.pt", "final.pt", "best.pt"))
+    assert all(torch.equal(model[k], v) for k, v in final.items())
+    assert all(torch.equal(best[k], v) for k, v in result.best_model.state_dict().items())
+    assert not all(torch.equal(best[k], v) for k, v in final.items())
+    assert (f"kept the final policy as model.pt and final.pt; the best (greedy "
+            f"{result.best_eval_return:.1f} at {summary['best_at_steps']:,} steps) is best.pt"
+            ) in capsys.readouterr().out
+
+
+def test_keep_final_hands_back_the_final_network_and_names_the_best():
+    """fit(keep="final")'s hand back, without a run: ``model`` is the final network, the
+    best one still handed back by name."""
+    from mptrain.rl.family import RLFamily, RLResult
+
+    final_net, best_net = nn.Linear(2, 2), nn.Linear(2, 2)
+    strategy = type("Kept", (), {"best_policy": BestPolicy.create(best_net)})()
+    summary = {"kept": "final", "best_at_round": 2, "rounds_done": 3}
+    result = RLFamily(None, strategy=strategy).hand_back(
+        RLResult(model=final_net, config=None, summary=summary))
+    assert result.kept == "final" and result.model is result.final_model is final_net
+    assert same_tensors(result.best_model, best_net)
+    kept_best = RLFamily(None, strategy=strategy).hand_back(
+        RLResult(model=final_net, config=None, summary={**summary, "kept": "best"}))
+    assert kept_best.model is kept_best.best_model and same_tensors(kept_best.model, best_net)
 
 
 @pytest.mark.timeout(240)
