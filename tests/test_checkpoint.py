@@ -341,7 +341,9 @@ def test_natural_data_is_no_code_a_resume_must_name_again(data):
     assert is_natural(data) and data.startswith(NATURAL_PREFIXES)
 
 
-@pytest.mark.parametrize("function", ["__main__:<lambda>", "notebook:make.<locals>.split"])
+@pytest.mark.parametrize("function", ["__main__:<lambda>", "notebook:make.<locals>.split",
+                                      "__main__:<lambda>@train.py:12",
+                                      "__main__:make.<locals>.<lambda>@/tmp/ipykernel_7/3.py:2"])
 def test_a_lambda_partition_must_be_given_again(function):
     # fit(partition=lambda ...) records '__main__:<lambda>'; its '<lambda>' is no
     # identifier, so a resume took it from the checkpoint and ran the function registered
@@ -352,3 +354,6 @@ def test_a_lambda_partition_must_be_given_again(function):
     with pytest.raises(UserError, match="give .*partition.* again"):
         checkpoints.user_code_in(stored, {"partition": None})
     checkpoints.user_code_in(stored, {"partition": function})
+    # Another lambda, elsewhere: the name says where, so the resume is refused.
+    with pytest.raises(UserError, match="resume with the same"):
+        checkpoints.user_code_in(stored, {"partition": "__main__:<lambda>@train.py:40"})

@@ -163,3 +163,24 @@ def error_line(err: BaseException) -> str:
     message (the type alone when there is none)."""
     first = brief(str(err))
     return f"{type(err).__name__}: {first}" if first else type(err).__name__
+
+
+def exception_line(formatted: str, limit: int = 200) -> str:
+    """The line of a formatted traceback (``traceback.format_exc()``) that names what was
+    raised -- its type and the first line of its message, :func:`brief` -- of a chain, the
+    exception raised last. Not the text's last line, which is the last line of a multi-line
+    message ("(2x4 and 8x2)"); text without a traceback's header gives its last line."""
+    lines = formatted.strip().splitlines()
+    headers = [at for at, line in enumerate(lines)
+               if line.startswith("Traceback (most recent call last):")]
+    if not headers:
+        return lines[-1] if lines else ""
+    # The frames and their code are indented; the exception's line is the first that is not.
+    rest = lines[headers[-1] + 1:]
+    for at, line in enumerate(rest):
+        if line and not line[0].isspace():
+            kind, colon, message = line.partition(": ")
+            if colon and not message.strip():   # the message starts on the next line
+                message = next((more for more in rest[at + 1:] if more.strip()), "")
+            return f"{kind}: {brief(message, limit)}" if message.strip() else kind
+    return lines[-1]

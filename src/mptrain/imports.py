@@ -36,7 +36,8 @@ def colon_hint(text) -> str:
     return f" (did you mean {module + ':' + attribute!r}?)"
 #: ``--data`` values of natural data (``data.sources``: a LEAF folder, a Hugging Face set,
 #: FedProx's generator): read as data before any import string, so they never name code.
-NATURAL_DATA_PREFIXES = ("leaf:", "hf:", "synthetic:")
+#: ``synthetic-iid:`` takes no parameters, but no module is named so: the reader says so.
+NATURAL_DATA_PREFIXES = ("leaf:", "hf:", "synthetic:", "synthetic-iid:")
 
 
 def can_name_code(text: str) -> bool:
@@ -44,12 +45,15 @@ def can_name_code(text: str) -> bool:
     whose attribute is a dotted name. ``dirichlet:0.3`` cannot: a built-in with a
     parameter, not code of the user's."""
     module, _, attribute = text.partition(":")
+    if "<" in attribute:   # a lambda's name says where it is: <lambda>@train.py:12
+        attribute = attribute.partition("@")[0]
     return bool(module) and all(part.isidentifier() or part in _UNNAMED
                                 for part in attribute.split("."))
 
 
 #: The parts of a qualified name Python gives functions without a name of their own
-#: (``fit(partition=lambda ...)`` goes by ``__main__:<lambda>``): still the user's code.
+#: (``fit(partition=lambda ...)`` goes by ``__main__:<lambda>@file.py:LINE``, see
+#: ``data.user_partitions.given_function``): still the user's code.
 _UNNAMED = ("<lambda>", "<locals>")
 
 

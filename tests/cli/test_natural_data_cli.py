@@ -59,6 +59,8 @@ def test_partitions_of_a_leaf_folder_default_to_its_users(tmp_path, capsys):
     ("leaf", ["--data", "leaf:{root}", "--label", "y"], "name the columns of --data hf:NAME"),
     (None, ["--data", "synthetic:1,1", "--features", "x"], "name the columns of --data hf:NAME"),
     (None, ["--data", "synthetic:1"], "synthetic:ALPHA,BETA"),
+    (None, ["--data", "synthetic:1e308,1"], "from 0 to 1e6"),
+    (None, ["--data", "synthetic-iid:3"], "synthetic-iid takes no parameters"),
 ])
 def test_mistakes_are_one_line(tmp_path, capsys, make, flags, needle):
     root = tmp_path / "leaf"

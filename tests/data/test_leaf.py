@@ -56,6 +56,16 @@ def test_synthetic_vectors_with_float_labels(tmp_path):
                                          int(bundle.test.targets.max()))
 
 
+def test_a_huge_label_in_a_leaf_file_is_one_line(tmp_path):
+    # Labels of LEAF's synthetic kind are the file's: 1e12 was a model of 1e12 outputs.
+    rng = np.random.default_rng(3)
+    user = synthetic_user(rng, 4)
+    user["y"][1] = 1e12
+    write_file(tmp_path / "train" / "t.json", {"u1": user})
+    with pytest.raises(UserError, match="class label 1,000,000,000,000 makes"):
+        load_data(f"leaf:{tmp_path}")
+
+
 def test_user_data_before_the_lists_and_hierarchies_kept(tmp_path):
     rng = np.random.default_rng(1)
     users = {"b": synthetic_user(rng, 3), "a": synthetic_user(rng, 4)}

@@ -255,3 +255,29 @@ def test_stats_count_sizes_and_distinct_labels():
     regression = partition_stats(parts[:2])
     assert regression.labels is None and regression.samples.median == 2.5
     assert stats_rows(regression) == [("samples per client", "2", "2.5", "3")]
+
+
+# -- functions given from Python (fit(partition=...)) ----------------------------------------
+
+def test_two_lambdas_go_by_two_names_that_say_where_they_are():
+    """Both went by '<module>:<lambda>': a resume of a run cut by the first, given the
+    second, was taken as the same partition and cut other clients without a word."""
+    from mptrain.data.partitions import given_function, user_partition
+
+    evens = lambda targets, clients, seed: [torch.arange(0, 4, 2), torch.arange(1, 4, 2)]  # noqa: E731
+    halves = lambda targets, clients, seed: [torch.arange(0, 2), torch.arange(2, 4)]  # noqa: E731
+    first, second = given_function(evens), given_function(halves)
+    line, qualname = evens.__code__.co_firstlineno, evens.__qualname__
+    assert qualname.endswith("<locals>.<lambda>") and qualname == halves.__qualname__
+    assert first == f"{__name__}:{qualname}@test_partitions.py:{line}"
+    assert second == f"{__name__}:{qualname}@test_partitions.py:{line + 1}"
+    targets = torch.zeros(4, dtype=torch.int64)
+    assert [p.tolist() for p in user_partition(first, targets, 2, 0)] == [[0, 2], [1, 3]]
+    assert [p.tolist() for p in user_partition(second, targets, 2, 0)] == [[0, 1], [2, 3]]
+    assert parse_partition(first) == PartitionSpec("function", function=first)
+
+
+def test_a_named_function_keeps_its_import_string():
+    from mptrain.data.partitions import given_function
+
+    assert given_function(textwrap.dedent) == "textwrap:dedent"

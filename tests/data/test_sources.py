@@ -394,6 +394,27 @@ def test_regression_test_targets_need_as_many_values_as_the_training_ones():
     assert same.output_size == 1
 
 
+@pytest.mark.parametrize("train_labels, test_labels, needle, distinct", [
+    (torch.tensor([0, 1, 10**12, 1]), None,
+     "class label 1,000,000,000,000 makes 1,000,000,000,001 classes", 3),
+    # Only the test set's: the classes are those of both sets.
+    (torch.tensor([0, 1, 2, 1]), torch.tensor([1, 10**12]),
+     "the test data's targets: class label 1,000,000,000,000 makes", 2),
+])
+def test_a_huge_class_label_is_one_line_naming_it_and_the_classes(train_labels, test_labels,
+                                                                  needle, distinct):
+    """The model was built with one output per class 0..label: an allocation traceback
+    (512 TB for the last layer) after the data had been read."""
+    from mptrain.api import bundle_from_datasets
+
+    test = None if test_labels is None else pairs(torch.randn(2, 4), test_labels)
+    with pytest.raises(UserError) as info:
+        bundle_from_datasets(pairs(torch.randn(4, 4), train_labels), test)
+    text = str(info.value)
+    assert needle in text and "\n" not in text
+    assert "at most 1,000,000" in text and f"the {distinct} distinct labels" in text
+
+
 def test_a_class_only_the_test_set_has_is_a_class_of_the_model():
     from mptrain.api import bundle_from_datasets
 

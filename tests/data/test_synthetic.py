@@ -71,6 +71,26 @@ def test_bad_parameters_are_one_line(name):
         load_data(name)
 
 
+@pytest.mark.parametrize("name", ["synthetic:1e308,1", "synthetic:1,1e308", "synthetic:1e7,0"])
+def test_deviations_past_the_range_are_refused_with_the_range(name):
+    """1e308 drew infinite inputs and NaN logits (every label 0): training data that
+    cannot train, made without a word."""
+    with pytest.raises(UserError, match="from 0 to 1e6"):
+        load_data(name)
+
+
+def test_the_largest_deviation_accepted_draws_finite_data():
+    bundle = load_data("synthetic:1e6,1e6", clients=2, seed=0)
+    assert torch.isfinite(bundle.train.inputs).all()
+    assert len(bundle.train.targets.unique()) > 1
+
+
+def test_synthetic_iid_with_parameters_says_it_takes_none():
+    """It was read as an import string: "cannot import module 'synthetic-iid'"."""
+    with pytest.raises(UserError, match="synthetic-iid takes no parameters"):
+        load_data("synthetic-iid:3")
+
+
 def test_draw_block_labels_are_the_argmax_of_the_devices_model():
     rng = np.random.default_rng(0)
     x, y = synthetic._draw_block(rng, np.array([5, 7]), None,

@@ -349,6 +349,59 @@ def test_describe_names_rank_pid_and_cause(failure, words):
         assert word in text
 
 
+def _formatted(raise_it) -> str:
+    """What a worker sends of what it raised: ``traceback.format_exc()``."""
+    import traceback
+
+    try:
+        raise_it()
+    except Exception:  # noqa: BLE001 - formatted as _bootstrap does
+        return traceback.format_exc()
+
+
+def _multi_line():
+    raise RuntimeError("mat1 and mat2 shapes cannot be multiplied\n(2x4 and 8x2)\n  at x")
+
+
+def _chained():
+    try:
+        raise KeyError("first")
+    except KeyError:
+        raise ValueError("second, while handling the first\nmore") from None
+
+
+def _chained_implicitly():
+    try:
+        raise KeyError("first")
+    except KeyError:
+        raise ValueError("second\nsecond's detail")
+
+
+def _empty_first_line():
+    raise ValueError("\nthe message starts on the next line")
+
+
+@pytest.mark.parametrize("raise_it, cause", [
+    # The summary took the traceback's last line: "raised   at x".
+    (_multi_line, "raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+    (_chained, "raised ValueError: second, while handling the first"),
+    (_chained_implicitly, "raised ValueError: second"),
+    (_empty_first_line, "raised ValueError: the message starts on the next line"),
+], ids=["multi-line", "chained", "chained-implicitly", "empty-first-line"])
+def test_describe_takes_the_exception_line_of_a_multi_line_message(raise_it, cause):
+    text = WorkerFailure(2, 4242, "raised", 1, traceback=_formatted(raise_it)).describe()
+    assert text == f"worker rank 2 (pid 4242) {cause}"
+
+
+def test_describe_of_a_very_long_exception_line_is_bounded():
+    def long():
+        raise ValueError("word " * 400)
+
+    text = WorkerFailure(2, 4242, "raised", 1, traceback=_formatted(long)).describe()
+    assert text.startswith("worker rank 2 (pid 4242) raised ValueError: word word")
+    assert len(text) < 300
+
+
 @pytest.mark.timeout(60)
 def test_describe_of_a_real_failure_names_its_rank_and_pid():
     result = Supervisor("fork").run(exit_three, [(0,)] * 2)

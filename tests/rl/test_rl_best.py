@@ -70,6 +70,55 @@ def test_the_best_so_far_keeps_ties_for_the_later_policy_and_survives_a_checkpoi
     assert old.mean_return is None and old.offer(1.0, first)
 
 
+def _checkpoint_of(ranks):
+    from mptrain.checkpoint import Checkpoint
+
+    return Checkpoint(epoch=1, strategy="dqn", config={}, run={}, model={}, ranks=ranks,
+                      metrics=[{}], source=Path("run/checkpoint.pt"))
+
+
+def _kept(network):
+    return {"best_return": 10.0, "best_policy": BestSoFar(0, BestPolicy.create(network))
+            .policy.state()}
+
+
+@pytest.mark.parametrize("damage, words", [
+    (lambda part: part["best_policy"]["tensors"].__setitem__(0, torch.zeros(3)),
+     "tensor 1 of 2 has shape (3,), the network's (2, 2)"),
+    (lambda part: part["best_policy"]["tensors"].pop(), "1 tensors for the network's 2"),
+    (lambda part: part["best_policy"]["tensors"].__setitem__(1, "bias"),
+     "tensor 2 of 2 is str"),
+    (lambda part: part["best_policy"]["tensors"].__setitem__(1, torch.zeros(2, dtype=torch.int8)),
+     "tensor 2 of 2 is torch.int8, the network's torch.float32"),
+    (lambda part: part.__setitem__("best_policy", [1, 2]), "no list of tensors"),
+    (lambda part: part.__setitem__("best_return", "high"), "best return is str"),
+    (lambda part: part.__setitem__("best_return", float("nan")), "best return is nan"),
+], ids=["shape", "count", "type", "dtype", "layout", "return-type", "return-nan"])
+def test_a_damaged_best_so_far_is_refused_in_one_line(damage, words):
+    """A worker loaded it and crashed: "RuntimeError: The size of tensor a (4) must match
+    the size of tensor b (3)", a traceback per rank, after the processes had started."""
+    from mptrain.errors import UserError
+    from mptrain.rl.best import check_best_state
+
+    network = nn.Linear(2, 2)
+    part = _kept(network)
+    check_best_state(_checkpoint_of([part, {"best_return": 10.0}]), network)
+    damage(part)
+    with pytest.raises(UserError) as caught:
+        check_best_state(_checkpoint_of([part, {"best_return": 10.0}]), network)
+    message = str(caught.value)
+    assert message.startswith("run/checkpoint.pt is damaged (the best evaluated policy")
+    assert words in message and message.endswith("; use another checkpoint")
+    assert "\n" not in message
+
+
+def test_a_best_so_far_of_an_evaluation_of_no_episodes_and_of_before_loads():
+    from mptrain.rl.best import check_best_state
+
+    network = nn.Linear(2, 2)
+    check_best_state(_checkpoint_of([{"best_return": float("-inf")}, {"rng": 1}]), network)
+
+
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("algo", ["a3c", "dqn", "ppo"])
 def test_evaluations_change_nothing_training_does(algo):
@@ -84,7 +133,8 @@ def test_evaluations_change_nothing_training_does(algo):
 
 
 @pytest.mark.timeout(240)
-def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path: Path):
+def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path: Path,
+                                                                        capsys):
     result = fit("CartPole-v1", "dqn", out=tmp_path, **FORGETTING_DQN)
     returns = [row.extras["eval_return"] for row in result.rounds]
     best_at = max(i for i, r in enumerate(returns) if r == max(returns))   # ties: the later
@@ -107,9 +157,42 @@ def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path
                for k, v in result.final_model.state_dict().items())
     assert json.loads((tmp_path / "summary.json").read_text())["kept"] == "best"
 
-    final = fit("CartPole-v1", "dqn", keep="final", **FORGETTING_DQN)
-    assert final.kept == "final" and final.model is final.final_model
-    assert same_tensors(final.best_model, result.best_model)   # the same run, kept otherwise
+    # The same run kept otherwise, from the command line (it was a run of its own there,
+    # test_rl_cli's test_keep_final_writes_the_final_policy_as_model_pt, and another here).
+    from mptrain.cli import main
+
+    capsys.readouterr()
+    assert main(["rl", "--algo", "dqn", "--workers", "1", "--steps", "6000", "--round-steps",
+                 "1000", "--seed", "3", "--learning-starts", "500", "--eps-steps", "3000",
+                 "--eval-episodes", "2", "--eval-every", "1", "--keep", "final", "--out",
+                 str(tmp_path / "final")]) == 0
+    summary = json.loads((tmp_path / "final" / "summary.json").read_text())
+    assert summary["kept"] == "final" and summary["best_at_round"] == best_at + 1
+    model, final, best = (torch.load(tmp_path / "final" / name)
+                          for name in ("model.pt", "final.pt", "best.pt"))
+    assert all(torch.equal(model[k], v) for k, v in final.items())
+    assert all(torch.equal(best[k], v) for k, v in result.best_model.state_dict().items())
+    assert not all(torch.equal(best[k], v) for k, v in final.items())
+    assert (f"kept the final policy as model.pt and final.pt; the best (greedy "
+            f"{result.best_eval_return:.1f} at {summary['best_at_steps']:,} steps) is best.pt"
+            ) in capsys.readouterr().out
+
+
+def test_keep_final_hands_back_the_final_network_and_names_the_best():
+    """fit(keep="final")'s hand back, without a run: ``model`` is the final network, the
+    best one still handed back by name."""
+    from mptrain.rl.family import RLFamily, RLResult
+
+    final_net, best_net = nn.Linear(2, 2), nn.Linear(2, 2)
+    strategy = type("Kept", (), {"best_policy": BestPolicy.create(best_net)})()
+    summary = {"kept": "final", "best_at_round": 2, "rounds_done": 3}
+    result = RLFamily(None, strategy=strategy).hand_back(
+        RLResult(model=final_net, config=None, summary=summary))
+    assert result.kept == "final" and result.model is result.final_model is final_net
+    assert same_tensors(result.best_model, best_net)
+    kept_best = RLFamily(None, strategy=strategy).hand_back(
+        RLResult(model=final_net, config=None, summary={**summary, "kept": "best"}))
+    assert kept_best.model is kept_best.best_model and same_tensors(kept_best.model, best_net)
 
 
 @pytest.mark.timeout(240)
@@ -143,3 +226,14 @@ def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
     from_old = fit(resume=tmp_path / "old", steps=5_000, out=tmp_path / "old")
     assert from_old.summary["best_at_round"] == 5
     assert from_old.best_model is from_old.final_model
+
+    # A damaged best policy is refused before a worker starts (it crashed every worker).
+    from mptrain.errors import UserError
+
+    checkpoint = load(tmp_path / "run")
+    checkpoint.ranks[0]["best_policy"]["tensors"][0] = torch.zeros(3)
+    (tmp_path / "damaged").mkdir()
+    save(tmp_path / "damaged", checkpoint)
+    with pytest.raises(UserError, match="is damaged .the best evaluated policy of rank 0: "
+                                        "tensor 1 of .* has shape .3,."):
+        fit(resume=tmp_path / "damaged", steps=7_000, out=tmp_path / "damaged")

@@ -36,25 +36,6 @@ def test_evaluation_flag_mistakes_are_one_line(capsys, flags, words):
 
 
 @pytest.mark.timeout(120)
-def test_keep_final_writes_the_final_policy_as_model_pt(tmp_path, capsys):
-    pytest.importorskip("gymnasium")
-    import torch
-
-    # dqn's seed 3 is at its best after 4,000 steps and worse at the end (test_rl_best.py)
-    assert main(["rl", "--algo", "dqn", "--workers", "1", "--steps", "6000", "--round-steps",
-                 "1000", "--seed", "3", "--learning-starts", "500", "--eps-steps", "3000",
-                 "--eval-every", "1", "--keep", "final", "--out", str(tmp_path)]) == 0
-    summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["kept"] == "final" and summary["best_at_round"] == 4
-    model, final, best = (torch.load(tmp_path / name)
-                          for name in ("model.pt", "final.pt", "best.pt"))
-    assert all(torch.equal(model[k], v) for k, v in final.items())
-    assert not all(torch.equal(best[k], v) for k, v in final.items())
-    assert "kept the final policy as model.pt and final.pt; the best (greedy 327.5 at 4,000 " \
-        "steps) is best.pt" in capsys.readouterr().out
-
-
-@pytest.mark.timeout(120)
 def test_rl_command_writes_its_outputs(tmp_path, capsys):
     pytest.importorskip("gymnasium")
     assert main(["rl", "--algo", "a3c", "--workers", "2", "--steps", "4000",

@@ -16,153 +16,23 @@ Each client's indices come back sorted: gathering rows in index order reads memo
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import numpy as np
 import torch
 
-from ..errors import UserError, closest, raised_by_users_code
-from ..imports import colon_hint
+from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .partition_laws import (SIZE_LAWS, inner_dirichlet_owner, pathological_owner,
                              size_law_owner, size_law_sizes)
-from ..errors import setting_name as named   # as the caller spelled the setting
+# What --partition says and the user's functions: their own modules, named here too, as
+# the way in that callers know (``parse_partition``, ``given_function``).
+from .partition_spec import PartitionSpec, parse_partition  # noqa: F401
+from .user_partitions import given_function, user_partition  # noqa: F401
 
-#: The --partition vocabulary, as a refusal of an unknown one names it.
-PARTITION_CHOICES = ("iid, dirichlet:ALPHA[:MIN], shards:K, natural, pathological:K, "
-                     "inner-dirichlet:ALPHA, linear[:MIN], square[:MIN], exponential[:MIN], "
-                     "or an import string 'package.module:function' / "
-                     "'path/to/file.py:function'")
 
 # Resampling the Dirichlet proportions is cheap (counts only), so many tries cost little;
 # past this, the minimum is unreachable in practice and the user must change a setting.
 DIRICHLET_TRIES = 100
 DIRICHLET_MIN_CAP = 10
-
-
-@dataclass(frozen=True)
-class PartitionSpec:
-    """A parsed ``--partition``: ``kind`` is natural, iid, dirichlet, shards, pathological,
-    inner-dirichlet, a size law (linear, square, exponential) or function."""
-
-    kind: str
-    alpha: float | None = None
-    min_size: int | None = None  # dirichlet: None = default_min_size(samples, clients)
-    shards: int | None = None
-    function: str | None = None
-
-    def __str__(self) -> str:
-        if self.kind == "dirichlet":
-            tail = f":{self.min_size}" if self.min_size is not None else ""
-            return f"dirichlet:{self.alpha:g}{tail}"
-        if self.kind in ("shards", "pathological"):
-            return f"{self.kind}:{self.shards}"
-        if self.kind == "inner-dirichlet":
-            return f"inner-dirichlet:{self.alpha:g}"
-        if self.kind in SIZE_LAWS:
-            return self.kind + (f":{self.min_size}" if self.min_size is not None else "")
-        return self.function if self.kind == "function" else self.kind
-
-
-#: Partition functions given from Python (``fit(partition=my_split)``), by the name that
-#: stands for them in the run's settings: the cut is made in the parent (and in every
-#: torchrun rank, each of which called ``fit`` with the function), so the function itself
-#: never travels to a worker, and a lambda or a notebook's function serves as well.
-_GIVEN_FUNCTIONS: dict = {}
-
-
-def given_function(function) -> str:
-    """The name ``function`` goes by in the run's settings, summary and checkpoint
-    (``module:qualified_name``, the import string it would have on the command line);
-    :func:`user_partition` calls the function itself. A resume gives it again, as it gives
-    an import string again."""
-    name = f"{getattr(function, '__module__', None) or 'python'}:" \
-           f"{getattr(function, '__qualname__', type(function).__name__)}"
-    _GIVEN_FUNCTIONS[name] = function   # the latest call's function is the run's
-    return name
-
-
-def parse_partition(spec: str) -> PartitionSpec:
-    """Check the syntax of ``--partition`` without any data, so a run can refuse a typo
-    before it loads data or starts processes."""
-    if isinstance(spec, str) and spec in _GIVEN_FUNCTIONS:
-        return PartitionSpec("function", function=spec)
-    text = spec.strip() if isinstance(spec, str) else ""
-    name, _, rest = text.partition(":")
-    args = rest.split(":") if rest else []
-    if name in ("iid", "natural"):
-        if rest:
-            raise UserError(f"{named('partition')} {spec!r}: {name} takes no parameter; write "
-                            f"'{name}'")
-        return PartitionSpec(name)
-    if name == "pathological":
-        if len(args) != 1:
-            raise UserError(f"{named('partition')} {spec!r} is malformed; write "
-                            "pathological:K, e.g. pathological:2")
-        return PartitionSpec(name, shards=_whole(args[0], spec, "pathological:K needs K"))
-    if name == "inner-dirichlet":
-        if len(args) != 1:
-            raise UserError(f"{named('partition')} {spec!r} is malformed; write "
-                            "inner-dirichlet:ALPHA, e.g. inner-dirichlet:0.5")
-        return PartitionSpec(name, alpha=_alpha(args[0], spec))
-    if name in SIZE_LAWS:
-        if len(args) > 1:
-            raise UserError(f"{named('partition')} {spec!r} is malformed; write {name} or "
-                            f"{name}:MIN, e.g. {name}:10")
-        minimum = _whole(args[0], spec, f"{name}:MIN needs MIN") if args else None
-        return PartitionSpec(name, min_size=minimum)
-    if name == "dirichlet":
-        if len(args) not in (1, 2):
-            raise UserError(f"{named('partition')} {spec!r} is malformed; write "
-                            "dirichlet:ALPHA or dirichlet:ALPHA:MIN, e.g. dirichlet:0.5")
-        min_size = _whole(args[1], spec, "dirichlet:ALPHA:MIN needs MIN") \
-            if len(args) == 2 else None
-        return PartitionSpec("dirichlet", alpha=_alpha(args[0], spec), min_size=min_size)
-    if name == "shards":
-        if len(args) != 1:
-            raise UserError(f"{named('partition')} {spec!r} is malformed; write shards:K, "
-                            "e.g. shards:2")
-        return PartitionSpec("shards", shards=_whole(args[0], spec, "shards:K needs K"))
-    if name and rest and _names_a_function(rest) and not _misspelt_built_in(name):
-        return PartitionSpec("function", function=text)
-    hint = _close_to(name, rest) or colon_hint(text)
-    raise UserError(f"unknown {named('partition')} {spec!r}{hint}; "
-                    f"choose {PARTITION_CHOICES}")
-
-
-BUILT_IN_PARTITIONS = ("natural", "iid", "dirichlet", "shards", "pathological",
-                       "inner-dirichlet", *SIZE_LAWS)
-#: How close a name must be to a built-in to be taken for its typo: at 0.6 'mine' (a user's
-#: module) was 'linear'; typos of one letter ('shard', 'iidd', 'dirichlt') are above 0.85.
-TYPO_CUTOFF = 0.7
-
-
-def _names_a_function(attribute: str) -> bool:
-    """Whether ``module:ATTRIBUTE`` can name a function: ``dirichlt:0.5`` cannot, and is a
-    typo of a built-in, not a module to import."""
-    return all(part.isidentifier() for part in attribute.split("."))
-
-
-def _misspelt_built_in(name: str) -> bool:
-    """``shard:make``: a name close to a built-in that no module answers to is a typo (a
-    plain name only: a dotted one or a path is clearly the user's module)."""
-    import importlib.util
-
-    if "." in name or "/" in name or "\\" in name \
-            or closest(name, BUILT_IN_PARTITIONS, TYPO_CUTOFF) is None:
-        return False
-    try:
-        return importlib.util.find_spec(name) is None
-    except (ImportError, ValueError):
-        return True
-
-
-def _close_to(name: str, rest: str) -> str:
-    close = closest(name, BUILT_IN_PARTITIONS, TYPO_CUTOFF)
-    if close is None:
-        return ""
-    keep = rest and close != "iid" and not _names_a_function(rest)
-    return f" (did you mean {close}{':' + rest if keep else ''}?)"
 
 
 def partition_clients(spec: str | PartitionSpec, targets: torch.Tensor, clients: int,
@@ -322,68 +192,6 @@ def shard_partition(labels: np.ndarray, clients: int, per_client: int,
     return _parts_from_owner(owner, clients)
 
 
-def user_partition(function: str, targets: torch.Tensor, clients: int,
-                   seed: int) -> list[torch.Tensor]:
-    """Call ``function(targets, clients, seed)`` and check what it returns, so a mistake in
-    it is one line naming the problem instead of a crash rounds into training."""
-    from ..imports import load_object
-
-    split = _GIVEN_FUNCTIONS.get(function) or load_object(function, named('partition'))
-    where = f"partition function {function}"
-    with raised_by_users_code(where):
-        produced = split(targets, clients, seed)
-    if isinstance(produced, (str, bytes)) or not hasattr(produced, "__len__"):
-        raise UserError(f"{where} returned {type(produced).__name__}; it must return a list "
-                        "of index lists, one per client")
-    if len(produced) != clients:
-        raise UserError(f"{where} returned {len(produced)} parts for {named('clients')} "
-                        f"{clients}; it must return one index list per client")
-    samples = len(targets)
-    parts = [_user_part(part, client, samples, where) for client, part in enumerate(produced)]
-    _refuse_overlap(parts, where)
-    return [part.sort().values for part in parts]
-
-
-def _user_part(part, client: int, samples: int, where: str) -> torch.Tensor:
-    try:
-        # A copy: numpy views with negative strides (a[::-1]) cannot become tensors.
-        # A tensor part is copied by torch (numpy 2 warns of a tensor's __array__).
-        values = part.detach().cpu().clone() if torch.is_tensor(part) \
-            else torch.as_tensor(np.array(part))
-    except (TypeError, ValueError, RuntimeError):
-        raise UserError(f"{where} returned {type(part).__name__} for client {client}; each "
-                        "part must be a sequence of sample indices") from None
-    if values.numel() == 0:
-        raise UserError(f"{where} left client {client} empty; every client needs at least "
-                        "one sample")
-    if values.dim() != 1 or values.dtype == torch.bool or values.dtype.is_floating_point \
-            or values.dtype.is_complex:
-        raise UserError(f"{where} returned {values.dtype} values of shape "
-                        f"{tuple(values.shape)} for client {client}; each part must be a flat "
-                        "sequence of integer sample indices")
-    values = values.to(torch.int64)
-    bad = values[(values < 0) | (values >= samples)]
-    if len(bad):
-        raise UserError(f"{where} returned index {int(bad[0])} for client {client}; indices "
-                        f"must be in 0..{samples - 1} (the training set has {samples} samples)")
-    return values
-
-
-def _refuse_overlap(parts: list[torch.Tensor], where: str) -> None:
-    indices = torch.cat(parts)
-    owners = torch.repeat_interleave(torch.arange(len(parts)), torch.tensor([len(p) for p in
-                                                                             parts]))
-    order = torch.argsort(indices, stable=True)
-    indices, owners = indices[order], owners[order]
-    repeated = torch.nonzero(indices[1:] == indices[:-1]).flatten()
-    if len(repeated):
-        at = int(repeated[0])
-        sample, first, second = int(indices[at]), int(owners[at]), int(owners[at + 1])
-        place = f"twice in client {first}" if first == second \
-            else f"in clients {first} and {second}"
-        raise UserError(f"{where} returned overlapping indices: sample {sample} is {place}")
-
-
 def _parts_from_owner(owner: np.ndarray, clients: int) -> list[torch.Tensor]:
     """Client ``c`` gets the samples whose owner is ``c``, in index order (-1: nobody)."""
     order = np.argsort(owner, kind="stable")
@@ -400,24 +208,3 @@ def _class_labels(targets: torch.Tensor, parsed: PartitionSpec) -> np.ndarray:
                         f"targets are {targets.dtype} of shape {tuple(targets.shape)} "
                         "(regression); use iid or a partition function")
     return targets.cpu().numpy()
-
-
-def _alpha(text: str, spec: str) -> float:
-    try:
-        alpha = float(text)
-    except ValueError:
-        alpha = math.nan
-    if not (math.isfinite(alpha) and alpha > 0):
-        raise UserError(f"{named('partition')} {spec!r}: ALPHA must be a number > 0, e.g. "
-                        "dirichlet:0.5 (smaller means more label skew)")
-    return alpha
-
-
-def _whole(text: str, spec: str, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise UserError(f"{named('partition')} {spec!r}: {what} to be a whole number >= 1")
-    return value

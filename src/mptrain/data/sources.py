@@ -14,6 +14,7 @@ import torch
 
 from ..errors import UserError, did_you_mean
 from ..imports import NATURAL_DATA_PREFIXES, call_factory, colon_hint, is_import_string
+from .classes import class_count
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
@@ -276,7 +277,7 @@ def user_bundle(name: str, train: SharedTensorDataset, test: SharedTensorDataset
     if test is not None:
         _check_test_matches_train(train, test, task, output_size)
         if task == CLASSIFICATION:
-            output_size = max(output_size, int(test.targets.max()) + 1)
+            output_size = max(output_size, class_count(test.targets))
     return DataBundle(name=name, train=train, test=test, task=task, output_size=output_size,
                       default_model=default_model, defaults=defaults)
 
@@ -310,7 +311,7 @@ def infer_task(targets: torch.Tensor) -> tuple[str, int]:
                         f"{tuple(targets.shape)}; use float targets for regression")
     if targets.min() < 0:
         raise UserError("class targets must be >= 0")
-    return CLASSIFICATION, int(targets.max()) + 1
+    return CLASSIFICATION, class_count(targets)
 
 
 def _split(num_samples: int, test_fraction: float):

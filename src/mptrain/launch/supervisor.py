@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 
 import torch.multiprocessing as torch_mp
 
-from ..errors import Interrupted
+from ..errors import Interrupted, exception_line
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import user_files, user_import_path
 from ..signals import (STOP_SIGNALS, put_back, replaceable, stop_signals_held,
@@ -55,7 +55,7 @@ AWAY_S = 0.5
 #: page once /dev/shm is full dies of SIGBUS.
 SIGBUS_CAUSE = (" (shared memory could not be backed: /dev/shm is probably full; free space "
                 "there, or in Docker start the container with a larger --shm-size)")
-#: The last line of a traceback from a process whose ranks take turns (launch.turns).
+#: The exception's line of a traceback from a process whose ranks take turns (launch.turns).
 HOSTED_FAILURE = re.compile(r"(?:[\w.]+\.)?HostedRankFailed: rank (?P<rank>\d+): (?P<cause>.*)")
 
 
@@ -86,8 +86,7 @@ class WorkerFailure:
         if self.process_ranks and self.reason == "hung":
             where = f"rank {self.rank} in {where}"
         if self.reason == "raised":
-            last = (self.traceback or "").strip().splitlines()
-            cause = last[-1] if last else "an exception"
+            cause = exception_line(self.traceback or "") or "an exception"
             hosted = HOSTED_FAILURE.match(cause) if self.process_ranks else None
             if hosted:   # launch.turns names the rank that raised
                 where, cause = f"rank {hosted['rank']} in {where}", hosted["cause"]

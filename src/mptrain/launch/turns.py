@@ -72,7 +72,7 @@ class Turns:
             except greenlet.GreenletExit:   # collected unfinished: not a failure of its own
                 raise
             except BaseException as err:  # noqa: BLE001 - named, then raised on
-                # One line: the supervisor reads the rank back from the traceback's last.
+                # One line: the supervisor reads the rank back from the exception's line.
                 first = str(err).strip().splitlines()[0] if str(err).strip() else ""
                 raise HostedRankFailed(f"rank {rank}: {type(err).__name__}: {first}") from err
 

@@ -11,6 +11,7 @@ from ..errors import UserError, as_keyword, python_caller, spelled
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
 from ..strategies.registry import ALGOS, strategy_class
+from .best import check_best_state
 from .config import RLConfig
 from .envs import EnvSource, env_shape, require_gymnasium
 from .nets import build_network
@@ -90,6 +91,8 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
     model = build_network(config.algo, shape, config.network_width, config.net)
+    if checkpoint is not None:   # before a worker loads it
+        check_best_state(checkpoint, model)
     strategy = algorithm(config)
     family = RLFamily(EnvSource(shape), run_info={"env": config.env, "net": config.net},
                       strategy=strategy)

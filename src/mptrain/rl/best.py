@@ -15,9 +15,12 @@ orders its writes before the parent's reads on every CPU.
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 import torch.nn as nn
+
+from ..errors import UserError
 
 
 class BestPolicy:
@@ -93,3 +96,41 @@ class BestSoFar:
         self.mean_return = state.get("best_return")
         if self.rank == 0 and self.policy is not None and "best_policy" in state:
             self.policy.load_state(state["best_policy"])
+
+
+def check_best_state(checkpoint, model: nn.Module) -> None:
+    """Refuse, in one line, a checkpoint whose best-so-far parts (``BestSoFar.state``) a
+    worker could not load into ``model``'s shapes: loaded there, a damaged file crashed
+    every worker with a traceback, after the processes had started."""
+    own = list(model.state_dict().values())
+    for rank, part in enumerate(checkpoint.ranks):
+        fault = _best_fault(part, own)
+        if fault:
+            raise UserError(f"{checkpoint.source or 'the checkpoint'} is damaged (the best "
+                            f"evaluated policy of rank {rank}: {fault}); use another "
+                            "checkpoint")
+
+
+def _best_fault(part: dict, own: list[torch.Tensor]) -> str | None:
+    best = part.get("best_return")
+    if best is not None and (isinstance(best, bool) or not isinstance(best, (int, float))):
+        return f"its best return is {type(best).__name__}, not a number"
+    if best is not None and math.isnan(best):
+        return "its best return is nan"
+    if "best_policy" not in part:
+        return None
+    policy = part["best_policy"]
+    tensors = policy.get("tensors") if isinstance(policy, dict) else None
+    if not isinstance(tensors, list):
+        return "no list of tensors"
+    if len(tensors) != len(own):
+        return f"{len(tensors)} tensors for the network's {len(own)}"
+    for at, (saved, mine) in enumerate(zip(tensors, own), start=1):
+        where = f"tensor {at} of {len(own)}"
+        if not isinstance(saved, torch.Tensor):
+            return f"{where} is {type(saved).__name__}"
+        if saved.shape != mine.shape:
+            return f"{where} has shape {tuple(saved.shape)}, the network's {tuple(mine.shape)}"
+        if saved.dtype != mine.dtype:
+            return f"{where} is {saved.dtype}, the network's {mine.dtype}"
+    return None

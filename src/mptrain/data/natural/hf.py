@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
+from ..classes import class_count
 from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
 from .clients import NaturalClients, NaturalData, group_rows
 from .progress import loading_bar
@@ -97,8 +98,8 @@ def load_hf(name: str, client_column: str | None = None, features: str | None = 
             test_set = None
     kind = first.kind
     clients = NaturalClients.from_sizes(train_sizes, test_sizes, [str(n) for n in names])
-    output_size = first.classes or 1 + max(
-        int(train_set.targets.max()), int(test_set.targets.max()) if test_set else 0)
+    output_size = first.classes or max(
+        class_count(train_set.targets), class_count(test_set.targets) if test_set else 0)
     shape = tuple(train_set.inputs.shape[1:])
     return NaturalData(
         name=f"hf:{name}", train=train_set, test=test_set,

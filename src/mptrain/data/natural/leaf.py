@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ...errors import UserError
+from ..classes import class_count
 from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
 from .clients import NaturalClients, NaturalData
 from .json_stream import leading_lists, read_text, walk
@@ -84,8 +85,8 @@ def load_leaf(folder: str):
                                         _hierarchies(train_lists))
     output_size = {"femnist": FEMNIST_CLASSES, "shakespeare": len(LEAF_LETTERS)}.get(kind)
     if output_size is None:
-        output_size = 1 + max(int(train.targets.max()),
-                              int(test.targets.max()) if test.total else 0)
+        output_size = max(class_count(train.targets),
+                          class_count(test.targets) if test.total else 0)
     model = {"femnist": "leaf-femnist-cnn", "shakespeare": "leaf-shakespeare-lstm"}.get(
         kind, "mclr")
     return NaturalData(

@@ -36,21 +36,30 @@ _BLOCK = 256   # devices drawn together: bounds the temporaries, fixes the rando
 _VARIANCE = np.arange(1, FEATURES + 1, dtype=np.float64) ** -1.2
 
 
+#: The largest alpha and beta: inputs are about beta (kept as float32) and logits about
+#: alpha * beta * FEATURES (float64), both finite far past this; 1e308 drew infinite
+#: inputs and NaN logits. FedProx's are 0 to 1.
+MAX_DEVIATION = 1e6
+
+
 def parse_synthetic(name: str) -> tuple[float, float] | None:
     """``synthetic:ALPHA,BETA`` as (alpha, beta); ``synthetic-iid`` as None."""
     if name == "synthetic-iid":
         return None
+    if name.startswith("synthetic-iid:"):
+        raise UserError(f"--data {name!r}: synthetic-iid takes no parameters (its devices "
+                        "share one model, their inputs one mean); write synthetic-iid, or "
+                        "synthetic:ALPHA,BETA for devices that differ")
     text = name.partition(":")[2]
     parts = text.split(",")
     try:
         alpha, beta = (float(p) for p in parts) if len(parts) == 2 else (None, None)
     except ValueError:
         alpha = beta = None
-    if alpha is None or not (np.isfinite(alpha) and np.isfinite(beta)) \
-            or alpha < 0 or beta < 0:
-        raise UserError(f"--data {name!r}: write synthetic:ALPHA,BETA with two numbers >= 0 "
-                        "(FedProx's: synthetic:0,0, synthetic:0.5,0.5, synthetic:1,1), or "
-                        "synthetic-iid")
+    if alpha is None or not (0 <= alpha <= MAX_DEVIATION and 0 <= beta <= MAX_DEVIATION):
+        raise UserError(f"--data {name!r}: write synthetic:ALPHA,BETA with two numbers "
+                        "from 0 to 1e6 (FedProx's: synthetic:0,0, "
+                        "synthetic:0.5,0.5, synthetic:1,1), or synthetic-iid")
     return alpha, beta
 
 
