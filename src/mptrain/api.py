@@ -37,7 +37,10 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
     command line's names with underscores; an unknown one is refused, and refusals name
     them as written here; ``partition`` may also be a function ``(targets, clients, seed) ->
-    one index list per client``, where the command line takes an import string); what is
+    one index list per client``, where the command line takes an import string;
+    ``transform`` a function ``(inputs, targets, generator) -> (inputs, targets)`` applied to
+    each training batch in the workers, ``augment`` built-in image augmentation such as
+    ``"crop:4,hflip"``: see docs/usage.md, "Data pipeline"); what is
     not given comes from the checkpoint when resuming,
     else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint). ``out`` holding
@@ -60,10 +63,15 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
             from .data.partitions import given_function
 
             given["partition"] = given_function(given["partition"])
+        if callable(given.get("transform")):
+            from .data.batch_transform import given_transform
+
+            given["transform"] = given_transform(given["transform"])
         defaults = train_data.defaults if isinstance(train_data, DataBundle) \
             else TrainingDefaults()
         if checkpoint is not None:
-            user_code_in(checkpoint, {"partition": given.get("partition")})
+            user_code_in(checkpoint, {"partition": given.get("partition"),
+                                      "transform": given.get("transform")})
         said = {**given, "quiet": quiet, "overwrite": overwrite}
         config = resolved_config([keywords(said, "fit()")], checkpoint,
                                  defaults, resume)

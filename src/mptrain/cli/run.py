@@ -81,6 +81,12 @@ class GroupedHelp(NonEmptyValues):
                               "leaf-femnist-cnn, leaf-shakespeare-lstm, mclr, resnet18-gn, "
                               "or module:factory, a function of no arguments returning an "
                               "nn.Module (default: the data set's own).")
+@click.option("--augment", metavar="OPS",
+              help="Augment each training batch in the workers, drawn afresh per batch: "
+                   "crop:PAD, hflip, shift:PX, comma-separated (image data only).")
+@click.option("--transform", metavar="MODULE:FN",
+              help="A function fn(inputs, targets, generator) -> (inputs, targets) applied "
+                   "to each training batch in the workers, on their device (after --augment).")
 @click.option("--strategy", type=Choice(STRATEGIES), help="How work is split (single).")
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
@@ -296,7 +302,8 @@ def _prepare(layers, where: dict, resume):
     warmup.start_in_background()
     checkpoint = load_checkpoint(resume) if resume else None
     if checkpoint is not None:
-        user_code_in(checkpoint, {k: where[k] for k in ("data", "model")})
+        user_code_in(checkpoint, {**{k: where[k] for k in ("data", "model")},
+                                  "transform": said_transform(layers)})
     locations = run_locations(where, checkpoint, resume)
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
@@ -309,6 +316,13 @@ def _prepare(layers, where: dict, resume):
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
                         bundle.output_size, config.seed)
     return model, bundle, locations, config, checkpoint, launcher
+
+
+def said_transform(layers) -> str | None:
+    """``--transform`` as said (flag over config file), for a resume's check that the
+    checkpoint's user code is named again."""
+    said = [layer.values.get("transform") for layer in layers]
+    return next((value for value in reversed(said) if value is not None), None)
 
 
 def devices_asked(config) -> int | None:

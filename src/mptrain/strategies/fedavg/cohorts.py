@@ -52,6 +52,12 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
         if mode == "on":
             raise UserError(f"{vectorizing('on')}: {personal}")
         return None, ClientPath(False, reason=personal)
+    if config.augment or config.transform:   # drawn per client; a cohort's batch is many
+        reason = f"{named('augment' if config.augment else 'transform')} transforms one " \
+                 "client's batches at a time"
+        if mode == "on":
+            raise UserError(f"{vectorizing('on')}: {reason}")
+        return None, ClientPath(False, reason=reason)
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
                                               "model")
