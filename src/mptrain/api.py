@@ -11,7 +11,7 @@ from .checkpoint import Checkpoint, check_folder_argument, resolve_resume, user_
 from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
-from .data.sources import DataBundle, user_bundle
+from .data.sources import DataBundle, user_bundle, with_data_dtype
 from .errors import UserError, as_keyword, python_caller, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
@@ -77,8 +77,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
                                  defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)
-        bundle = train_data if isinstance(train_data, DataBundle) else \
-            bundle_from_datasets(train_data, test_data, config.seed)
+        bundle = with_data_dtype(train_data if isinstance(train_data, DataBundle) else
+                                 bundle_from_datasets(train_data, test_data, config.seed),
+                                 config.data_dtype)
         return train(config, bundle, model, type(model).__name__, launcher, out=out,
                      checkpoint=checkpoint, **telling)
 

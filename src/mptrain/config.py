@@ -100,6 +100,7 @@ class TrainConfig:
     #: and a function of the user's (``data.batch_transform``).
     augment: str | None = None
     transform: str | None = None
+    data_dtype: str = "auto"                # images in shared memory: uint8 where so given
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
     fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
@@ -394,7 +395,8 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
             "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS,
-            "vectorize_clients": VECTORIZE_CLIENTS, "straggler_mode": STRAGGLER_MODES}
+            "vectorize_clients": VECTORIZE_CLIENTS, "straggler_mode": STRAGGLER_MODES,
+            "data_dtype": ("auto", "uint8", "float32")}
 #: Settings that may be None (left to the run or off).
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",

@@ -81,6 +81,10 @@ class GroupedHelp(NonEmptyValues):
                               "leaf-femnist-cnn, leaf-shakespeare-lstm, mclr, resnet18-gn, "
                               "or module:factory, a function of no arguments returning an "
                               "nn.Module (default: the data set's own).")
+@click.option("--data-dtype", type=Choice(("auto", "uint8", "float32")),
+              help="Images in shared memory: uint8 (a quarter of the memory, decoded per "
+                   "batch in the workers; auto: where the source gives uint8 pixels, "
+                   "--data mnist) or float32.")
 @click.option("--augment", metavar="OPS",
               help="Augment each training batch in the workers, drawn afresh per batch: "
                    "crop:PAD, hflip, shift:PX, comma-separated (image data only).")
@@ -294,7 +298,7 @@ def _prepare(layers, where: dict, resume):
     from ..checkpoint import load as load_checkpoint
     from ..checkpoint import user_code_in
     from ..data.recipes import recipe_for
-    from ..data.sources import load_data
+    from ..data.sources import load_data, with_data_dtype
     from ..launch import warmup
     from ..models import build_model
     from ..settings import run_locations
@@ -308,9 +312,10 @@ def _prepare(layers, where: dict, resume):
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
     launcher = launcher_for(config, said)
-    bundle = load_data(locations["data"] or "digits", locations["data_dir"],
-                       clients=devices_asked(config), seed=config.seed,
-                       **{k: locations[k] for k in DATA_COLUMNS})
+    bundle = with_data_dtype(load_data(locations["data"] or "digits", locations["data_dir"],
+                                       clients=devices_asked(config), seed=config.seed,
+                                       **{k: locations[k] for k in DATA_COLUMNS}),
+                             config.data_dtype)
     if bundle.clients is not None:   # natural data: its recipe knows its clients now
         config = resolved_config(layers, checkpoint, bundle.defaults, resume)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,

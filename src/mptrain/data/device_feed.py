@@ -72,7 +72,8 @@ class ResidentFeed(DeviceFeed):
 
     def batch(self, indices):
         on_device = indices.to(self.device, non_blocking=True)
-        return self.inputs.index_select(0, on_device), self.targets.index_select(0, on_device)
+        return _decoded(self.data, self.inputs.index_select(0, on_device)), \
+            self.targets.index_select(0, on_device)
 
 
 class Lookahead:
@@ -114,7 +115,7 @@ class PrefetchFeed(DeviceFeed):
 
     def _start(self, pair):
         key, indices = pair
-        inputs, targets = (t.pin_memory() for t in self.data.batch(indices))
+        inputs, targets = (t.pin_memory() for t in _stored_batch(self.data, indices))
         with torch.cuda.stream(self.stream):
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
@@ -128,7 +129,18 @@ class PrefetchFeed(DeviceFeed):
         step_stream.wait_event(copied)
         inputs.record_stream(step_stream)
         targets.record_stream(step_stream)
-        return key, indices, inputs, targets
+        return key, indices, _decoded(self.data, inputs), targets   # pixels decoded on the GPU
+
+
+def _stored_batch(data, indices):
+    """A batch as ``data`` stores it (uint8 pixels stay uint8 until on the device)."""
+    stored = getattr(data, "stored_batch", None)
+    return data.batch(indices) if stored is None else stored(indices)
+
+
+def _decoded(data, inputs):
+    decoded = getattr(data, "decoded", None)
+    return inputs if decoded is None else decoded(inputs)
 
 
 def free_device_bytes(device: torch.device) -> int:
