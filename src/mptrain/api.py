@@ -11,7 +11,7 @@ from .checkpoint import Checkpoint, check_folder_argument, resolve_resume, user_
 from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
-from .data.sources import DataBundle, user_bundle, with_data_dtype
+from .data.sources import DataBundle, user_bundle, with_collate, with_data_dtype
 from .errors import UserError, as_keyword, python_caller, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
@@ -67,19 +67,24 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
             from .data.batch_transform import given_transform
 
             given["transform"] = given_transform(given["transform"])
+        if callable(given.get("collate")):
+            from .data.ragged import given_collate
+
+            given["collate"] = given_collate(given["collate"])
         defaults = train_data.defaults if isinstance(train_data, DataBundle) \
             else TrainingDefaults()
         if checkpoint is not None:
-            user_code_in(checkpoint, {"partition": given.get("partition"),
-                                      "transform": given.get("transform")})
+            user_code_in(checkpoint, {k: given.get(k)
+                                      for k in ("partition", "transform", "collate")})
         said = {**given, "quiet": quiet, "overwrite": overwrite}
         config = resolved_config([keywords(said, "fit()")], checkpoint,
                                  defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)
-        bundle = with_data_dtype(train_data if isinstance(train_data, DataBundle) else
-                                 bundle_from_datasets(train_data, test_data, config.seed),
-                                 config.data_dtype)
+        bundle = with_collate(with_data_dtype(
+            train_data if isinstance(train_data, DataBundle) else
+            bundle_from_datasets(train_data, test_data, config.seed), config.data_dtype),
+            config.collate)
         return train(config, bundle, model, type(model).__name__, launcher, out=out,
                      checkpoint=checkpoint, **telling)
 

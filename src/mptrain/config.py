@@ -101,6 +101,7 @@ class TrainConfig:
     augment: str | None = None
     transform: str | None = None
     data_dtype: str = "auto"                # images in shared memory: uint8 where so given
+    collate: str | None = None              # samples of different lengths: pad, or a function
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
     fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
@@ -402,7 +403,7 @@ _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "se
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
                        "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
                        "attack", "client_speeds", "availability_trace", "round_deadline",
-                       "personal_memory", "augment", "transform"})
+                       "personal_memory", "augment", "transform", "collate"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
@@ -486,6 +487,11 @@ def check_setting(name: str, value) -> None:
             from .data.batch_transform import check_transform_name
 
             check_transform_name(value)
+    elif name == "collate":
+        if value is not None:
+            from .data.ragged import check_collate_name
+
+            check_collate_name(value)
     elif name == "partition":
         check_kind(name, value, "a name")
         if not value:

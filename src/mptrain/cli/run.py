@@ -85,6 +85,10 @@ class GroupedHelp(NonEmptyValues):
               help="Images in shared memory: uint8 (a quarter of the memory, decoded per "
                    "batch in the workers; auto: where the source gives uint8 pixels, "
                    "--data mnist) or float32.")
+@click.option("--collate", metavar="pad|MODULE:FN",
+              help="Samples of different lengths (1-D token sequences): pad (each batch "
+                   "padded to its longest, the model given (tokens, mask)) or a function "
+                   "fn(sequences, targets) -> (inputs, targets).")
 @click.option("--augment", metavar="OPS",
               help="Augment each training batch in the workers, drawn afresh per batch: "
                    "crop:PAD, hflip, shift:PX, comma-separated (image data only).")
@@ -298,7 +302,7 @@ def _prepare(layers, where: dict, resume):
     from ..checkpoint import load as load_checkpoint
     from ..checkpoint import user_code_in
     from ..data.recipes import recipe_for
-    from ..data.sources import load_data, with_data_dtype
+    from ..data.sources import load_data, with_collate, with_data_dtype
     from ..launch import warmup
     from ..models import build_model
     from ..settings import run_locations
@@ -307,15 +311,16 @@ def _prepare(layers, where: dict, resume):
     checkpoint = load_checkpoint(resume) if resume else None
     if checkpoint is not None:
         user_code_in(checkpoint, {**{k: where[k] for k in ("data", "model")},
-                                  "transform": said_transform(layers)})
+                                  **{k: said_setting(layers, k)
+                                     for k in ("transform", "collate")}})
     locations = run_locations(where, checkpoint, resume)
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
     launcher = launcher_for(config, said)
-    bundle = with_data_dtype(load_data(locations["data"] or "digits", locations["data_dir"],
-                                       clients=devices_asked(config), seed=config.seed,
-                                       **{k: locations[k] for k in DATA_COLUMNS}),
-                             config.data_dtype)
+    bundle = load_data(locations["data"] or "digits", locations["data_dir"],
+                       clients=devices_asked(config), seed=config.seed,
+                       **{k: locations[k] for k in DATA_COLUMNS})
+    bundle = with_collate(with_data_dtype(bundle, config.data_dtype), config.collate)
     if bundle.clients is not None:   # natural data: its recipe knows its clients now
         config = resolved_config(layers, checkpoint, bundle.defaults, resume)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
@@ -323,10 +328,10 @@ def _prepare(layers, where: dict, resume):
     return model, bundle, locations, config, checkpoint, launcher
 
 
-def said_transform(layers) -> str | None:
-    """``--transform`` as said (flag over config file), for a resume's check that the
+def said_setting(layers, name: str) -> str | None:
+    """Setting ``name`` as said (flag over config file), for a resume's check that the
     checkpoint's user code is named again."""
-    said = [layer.values.get("transform") for layer in layers]
+    said = [layer.values.get(name) for layer in layers]
     return next((value for value in reversed(said) if value is not None), None)
 
 

@@ -125,10 +125,11 @@ def check_batch_transform(config, bundle) -> None:
     produced = _call_once(transform, inputs, targets)
     said = f"{setting_name('transform')} {transform.name}"
     if not (isinstance(produced, tuple) and len(produced) == 2
-            and all(isinstance(t, torch.Tensor) for t in produced)):
+            and all(isinstance(t, torch.Tensor) for t in _tensors(produced))):
         raise UserError(f"{said} returned {_described(produced)} on the first batch; it must "
                         "return a pair (inputs, targets) of tensors")
     for part, before, after in zip(("inputs", "targets"), (inputs, targets), produced):
+        before, after = _tensors(before)[0], _tensors(after)[0]   # collated: (tokens, mask)
         size = len(after) if after.dim() else "no batch dimension"
         if size != len(before):
             raise UserError(f"{said} changed the batch size of the {part} from {len(before)} "
@@ -150,6 +151,13 @@ def _call_once(transform: BatchTransform, inputs, targets):
     if isinstance(produced, list):
         produced = tuple(produced)
     return produced
+
+
+def _tensors(value) -> list:
+    """``value``'s tensors: itself, or a collated tuple's parts (``data.ragged``)."""
+    if isinstance(value, (tuple, list)):
+        return [t for part in value for t in _tensors(part)] or [value]
+    return [value]
 
 
 def _described(value) -> str:

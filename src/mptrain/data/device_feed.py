@@ -132,6 +132,25 @@ class PrefetchFeed(DeviceFeed):
         return key, indices, _decoded(self.data, inputs), targets   # pixels decoded on the GPU
 
 
+class CollatedFeed(DeviceFeed):
+    """Batches collated on the host (``data.ragged``: their shapes are the batch's own), then
+    copied to the device -- each tensor of them, inputs given as a tuple too."""
+
+    def __init__(self, data, device: torch.device):
+        super().__init__(data)
+        self.device = device
+
+    def batch(self, indices):
+        inputs, targets = self.data.batch(indices)
+        return _moved(inputs, self.device), targets.to(self.device)
+
+
+def _moved(inputs, device):
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(_moved(part, device) for part in inputs)
+    return inputs.to(device)
+
+
 def _stored_batch(data, indices):
     """A batch as ``data`` stores it (uint8 pixels stay uint8 until on the device)."""
     stored = getattr(data, "stored_batch", None)
@@ -155,6 +174,8 @@ def feed_for(data: SharedTensorDataset, device: torch.device, sharers: int = 1,
     bound, exact where they all train on one GPU as hogwild's do)."""
     if device.type != "cuda":
         return DeviceFeed(data)
+    if hasattr(data, "collate"):   # sequences of different lengths: collated on the host
+        return CollatedFeed(data, device)
     if getattr(data, "on_demand", False):   # rows drawn on the host, a batch at a time
         return PrefetchFeed(data, device)
     if data.nbytes * sharers <= RESIDENT_SHARE * free_bytes(device):

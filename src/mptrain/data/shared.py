@@ -221,11 +221,25 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     samples = [_sample(dataset, index, what) for index in range(size)]
     varied = _first_varied(dataset, samples, what)
     try:
-        stacked_inputs = torch.stack([inputs for inputs, _ in samples])
         stacked_targets = torch.stack([targets for _, targets in samples])
     except RuntimeError as err:
+        raise UserError(f"{what}: targets cannot be stacked into one tensor "
+                        f"({brief(str(err))}); all targets must have the same shape") from None
+    try:
+        stacked_inputs = torch.stack([inputs for inputs, _ in samples])
+    except RuntimeError as err:
+        if all(inputs.dim() == 1 for inputs, _ in samples):   # token sequences: collated
+            from .ragged import ragged_from
+
+            targets = _floats32(stacked_targets)
+            ragged = ragged_from([inputs for inputs, _ in samples],
+                                 targets.long() if targets.dtype == torch.bool else targets,
+                                 what)
+            ragged.varied_sample = varied
+            return ragged
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
-                        "all inputs must have the same shape") from None
+                        "all inputs must have the same shape (1-D sequences of different "
+                        "lengths are collated: --collate pad)") from None
     stacked = _checked(_floats32(stacked_inputs), _floats32(stacked_targets), what)
     stacked.varied_sample = varied
     return stacked

@@ -253,6 +253,37 @@ def mnist(data_dir: str) -> DataBundle:
     )
 
 
+def with_collate(bundle: DataBundle, collate: str | None) -> DataBundle:
+    """``bundle`` collated by ``--collate``: samples of different lengths need it (refused
+    without, in one line); 1-D samples of one length are held as sequences for it; other
+    samples cannot take it."""
+    from .ragged import RaggedDataset
+
+    ragged = isinstance(bundle.train, RaggedDataset)
+    if collate is None:
+        if ragged:
+            raise UserError(f"the training data's samples are 1-D sequences of different "
+                            f"lengths: give {setting_name('collate')} pad (padded to the "
+                            f"longest of each batch, with a mask) or a function of yours")
+        return bundle
+    if not ragged and len(bundle.input_shape) != 1:
+        raise UserError(f"{setting_name('collate')} {collate} takes 1-D samples (token "
+                        f"sequences); this data's samples are {list(bundle.input_shape)}")
+
+    def collated(data):
+        if data is None:
+            return None
+        if not isinstance(data, RaggedDataset):
+            length = data.input_shape[0]
+            data = RaggedDataset(data.inputs.reshape(-1),
+                                 torch.arange(len(data) + 1, dtype=torch.int64) * length,
+                                 data.targets)
+        data.collate = collate
+        return data
+
+    return replace(bundle, train=collated(bundle.train), test=collated(bundle.test))
+
+
 #: ``--data-dtype``: how images are held in shared memory.
 DATA_DTYPES = ("auto", "uint8", "float32")
 

@@ -56,7 +56,7 @@ class _FirstBatchProbe:
         self._proven = False
 
     def run(self, module: nn.Module, inputs: torch.Tensor):
-        if not self.usable or inputs.dim() != 4:
+        if not self.usable or not isinstance(inputs, torch.Tensor) or inputs.dim() != 4:
             return None
         if self._proven:
             return module(_channels_last(inputs))

@@ -194,7 +194,7 @@ ADDED_KEYS = ["vectorize_clients", "vectorize_chunk", "aggregator", "malicious_f
               "personal_head_epochs"]
 COMPILE_AFTER = "precision"
 #: Issue 56's data-pipeline settings, after --overwrite.
-PIPELINE_KEYS = ["augment", "transform", "data_dtype"]
+PIPELINE_KEYS = ["augment", "transform", "data_dtype", "collate"]
 
 
 @pytest.mark.timeout(120)

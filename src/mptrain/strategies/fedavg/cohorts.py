@@ -52,8 +52,9 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
         if mode == "on":
             raise UserError(f"{vectorizing('on')}: {personal}")
         return None, ClientPath(False, reason=personal)
-    if config.augment or config.transform:   # drawn per client; a cohort's batch is many
-        reason = f"{named('augment' if config.augment else 'transform')} transforms one " \
+    if config.augment or config.transform or config.collate:   # per client's batch
+        said = next(k for k in ("augment", "transform", "collate") if getattr(config, k))
+        reason = f"{named(said)} {'collates' if said == 'collate' else 'transforms'} one " \
                  "client's batches at a time"
         if mode == "on":
             raise UserError(f"{vectorizing('on')}: {reason}")
