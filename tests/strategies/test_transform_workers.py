@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import mptrain
 from mptrain.data.sources import digits
-from mptrain.errors import UserError
+from mptrain.errors import UserError, WorkerFailedError
 
 
 def tiny_cnn():
@@ -41,8 +41,8 @@ def test_ddp_ranks_augment_reproducibly():
 @pytest.mark.timeout(180)
 def test_fedavg_clients_transform_one_at_a_time_reproducibly():
     def run():
-        return mptrain.fit(tiny_cnn(), digits(), strategy="fedavg", workers=1, rounds=2,
-                           clients=4, clients_per_round=2, batch_size=16,
+        return mptrain.fit(tiny_cnn(), digits(), strategy="fedavg", workers=1, rounds=1,
+                           clients=8, clients_per_round=2, local_epochs=1, batch_size=32,
                            transform=flip_signs)
 
     assert same(run().model, run().model)
@@ -66,3 +66,32 @@ def test_a_resume_must_name_the_transform_again(tmp_path):
                           steps_per_epoch=2, transform=flip_signs, resume=tmp_path,
                           out=tmp_path)
     assert resumed.config.transform.endswith(":flip_signs")
+
+
+@pytest.mark.timeout(180)
+def test_a_transform_that_raises_in_a_worker_fails_the_run_with_its_traceback():
+    with pytest.raises(WorkerFailedError) as caught:
+        mptrain.fit(tiny_cnn(), digits(), strategy="sync", workers=2, epochs=1,
+                    steps_per_epoch=2, batch_size=16, transform=raises_in_workers)
+    message = str(caught.value)
+    assert "ValueError: the crop went out of the image" in message
+    assert "raises_in_workers" in message   # the traceback names the user's function
+
+
+def raises_in_workers(inputs, targets, generator):
+    import multiprocessing
+
+    if multiprocessing.current_process().name != "MainProcess":   # not the parent's check
+        raise ValueError("the crop went out of the image")
+    return inputs, targets
+
+
+@pytest.mark.timeout(180)
+def test_spawned_workers_import_the_transform_by_its_name():
+    # A spawned worker has no table of given functions: it imports the name itself.
+    def run(**options):
+        return mptrain.fit(tiny_cnn(), digits(), strategy="sync", workers=2, epochs=1,
+                           steps_per_epoch=2, batch_size=16,
+                           transform=f"{__file__}:flip_signs", **options).model
+
+    assert same(run(start_method="spawn"), run())
