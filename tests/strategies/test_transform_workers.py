@@ -49,7 +49,7 @@ def test_fedavg_clients_transform_one_at_a_time_reproducibly():
 
 
 def test_vectorized_clients_are_refused_with_a_transform():
-    with pytest.raises(UserError, match="vectorize_clients on: augment transforms one "
+    with pytest.raises(UserError, match="vectorize_clients on: augment works on one "
                                         "client's batches at a time"):
         mptrain.fit(tiny_cnn(), digits(), strategy="fedavg", rounds=1, clients=4,
                     clients_per_round=2, augment="hflip", vectorize_clients="on")

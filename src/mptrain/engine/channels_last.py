@@ -115,7 +115,8 @@ def lay_out_shared_model(model: nn.Module, sample: torch.Tensor) -> bool:
     the layout of parameters other processes share (a new layout is a new, private copy).
     The probe runs in eval mode under a forked RNG: it changes no buffer and draws nothing.
     """
-    if sample.dim() != 4 or _already_channels_last(model) \
+    if not isinstance(sample, torch.Tensor) or sample.dim() != 4 \
+            or _already_channels_last(model) \
             or not _convolutional_without_hooks(model) \
             or torch.__future__.get_overwrite_module_params_on_conversion():
         return False

@@ -54,8 +54,7 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
         return None, ClientPath(False, reason=personal)
     if config.augment or config.transform or config.collate:   # per client's batch
         said = next(k for k in ("augment", "transform", "collate") if getattr(config, k))
-        reason = f"{named(said)} {'collates' if said == 'collate' else 'transforms'} one " \
-                 "client's batches at a time"
+        reason = f"{named(said)} works on one client's batches at a time"
         if mode == "on":
             raise UserError(f"{vectorizing('on')}: {reason}")
         return None, ClientPath(False, reason=reason)
