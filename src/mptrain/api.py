@@ -40,7 +40,9 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     one index list per client``, where the command line takes an import string;
     ``transform`` a function ``(inputs, targets, generator) -> (inputs, targets)`` applied to
     each training batch in the workers, ``augment`` built-in image augmentation such as
-    ``"crop:4,hflip"``: see docs/usage.md, "Data pipeline"); what is
+    ``"crop:4,hflip"``, ``collate`` ``"pad"`` or a function ``(sequences, targets) ->
+    (inputs, targets)`` for samples of different lengths, ``data_dtype`` how images are
+    held in shared memory: see docs/usage.md, "Data pipeline"); what is
     not given comes from the checkpoint when resuming,
     else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint). ``out`` holding

@@ -127,3 +127,15 @@ def test_a_ragged_set_answers_as_a_stacked_one():
                        "d")
     assert isinstance(data, RaggedDataset) and data.input_shape == (2,) and len(data) == 2
     assert data[1][0].tolist() == [3.0]
+
+
+def test_a_resume_checks_the_sequences_fingerprint(tmp_path):
+    mptrain.fit(BagOfTokens(), Sequences(), collate="pad", epochs=1, batch_size=8,
+                out=tmp_path, checkpoint_every=1)
+    resumed = mptrain.fit(BagOfTokens(), Sequences(), collate="pad", epochs=2, batch_size=8,
+                          out=tmp_path, resume=tmp_path)
+    assert resumed.summary["rounds_done"] == 2
+    with pytest.raises(UserError, match=r"the training inputs have shape \(40, -1\), the "
+                                        r"checkpoint's \(48, -1\)"):
+        mptrain.fit(BagOfTokens(), Sequences(40), collate="pad", epochs=3, batch_size=8,
+                    out=tmp_path, resume=tmp_path)
