@@ -139,3 +139,15 @@ def test_a_resume_checks_the_sequences_fingerprint(tmp_path):
                                         r"checkpoint's \(48, -1\)"):
         mptrain.fit(BagOfTokens(), Sequences(40), collate="pad", epochs=3, batch_size=8,
                     out=tmp_path, resume=tmp_path)
+
+
+def drops_the_mask(inputs, targets, generator):
+    tokens, mask = inputs
+    keep = torch.rand(mask.shape, generator=generator) < 0.9   # token dropout, per batch
+    return (tokens, mask & keep), targets
+
+
+def test_a_transform_takes_collated_batches():
+    result = mptrain.fit(BagOfTokens(), Sequences(), collate="pad", transform=drops_the_mask,
+                         epochs=1, batch_size=8)
+    assert result.summary["transform"].endswith(":drops_the_mask")

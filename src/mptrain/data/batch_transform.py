@@ -79,7 +79,7 @@ class BatchTransform:
         in the run: see the module doc)."""
         import torch
 
-        generator = torch.Generator(device=inputs.device)
+        generator = torch.Generator(device=_tensors(inputs)[0].device)   # collated: a tuple
         generator.manual_seed(batch_seed(*key))
         if self.ops:
             inputs = augment(self.ops, inputs, generator)
