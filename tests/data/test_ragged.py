@@ -151,3 +151,10 @@ def test_a_transform_takes_collated_batches():
     result = mptrain.fit(BagOfTokens(), Sequences(), collate="pad", transform=drops_the_mask,
                          epochs=1, batch_size=8)
     assert result.summary["transform"].endswith(":drops_the_mask")
+
+
+def test_fedavg_clients_train_on_collated_sequences_and_the_test_set_is_scored():
+    result = mptrain.fit(BagOfTokens(), Sequences(), Sequences(16), collate="pad",
+                         strategy="fedavg", rounds=1, clients=4, clients_per_round=2,
+                         batch_size=8)
+    assert result.test_accuracy is not None
