@@ -14,7 +14,6 @@ between it and the model.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Callable
 
 import torch
@@ -73,7 +72,8 @@ class RaggedDataset(Dataset):
     each starts, targets stacked; ``batch(indices)`` collates (see the module doc).
 
     It answers what a :class:`~mptrain.data.shared.SharedTensorDataset` answers, so the
-    feeds, the launcher's placing in shared memory and the fingerprint take it as they are.
+    feeds and the launcher's placing in shared memory take it as they are (the fingerprint
+    hashes its values and offsets together: ``data.fingerprint``).
     """
 
     decode = None
@@ -152,17 +152,6 @@ class RaggedDataset(Dataset):
             placed.append(buffer)
         self.values, self.offsets, self.targets = placed
         return self
-
-    def fingerprint(self) -> dict:
-        """The values and the offsets hashed together as the inputs (``data.fingerprint``)."""
-        from .fingerprint import _of_tensor
-
-        digest = hashlib.sha256()
-        for tensor in (self.values, self.offsets):
-            digest.update(tensor.contiguous().view(-1).view(torch.uint8).numpy())
-        inputs = {"shape": [len(self), -1], "dtype": str(self.values.dtype)
-                  .removeprefix("torch."), "sha256": digest.hexdigest()}
-        return {"inputs": inputs, "targets": _of_tensor(self.targets)}
 
 
 def ragged_from(sequences: list[torch.Tensor], targets: torch.Tensor,
