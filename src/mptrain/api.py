@@ -11,7 +11,7 @@ from .checkpoint import Checkpoint, check_folder_argument, resolve_resume, user_
 from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
 from .data.shared import materialize
-from .data.sources import DataBundle, user_bundle
+from .data.sources import DataBundle, user_bundle, with_collate, with_data_dtype
 from .errors import UserError, as_keyword, python_caller, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
@@ -37,7 +37,12 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``dropout_rate``, ``dp_noise``, ``target_epsilon``, ``client_eval_every``, ...: the
     command line's names with underscores; an unknown one is refused, and refusals name
     them as written here; ``partition`` may also be a function ``(targets, clients, seed) ->
-    one index list per client``, where the command line takes an import string); what is
+    one index list per client``, where the command line takes an import string;
+    ``transform`` a function ``(inputs, targets, generator) -> (inputs, targets)`` applied to
+    each training batch in the workers, ``augment`` built-in image augmentation such as
+    ``"crop:4,hflip"``, ``collate`` ``"pad"`` or a function ``(sequences, targets) ->
+    (inputs, targets)`` for samples of different lengths, ``data_dtype`` how images are
+    held in shared memory: see docs/usage.md, "Data pipeline"); what is
     not given comes from the checkpoint when resuming,
     else from the data set's defaults. ``resume`` is the --out folder of an
     earlier run with ``checkpoint_every`` (or a loaded checkpoint). ``out`` holding
@@ -60,17 +65,28 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
             from .data.partitions import given_function
 
             given["partition"] = given_function(given["partition"])
+        if callable(given.get("transform")):
+            from .data.batch_transform import given_transform
+
+            given["transform"] = given_transform(given["transform"])
+        if callable(given.get("collate")):
+            from .data.ragged import given_collate
+
+            given["collate"] = given_collate(given["collate"])
         defaults = train_data.defaults if isinstance(train_data, DataBundle) \
             else TrainingDefaults()
         if checkpoint is not None:
-            user_code_in(checkpoint, {"partition": given.get("partition")})
+            user_code_in(checkpoint, {k: given.get(k)
+                                      for k in ("partition", "transform", "collate")})
         said = {**given, "quiet": quiet, "overwrite": overwrite}
         config = resolved_config([keywords(said, "fit()")], checkpoint,
                                  defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)
-        bundle = train_data if isinstance(train_data, DataBundle) else \
-            bundle_from_datasets(train_data, test_data, config.seed)
+        bundle = with_collate(with_data_dtype(
+            train_data if isinstance(train_data, DataBundle) else
+            bundle_from_datasets(train_data, test_data, config.seed), config.data_dtype),
+            config.collate)
         return train(config, bundle, model, type(model).__name__, launcher, out=out,
                      checkpoint=checkpoint, **telling)
 

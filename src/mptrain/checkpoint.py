@@ -201,7 +201,7 @@ def user_code_in(checkpoint: Checkpoint, names: dict[str, str | None]) -> None:
 
 
 #: The settings and run entries that may name the user's code (import strings, file paths).
-USER_CODE_NAMES = ("data", "model", "partition", "env", "net")
+USER_CODE_NAMES = ("data", "model", "partition", "transform", "collate", "env", "net")
 
 
 def user_code_flags(recorded: dict) -> list[str]:

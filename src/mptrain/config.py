@@ -96,6 +96,12 @@ class TrainConfig:
     eval_batch_size: int = 64
     quiet: bool = False
     overwrite: bool = False                 # replace another run's outputs in --out
+    #: Each training batch, in the worker: built-in image augmentation (``data.augment``)
+    #: and a function of the user's (``data.batch_transform``).
+    augment: str | None = None
+    transform: str | None = None
+    data_dtype: str = "auto"                # images in shared memory: uint8 where so given
+    collate: str | None = None              # samples of different lengths: pad, or a function
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
     fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
@@ -390,13 +396,14 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
             "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS,
-            "vectorize_clients": VECTORIZE_CLIENTS, "straggler_mode": STRAGGLER_MODES}
+            "vectorize_clients": VECTORIZE_CLIENTS, "straggler_mode": STRAGGLER_MODES,
+            "data_dtype": ("auto", "uint8", "float32")}
 #: Settings that may be None (left to the run or off).
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
                        "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
                        "attack", "client_speeds", "availability_trace", "round_deadline",
-                       "personal_memory"})
+                       "personal_memory", "augment", "transform", "collate"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
@@ -470,6 +477,21 @@ def check_setting(name: str, value) -> None:
             from .federated.personal.spec import parse_personalize   # no torch
 
             parse_personalize(value)
+    elif name == "augment":
+        if value is not None:
+            from .data.augment import parse_augment   # no torch
+
+            parse_augment(value)
+    elif name == "transform":
+        if value is not None:
+            from .data.batch_transform import check_transform_name
+
+            check_transform_name(value)
+    elif name == "collate":
+        if value is not None:
+            from .data.ragged import check_collate_name
+
+            check_collate_name(value)
     elif name == "partition":
         check_kind(name, value, "a name")
         if not value:

@@ -7,7 +7,7 @@ import torch
 
 from mptrain.data import device_feed
 from mptrain.data.device_feed import DeviceFeed, Lookahead, feed_for
-from mptrain.data.shared import SharedTensorDataset
+from mptrain.data.shared import PixelDecode, SharedTensorDataset
 
 CPU = torch.device("cpu")
 
@@ -83,3 +83,24 @@ def test_on_a_gpu_the_batches_are_the_same_samples(kind):
         assert torch.equal(targets.cpu(), data().targets[indices])
     inputs, targets = feed.batch(torch.tensor([3, 4]))
     assert torch.equal(inputs.cpu(), data().inputs[3:5])
+
+
+def pixels():
+    """uint8 pixels decoded per batch (``--data-dtype uint8``)."""
+    return SharedTensorDataset(torch.arange(40, dtype=torch.uint8).view(20, 2),
+                               torch.arange(20) % 3, decode=PixelDecode(0.5, 1.0))
+
+
+@pytest.mark.parametrize("kind", ["ResidentFeed", "PrefetchFeed"])
+def test_pixels_cross_to_the_device_as_uint8_and_decode_there(kind):
+    # A quarter of the bytes on the bus (or resident); the batch the model sees is the
+    # float32 one a CPU worker gathers.
+    device = torch.device("cuda", 0) if kind == "PrefetchFeed" else CPU
+    if device.type == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no GPU")
+    feed = getattr(device_feed, kind)(pixels(), device)
+    for key, indices, inputs, targets in feed.batches(pairs()):
+        assert inputs.dtype == torch.float32
+        assert torch.equal(inputs.cpu(), pixels().batch(indices)[0])
+    if kind == "ResidentFeed":
+        assert feed.inputs.dtype == torch.uint8

@@ -112,8 +112,13 @@ def test_items_of_unknown_type():
 
 def test_inputs_of_different_shapes():
     with pytest.raises(UserError, match="same shape") as info:
-        materialize(Pairs([(torch.zeros(3), 0), (torch.zeros(4), 1)]), "test data")
+        materialize(Pairs([(torch.zeros(3, 2), 0), (torch.zeros(4, 2), 1)]), "test data")
     assert str(info.value).startswith("test data")
+
+
+def test_sequences_of_different_lengths_are_held_end_to_end_for_a_collate():
+    held = materialize(Pairs([(torch.zeros(3), 0), (torch.ones(4), 1)]), "test data")
+    assert held.values.tolist() == [0.0] * 3 + [1.0] * 4 and held.offsets.tolist() == [0, 3, 7]
 
 
 @pytest.mark.parametrize("make", [

@@ -8,8 +8,10 @@ import pytest
 import torch
 from torch.utils.data import TensorDataset
 
+import mptrain
+from mptrain.data.fingerprint import fingerprint
 from mptrain.data.shared import SharedTensorDataset
-from mptrain.data.sources import (CLASSIFICATION, MNIST_MEAN, MNIST_STD, REGRESSION, DataBundle,
+from mptrain.data.sources import (with_data_dtype, CLASSIFICATION, MNIST_MEAN, MNIST_STD, REGRESSION, DataBundle,
                                   digits_60k, infer_task, load_data)
 from mptrain.errors import UserError
 
@@ -109,13 +111,35 @@ def test_mnist_from_idx_files(tmp_path):
     for part, prefix in ((data.train, "train"), (data.test, "t10k")):
         images, labels = arrays[prefix]
         expected = (torch.from_numpy(images).float() / 255.0 - 0.1307) / 0.3081
-        assert part.inputs.dtype == torch.float32
-        torch.testing.assert_close(part.inputs.squeeze(1), expected)
+        inputs = part.batch(torch.arange(len(part)))[0]
+        assert part.inputs.dtype == torch.uint8 and inputs.dtype == torch.float32
+        torch.testing.assert_close(inputs.squeeze(1), expected)
         assert part.targets.dtype == torch.int64
         assert part.targets.tolist() == labels.tolist()
-    first = data.train.inputs[0, 0, 0]
+    first = data.train.head(1)[0, 0, 0]
     assert first[0].item() == pytest.approx(-0.1307 / 0.3081, abs=1e-6)
     assert first[1].item() == pytest.approx((1 - 0.1307) / 0.3081, abs=1e-6)
+
+
+def test_mnist_pixels_stay_uint8_and_decode_to_the_float32_sets_bits(tmp_path):
+    # --data-dtype: a quarter of the memory, and every batch, sample and fingerprint the
+    # same as the set converted up front.
+    write_tiny_mnist(tmp_path)
+    held = load_data("mnist", str(tmp_path))
+    floats = with_data_dtype(load_data("mnist", str(tmp_path)), "float32")
+    assert held.train.inputs.dtype == torch.uint8 and floats.train.inputs.dtype == torch.float32
+    assert held.nbytes * 4 - floats.nbytes == 3 * (6 + 4) * 8   # the targets stay int64
+    every = torch.arange(6)
+    assert torch.equal(held.train.batch(every)[0], floats.train.batch(every)[0])
+    assert torch.equal(held.train[3][0], floats.train[3][0])
+    assert fingerprint(held) == fingerprint(floats)
+    assert with_data_dtype(held, "auto") is held
+
+
+def test_data_dtype_uint8_is_refused_where_there_are_no_pixels():
+    with pytest.raises(UserError, match="data_dtype uint8 keeps images that their source "
+                                        "gives as uint8 pixels"):
+        mptrain.fit(torch.nn.Linear(1, 1), load_data("linreg"), data_dtype="uint8")
 
 
 def test_mnist_without_data_dir():

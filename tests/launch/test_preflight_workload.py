@@ -300,8 +300,9 @@ def test_a_getitem_that_augments_at_random_is_named_in_one_warning_line(capsys):
     assert ("mptrain: the training data's __getitem__ gave sample 0 other values when read "
             "again: its randomness (augmentation) is drawn once, when mptrain stacks the data "
             "before training, and every epoch sees the same draws; for fresh draws each "
-            "epoch, put several augmented copies of each sample in the data set, or give a "
-            "fixed data set (mptrain has no per-batch transforms yet)") in line
+            "batch, move the augmentation into transform (a function (inputs, targets, "
+            "generator) -> (inputs, targets) run on each training batch in the workers) or "
+            "use augment crop:PAD,hflip,shift:PX") in line
     assert err.count("mptrain:") == 1
 
 

@@ -81,6 +81,20 @@ class GroupedHelp(NonEmptyValues):
                               "leaf-femnist-cnn, leaf-shakespeare-lstm, mclr, resnet18-gn, "
                               "or module:factory, a function of no arguments returning an "
                               "nn.Module (default: the data set's own).")
+@click.option("--data-dtype", type=Choice(("auto", "uint8", "float32")),
+              help="Images in shared memory: uint8 (a quarter of the memory, decoded per "
+                   "batch in the workers; auto: where the source gives uint8 pixels, "
+                   "--data mnist) or float32.")
+@click.option("--collate", metavar="pad|MODULE:FN",
+              help="Samples of different lengths (1-D token sequences): pad (each batch "
+                   "padded to its longest, the model given (tokens, mask)) or a function "
+                   "fn(sequences, targets) -> (inputs, targets).")
+@click.option("--augment", metavar="OPS",
+              help="Augment each training batch in the workers, drawn afresh per batch: "
+                   "crop:PAD, hflip, shift:PX, comma-separated (image data only).")
+@click.option("--transform", metavar="MODULE:FN",
+              help="A function fn(inputs, targets, generator) -> (inputs, targets) applied "
+                   "to each training batch in the workers, on their device (after --augment).")
 @click.option("--strategy", type=Choice(STRATEGIES), help="How work is split (single).")
 @click.option("--workers", type=int,
               help="Worker processes (default 2 for parallel strategies; dp: GPUs, default "
@@ -288,7 +302,7 @@ def _prepare(layers, where: dict, resume):
     from ..checkpoint import load as load_checkpoint
     from ..checkpoint import user_code_in
     from ..data.recipes import recipe_for
-    from ..data.sources import load_data
+    from ..data.sources import load_data, with_collate, with_data_dtype
     from ..launch import warmup
     from ..models import build_model
     from ..settings import run_locations
@@ -296,7 +310,9 @@ def _prepare(layers, where: dict, resume):
     warmup.start_in_background()
     checkpoint = load_checkpoint(resume) if resume else None
     if checkpoint is not None:
-        user_code_in(checkpoint, {k: where[k] for k in ("data", "model")})
+        user_code_in(checkpoint, {**{k: where[k] for k in ("data", "model")},
+                                  **{k: said_setting(layers, k)
+                                     for k in ("transform", "collate")}})
     locations = run_locations(where, checkpoint, resume)
     config = resolved_config(layers, checkpoint, recipe_for(locations["data"]), resume)
     said = {k: v for layer in layers for k, v in layer.values.items() if v is not None}
@@ -304,11 +320,19 @@ def _prepare(layers, where: dict, resume):
     bundle = load_data(locations["data"] or "digits", locations["data_dir"],
                        clients=devices_asked(config), seed=config.seed,
                        **{k: locations[k] for k in DATA_COLUMNS})
+    bundle = with_collate(with_data_dtype(bundle, config.data_dtype), config.collate)
     if bundle.clients is not None:   # natural data: its recipe knows its clients now
         config = resolved_config(layers, checkpoint, bundle.defaults, resume)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,
                         bundle.output_size, config.seed)
     return model, bundle, locations, config, checkpoint, launcher
+
+
+def said_setting(layers, name: str) -> str | None:
+    """Setting ``name`` as said (flag over config file), for a resume's check that the
+    checkpoint's user code is named again."""
+    said = [layer.values.get(name) for layer in layers]
+    return next((value for value in reversed(said) if value is not None), None)
 
 
 def devices_asked(config) -> int | None:

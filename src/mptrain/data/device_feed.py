@@ -7,8 +7,9 @@ every batch to cross the bus; two ways out, chosen per worker and data set:
 - **resident**: the data set is copied to the GPU once, when it fits comfortably in the
   memory still free there: ``RESIDENT_SHARE`` of it, divided among the ranks that may share
   the GPU (they all look at once, before any has copied), for the training set and for the
-  test set each; batches are then gathered on the GPU. The MNIST training set is 188 MB:
-  resident on any current GPU, for every worker on it.
+  test set each; batches are then gathered on the GPU. The MNIST training set is 47 MB
+  as uint8 pixels (188 as float32): resident on any current GPU, for every worker on it;
+  pixels are decoded to float32 there, a batch at a time.
 - **prefetched**: otherwise each batch is gathered into pinned host memory and copied on a
   side stream while the previous step computes; the step's stream waits for that copy only
   (an event), and the tensors are marked as used by it (``record_stream``) so the caching
@@ -72,7 +73,8 @@ class ResidentFeed(DeviceFeed):
 
     def batch(self, indices):
         on_device = indices.to(self.device, non_blocking=True)
-        return self.inputs.index_select(0, on_device), self.targets.index_select(0, on_device)
+        return _decoded(self.data, self.inputs.index_select(0, on_device)), \
+            self.targets.index_select(0, on_device)
 
 
 class Lookahead:
@@ -114,7 +116,7 @@ class PrefetchFeed(DeviceFeed):
 
     def _start(self, pair):
         key, indices = pair
-        inputs, targets = (t.pin_memory() for t in self.data.batch(indices))
+        inputs, targets = (t.pin_memory() for t in _stored_batch(self.data, indices))
         with torch.cuda.stream(self.stream):
             inputs = inputs.to(self.device, non_blocking=True)
             targets = targets.to(self.device, non_blocking=True)
@@ -128,7 +130,37 @@ class PrefetchFeed(DeviceFeed):
         step_stream.wait_event(copied)
         inputs.record_stream(step_stream)
         targets.record_stream(step_stream)
-        return key, indices, inputs, targets
+        return key, indices, _decoded(self.data, inputs), targets   # pixels decoded on the GPU
+
+
+class CollatedFeed(DeviceFeed):
+    """Batches collated on the host (``data.ragged``: their shapes are the batch's own), then
+    copied to the device -- each tensor of them, inputs given as a tuple too."""
+
+    def __init__(self, data, device: torch.device):
+        super().__init__(data)
+        self.device = device
+
+    def batch(self, indices):
+        inputs, targets = self.data.batch(indices)
+        return _moved(inputs, self.device), targets.to(self.device)
+
+
+def _moved(inputs, device):
+    if isinstance(inputs, (tuple, list)):
+        return type(inputs)(_moved(part, device) for part in inputs)
+    return inputs.to(device)
+
+
+def _stored_batch(data, indices):
+    """A batch as ``data`` stores it (uint8 pixels stay uint8 until on the device)."""
+    stored = getattr(data, "stored_batch", None)
+    return data.batch(indices) if stored is None else stored(indices)
+
+
+def _decoded(data, inputs):
+    decoded = getattr(data, "decoded", None)
+    return inputs if decoded is None else decoded(inputs)
 
 
 def free_device_bytes(device: torch.device) -> int:
@@ -143,6 +175,8 @@ def feed_for(data: SharedTensorDataset, device: torch.device, sharers: int = 1,
     bound, exact where they all train on one GPU as hogwild's do)."""
     if device.type != "cuda":
         return DeviceFeed(data)
+    if hasattr(data, "collate"):   # sequences of different lengths: collated on the host
+        return CollatedFeed(data, device)
     if getattr(data, "on_demand", False):   # rows drawn on the host, a batch at a time
         return PrefetchFeed(data, device)
     if data.nbytes * sharers <= RESIDENT_SHARE * free_bytes(device):

@@ -80,7 +80,19 @@ def _tensor_difference(theirs: dict, ours: dict) -> str | None:
 def _of_set(data: SharedTensorDataset) -> dict:
     if hasattr(data, "fingerprint"):   # devices drawn on demand: their generator's digest
         return data.fingerprint()
+    if hasattr(data, "offsets"):   # sequences of different lengths (``data.ragged``)
+        return {"inputs": _of_sequences(data), "targets": _of_tensor(data.targets)}
     return {"inputs": _of_tensor(data.held_inputs), "targets": _of_tensor(data.targets)}
+
+
+def _of_sequences(data) -> dict:
+    """The values and the offsets hashed together: the same values cut otherwise are other
+    data."""
+    digest = hashlib.sha256()
+    for tensor in (data.values, data.offsets):
+        _hash_into(digest, tensor)
+    return {"shape": [len(data), -1], "dtype": str(data.values.dtype).removeprefix("torch."),
+            "sha256": digest.hexdigest()}
 
 
 def _of_tensor(tensor) -> dict:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -60,18 +61,43 @@ class RowSource:
         return out
 
 
+@dataclass(frozen=True)
+class PixelDecode:
+    """Stored pixels (uint8) to the float32 inputs a model takes: ``x * scale - shift``,
+    in place on the converted batch -- the very operations, in the very order, that
+    converting the whole set up front used, so that a batch decoded in a worker has the bits
+    the float32 set would have had (``--data-dtype``)."""
+
+    scale: float
+    shift: float
+
+    def __call__(self, raw: torch.Tensor) -> torch.Tensor:
+        return raw.to(torch.float32).mul_(self.scale).sub_(self.shift)
+
+    def rows(self, raw: torch.Tensor) -> RowSource:
+        """The decoded rows of ``raw``, computed chunk by chunk where they are written."""
+        def fill(out, start):
+            out.copy_(raw[start:start + len(out)])
+            out.mul_(self.scale).sub_(self.shift)
+
+        return RowSource(tuple(raw.shape), torch.float32, fill)
+
+
 class SharedTensorDataset(Dataset):
     """Inputs and targets as two tensors; ``batch(indices)`` is the fast path for training.
 
     ``inputs`` may be given as a :class:`RowSource`: it is then built by ``share_memory_()``
-    directly in shared memory, or in private memory on first use.
+    directly in shared memory, or in private memory on first use. With ``decode`` (a
+    :class:`PixelDecode`) ``inputs`` holds uint8 pixels, a quarter of float32's memory,
+    and every batch (``batch``, ``head``, a sample) is decoded to float32 as it is read.
     """
 
-    def __init__(self, inputs, targets: torch.Tensor):
+    def __init__(self, inputs, targets: torch.Tensor, decode: PixelDecode | None = None):
         if len(inputs) != len(targets):
             raise UserError(f"data set has {len(inputs)} inputs but {len(targets)} targets")
         self._inputs = inputs
         self.targets = targets
+        self.decode = decode
         #: A sample the user's ``__getitem__`` gave otherwise when read again while it was
         #: stacked (random augmentation, frozen by stacking: ``launch.preflight`` warns).
         self.varied_sample: int | None = None
@@ -85,7 +111,10 @@ class SharedTensorDataset(Dataset):
     @property
     def held_inputs(self):
         """The inputs as held: a tensor, or a ``RowSource`` not built yet (read row by row
-        without building it: ``data.fingerprint``)."""
+        without building it: ``data.fingerprint``); stored pixels as the rows they decode
+        to, so that a set has one fingerprint however it is stored."""
+        if self.decode is not None:
+            return self.decode.rows(self.inputs)
         return self._inputs
 
     @property
@@ -101,16 +130,26 @@ class SharedTensorDataset(Dataset):
         """The first ``count`` inputs, without building the rest."""
         if isinstance(self._inputs, RowSource):
             return self._inputs.rows(0, min(count, len(self)))
-        return self._inputs[:count]
+        return self.decoded(self._inputs[:count])
 
     def __len__(self):
         return len(self._inputs)
 
     def __getitem__(self, index):
-        return self.inputs[index], self.targets[index]
+        return self.decoded(self.inputs[index]), self.targets[index]
 
     def batch(self, indices: torch.Tensor):
+        inputs, targets = self.stored_batch(indices)
+        return self.decoded(inputs), targets
+
+    def stored_batch(self, indices: torch.Tensor):
+        """A batch as stored (pixels not decoded yet: a quarter of the bytes to move to a
+        GPU, decoded there with :meth:`decoded`)."""
         return self.inputs.index_select(0, indices), self.targets.index_select(0, indices)
+
+    def decoded(self, inputs: torch.Tensor) -> torch.Tensor:
+        """``inputs`` as read from this set, as the model takes them."""
+        return inputs if self.decode is None else self.decode(inputs)
 
     @property
     def nbytes(self) -> int:
@@ -182,11 +221,25 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
     samples = [_sample(dataset, index, what) for index in range(size)]
     varied = _first_varied(dataset, samples, what)
     try:
-        stacked_inputs = torch.stack([inputs for inputs, _ in samples])
         stacked_targets = torch.stack([targets for _, targets in samples])
     except RuntimeError as err:
+        raise UserError(f"{what}: targets cannot be stacked into one tensor "
+                        f"({brief(str(err))}); all targets must have the same shape") from None
+    try:
+        stacked_inputs = torch.stack([inputs for inputs, _ in samples])
+    except RuntimeError as err:
+        if all(inputs.dim() == 1 for inputs, _ in samples):   # token sequences: collated
+            from .ragged import ragged_from
+
+            targets = _floats32(stacked_targets)
+            ragged = ragged_from([inputs for inputs, _ in samples],
+                                 targets.long() if targets.dtype == torch.bool else targets,
+                                 what)
+            ragged.varied_sample = varied
+            return ragged
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
-                        "all inputs must have the same shape") from None
+                        "all inputs must have the same shape (1-D sequences of different "
+                        "lengths are collated: --collate pad)") from None
     stacked = _checked(_floats32(stacked_inputs), _floats32(stacked_targets), what)
     stacked.varied_sample = varied
     return stacked

@@ -7,19 +7,19 @@ to train on them sensibly without flags (task, default model, recommended hyper-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import UserError, did_you_mean
+from ..errors import UserError, did_you_mean, setting_name
 from ..imports import NATURAL_DATA_PREFIXES, call_factory, colon_hint, is_import_string
 from .classes import class_count
 from .defaults import TrainingDefaults
 from .recipes import DIGITS_DEFAULTS, GENERIC_DEFAULTS, LINREG_DEFAULTS, MNIST_DEFAULTS
 from .embedded import load_uci_digits
 from .seeding import seeded
-from .shared import RowSource, SharedTensorDataset, materialize
+from .shared import PixelDecode, RowSource, SharedTensorDataset, materialize
 
 if TYPE_CHECKING:
     from .natural.clients import NaturalClients
@@ -228,29 +228,88 @@ def linreg(num_points: int = 100) -> DataBundle:
     )
 
 
+#: MNIST's pixels as PyTorch's examples normalise them: ``(x / 255 - mean) / std``.
+MNIST_DECODE = PixelDecode(scale=1 / (255 * MNIST_STD), shift=MNIST_MEAN / MNIST_STD)
+
+
 def mnist(data_dir: str) -> DataBundle:
-    """The standard MNIST IDX files, read with numpy and normalised as in PyTorch's examples."""
+    """The standard MNIST IDX files, read with numpy: the pixels kept as uint8 (a quarter of
+    float32's memory) and normalised as in PyTorch's examples as each batch is read
+    (``--data-dtype``: :func:`with_data_dtype`)."""
     from .idx import load_mnist
 
     train_images, train_labels, test_images, test_labels = load_mnist(data_dir)
 
-    def images(array) -> RowSource:
-        raw = torch.from_numpy(array).unsqueeze(1)
-
-        def fill(out, start):
-            # In place, no temporaries: a temporary as big as a chunk stays in the heap.
-            out.copy_(raw[start:start + len(out)])
-            out.mul_(1 / (255 * MNIST_STD)).sub_(MNIST_MEAN / MNIST_STD)
-
-        return RowSource(raw.shape, torch.float32, fill)
+    def images(array) -> torch.Tensor:
+        return torch.from_numpy(array).unsqueeze(1)
 
     return DataBundle(
         name="mnist",
-        train=SharedTensorDataset(images(train_images), torch.from_numpy(train_labels)),
-        test=SharedTensorDataset(images(test_images), torch.from_numpy(test_labels)),
+        train=SharedTensorDataset(images(train_images), torch.from_numpy(train_labels),
+                                  decode=MNIST_DECODE),
+        test=SharedTensorDataset(images(test_images), torch.from_numpy(test_labels),
+                                 decode=MNIST_DECODE),
         task=CLASSIFICATION, output_size=10, default_model="mnist-cnn",
         defaults=MNIST_DEFAULTS,
     )
+
+
+def with_collate(bundle: DataBundle, collate: str | None) -> DataBundle:
+    """``bundle`` collated by ``--collate``: samples of different lengths need it (refused
+    without, in one line); 1-D samples of one length are held as sequences for it; other
+    samples cannot take it."""
+    from .ragged import RaggedDataset
+
+    ragged = isinstance(bundle.train, RaggedDataset)
+    if collate is None:
+        if ragged:
+            raise UserError(f"the training data's samples are 1-D sequences of different "
+                            f"lengths: give {setting_name('collate')} pad (padded to the "
+                            f"longest of each batch, with a mask) or a function of yours")
+        return bundle
+    if not ragged and len(bundle.input_shape) != 1:
+        raise UserError(f"{setting_name('collate')} {collate} takes 1-D samples (token "
+                        f"sequences); this data's samples are {list(bundle.input_shape)}")
+
+    def collated(data):
+        if data is None:
+            return None
+        if not isinstance(data, RaggedDataset):
+            length = data.input_shape[0]
+            data = RaggedDataset(data.inputs.reshape(-1),
+                                 torch.arange(len(data) + 1, dtype=torch.int64) * length,
+                                 data.targets)
+        data.collate = collate
+        return data
+
+    return replace(bundle, train=collated(bundle.train), test=collated(bundle.test))
+
+
+#: ``--data-dtype``: how images are held in shared memory.
+DATA_DTYPES = ("auto", "uint8", "float32")
+
+
+def with_data_dtype(bundle: DataBundle, data_dtype: str) -> DataBundle:
+    """``bundle`` with its images held as ``--data-dtype`` says: ``auto`` and ``uint8`` keep
+    pixels that a source gives as uint8 (``mnist``) as they are, decoded per batch in the
+    workers; ``float32`` converts them up front (four times the shared memory, no decoding
+    per batch). ``uint8`` on a set without uint8 pixels is refused: there is nothing to
+    keep."""
+    sets = [data for data in (bundle.train, bundle.test) if data is not None]
+    pixels = all(getattr(data, "decode", None) is not None for data in sets)
+    if data_dtype == "uint8" and not pixels:
+        raise UserError(f"{setting_name('data_dtype')} uint8 keeps images that their source "
+                        f"gives as uint8 pixels (--data mnist) in shared memory; "
+                        f"{bundle.name}'s inputs are not such pixels: leave "
+                        f"{setting_name('data_dtype')} out")
+    if data_dtype != "float32" or not pixels:
+        return bundle
+
+    def as_floats(data):
+        return None if data is None else \
+            SharedTensorDataset(data.decode.rows(data.inputs), data.targets)
+
+    return replace(bundle, train=as_floats(bundle.train), test=as_floats(bundle.test))
 
 
 def from_factory(spec: str, seed: int = 0) -> DataBundle:

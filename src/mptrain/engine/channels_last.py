@@ -56,7 +56,7 @@ class _FirstBatchProbe:
         self._proven = False
 
     def run(self, module: nn.Module, inputs: torch.Tensor):
-        if not self.usable or inputs.dim() != 4:
+        if not self.usable or not isinstance(inputs, torch.Tensor) or inputs.dim() != 4:
             return None
         if self._proven:
             return module(_channels_last(inputs))
@@ -115,7 +115,8 @@ def lay_out_shared_model(model: nn.Module, sample: torch.Tensor) -> bool:
     the layout of parameters other processes share (a new layout is a new, private copy).
     The probe runs in eval mode under a forked RNG: it changes no buffer and draws nothing.
     """
-    if sample.dim() != 4 or _already_channels_last(model) \
+    if not isinstance(sample, torch.Tensor) or sample.dim() != 4 \
+            or _already_channels_last(model) \
             or not _convolutional_without_hooks(model) \
             or torch.__future__.get_overwrite_module_params_on_conversion():
         return False

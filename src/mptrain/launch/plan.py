@@ -17,6 +17,8 @@ from ..comm.solo import SoloSpec
 from ..config import TrainConfig
 from ..engine.precision import precision_warnings
 from ..models import model_bytes
+from ..data.batch_transform import check_batch_transform
+from ..data.ragged import check_collated
 from .preflight import (check_device, check_model_fits_data, check_model_trains,
                         check_workload, data_warnings, thread_warnings)
 from .sharing import check_shm_space, choose_sharing_strategy
@@ -104,7 +106,9 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     """Everything that can be checked before a process starts; returns warnings to show."""
     check_device(config.device)
     check_model_trains(model)
+    check_collated(bundle)
     check_model_fits_data(model, bundle)
+    check_batch_transform(config, bundle)
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
                               local_workers=plan.local_workers, processes=plan.processes,
                               parameter_copies=strategy.needs(model, bundle, plan)

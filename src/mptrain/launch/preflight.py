@@ -188,13 +188,13 @@ def non_finite_data(bundle: DataBundle, sets=("training", "test")) -> list[str]:
 
 def frozen_randomness_warning(what: str, index: int) -> str:
     """A ``__getitem__`` that draws at random (augmentation) is read once: its draws are the
-    data of every epoch. Until mptrain has per-batch transforms, the ways to what the user
-    meant are more data or none."""
+    data of every epoch. Fresh draws each batch are what per-batch transforms are for."""
     return (f"the {what} data's __getitem__ gave sample {index} other values when read "
             "again: its randomness (augmentation) is drawn once, when mptrain stacks the "
             "data before training, and every epoch sees the same draws; for fresh draws "
-            "each epoch, put several augmented copies of each sample in the data set, or "
-            "give a fixed data set (mptrain has no per-batch transforms yet)")
+            f"each batch, move the augmentation into {named('transform')} (a function "
+            f"(inputs, targets, generator) -> (inputs, targets) run on each training batch in "
+            f"the workers) or use {named('augment')} crop:PAD,hflip,shift:PX")
 
 
 def thread_warnings(requested: int | None, granted: int, processes: int,

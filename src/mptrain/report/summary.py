@@ -54,6 +54,14 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
         lines.append(f"batches: each data set resident on the GPU where every rank's copy "
                      f"together takes at most {RESIDENT_SHARE:.0%} of its free memory, else "
                      "gathered in pinned memory and copied one batch ahead on a side stream")
+    if config.augment or config.transform:
+        done = [f"augment {config.augment}"] * bool(config.augment) + \
+            [f"transform {config.transform}"] * bool(config.transform)
+        lines.append(f"training batches in the workers: {' then '.join(done)}, drawn afresh "
+                     "per batch (seed, epoch or round, step, rank or client)")
+    if config.collate:
+        lines.append(f"samples of different lengths: one flat tensor and offsets in shared "
+                     f"memory, collated per batch in the workers ({config.collate})")
     if config.compile:
         strategy = config.strategy_class
         lines.append(describe_compile(config.device, compile_mode(
@@ -85,6 +93,10 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
         "device": config.device,
         "precision": config.precision,
         "compile": config.compile,
+        "augment": config.augment,
+        "transform": config.transform,
+        "collate": config.collate,
+        "data_dtype": config.data_dtype,
         "epochs": config.epochs if config.unit == "epoch" else None,
         "unit": config.unit,
         "rounds_done": len(epochs),

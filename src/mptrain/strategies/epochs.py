@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from ..checkpoint import model_snapshot
 from ..comm.base import Group
+from ..data.batch_transform import batch_transform_for
 from ..data.device_feed import feed_for
 from ..data.sharding import batches, shard_indices
 from ..engine.channels_last import ChannelsLastTraining, forward_in_its_layout
@@ -152,6 +153,7 @@ class EpochProgram(WorkerProgram):
                                     strategy.config.precision, setup.device)
         self.optimizer = strategy.optimizer(self.model)
         self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
+        self.transform = batch_transform_for(strategy.config)   # None: batches as gathered
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)
         compile_if_asked(strategy.config, strategy.unwrap(self.model), self.forward,
@@ -181,6 +183,9 @@ class EpochProgram(WorkerProgram):
                                    mine.steps)
                 for param_group in optimizer.param_groups:  # a function of (epoch, step)
                     param_group["lr"] = lr
+                if self.transform is not None:   # fresh draws for each (epoch, step, rank)
+                    inputs, targets = self.transform.apply(
+                        inputs, targets, (config.seed, epoch, step, group.rank))
                 clock.add("data", clock.lap())
                 loss = train_step(self.forward, optimizer, inputs, targets,
                                   setup.data.task, after_backward, clock)

@@ -193,6 +193,8 @@ ADDED_KEYS = ["vectorize_clients", "vectorize_chunk", "aggregator", "malicious_f
               "round_deadline", "over_select", "straggler_mode", "personalize", "personal_memory",
               "personal_head_epochs"]
 COMPILE_AFTER = "precision"
+#: Issue 56's data-pipeline settings, after --overwrite.
+PIPELINE_KEYS = ["augment", "transform", "data_dtype", "collate"]
 
 
 @pytest.mark.timeout(120)
@@ -207,8 +209,10 @@ def test_a_flat_checkpoint_config_resumes_with_its_own_fedavg_settings(tmp_path)
     expected = FLAT_CONFIG_KEYS + ADDED_KEYS
     expected.insert(expected.index(COMPILE_AFTER) + 1, "compile")
     expected.insert(expected.index("quiet") + 1, "overwrite")   # --overwrite beside --quiet
+    at = expected.index("overwrite") + 1
+    expected[at:at] = PIPELINE_KEYS
     assert list(saved["config"]) == expected
-    for added in ADDED_KEYS + ["compile", "overwrite"]:
+    for added in ADDED_KEYS + PIPELINE_KEYS + ["compile", "overwrite"]:
         del saved["config"][added]
     # As a config file or an older mptrain may have left it: betas as a list.
     saved["config"]["server_betas"] = [0.8, 0.9]

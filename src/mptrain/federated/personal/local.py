@@ -36,10 +36,12 @@ def personal_seed(seed: int, round_index: int, client: int, kind: str) -> int:
 def run_local_steps(forward, optimizer, feed, indices: torch.Tensor, batch_size: int,
                     task: str, seed: int, device, *, epochs: int | None = None,
                     steps: int | None = None, after_backward=None,
-                    beat=None) -> tuple[int, int]:
+                    beat=None, transform=None) -> tuple[int, int]:
     """Train on ``indices`` (a client's samples) in shuffled batches of ``batch_size``:
     ``epochs`` passes, or ``steps`` steps (passes repeated as needed). Returns the steps
-    and samples taken. ``after_backward``: a gradient correction (Ditto's pull)."""
+    and samples taken. ``after_backward``: a gradient correction (Ditto's pull);
+    ``transform``: the run's ``data.batch_transform.BatchTransform``, each batch's draws
+    seeded by (``seed``, step)."""
     if len(indices) == 0:
         return 0, 0
     generator = torch.Generator().manual_seed(seed)
@@ -51,6 +53,8 @@ def run_local_steps(forward, optimizer, feed, indices: torch.Tensor, batch_size:
                 enumerate(torch.split(order, batch_size))):
             if steps is not None and taken == steps:
                 break
+            if transform is not None:
+                inputs, targets = transform.apply(inputs, targets, (seed, taken))
             train_step(forward, optimizer, inputs, targets, task, after_backward)
             taken += 1
             samples += len(batch)

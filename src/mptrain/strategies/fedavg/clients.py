@@ -8,6 +8,7 @@ import copy
 
 import torch
 
+from ...data.batch_transform import batch_transform_for
 from ...data.device_feed import feed_for
 from ...engine.channels_last import ChannelsLastTraining
 from ...engine.compiling import compile_if_asked
@@ -36,6 +37,7 @@ class ClientTrainer:
         self.layout = ChannelsLastTraining(self.model, setup.device)
         self.forward = in_precision(self.layout.forward, config.precision, setup.device)
         self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
+        self.transform = batch_transform_for(config)   # None: batches as gathered
         self.tensors = floating_state(self.model)
         # The server averages floating state only and never changes integer buffers
         # (BatchNorm's num_batches_tracked): the global model's are those of the model it
@@ -114,6 +116,9 @@ class ClientTrainer:
                     enumerate(torch.split(order, c.batch_size))):
                 if steps == budget:
                     break   # a straggler stops here
+                if self.transform is not None:   # fresh draws per (round, client, step)
+                    inputs, targets = self.transform.apply(
+                        inputs, targets, (c.seed, round_index, client, steps))
                 if relabel is not None:
                     targets = relabel(targets)
                 loss = train_step(self.forward, self.optimizer, inputs, targets,

@@ -52,6 +52,12 @@ def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, 
         if mode == "on":
             raise UserError(f"{vectorizing('on')}: {personal}")
         return None, ClientPath(False, reason=personal)
+    if config.augment or config.transform or config.collate:   # per client's batch
+        said = next(k for k in ("augment", "transform", "collate") if getattr(config, k))
+        reason = f"{named(said)} works on one client's batches at a time"
+        if mode == "on":
+            raise UserError(f"{vectorizing('on')}: {reason}")
+        return None, ClientPath(False, reason=reason)
     if config.compile:   # stacked clients run through torch.func, not the compiled model
         return None, ClientPath(False, reason=f"{named('compile')} compiles the one-client "
                                               "model")

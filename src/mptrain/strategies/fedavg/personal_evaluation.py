@@ -59,5 +59,5 @@ class PersonalEvaluation:
             trainer.forward, trainer.optimizer, trainer.feed, self.shared.client_indices(client),
             c.batch_size, self.setup.data.task,
             personal_seed(c.seed, round_index, client, "finetune"), self.setup.device,
-            steps=self.spec.steps, beat=self.setup.progress.beat)
+            steps=self.spec.steps, beat=self.setup.progress.beat, transform=trainer.transform)
         return steps > 0

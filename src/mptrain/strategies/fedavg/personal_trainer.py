@@ -128,7 +128,7 @@ class PersonalTrainer(ClientTrainer):
                         c.batch_size, self.setup.data.task,
                         personal_seed(c.seed, round_index, client, kind), self.setup.device,
                         epochs=epochs, after_backward=after_backward,
-                        beat=self.setup.progress.beat)
+                        beat=self.setup.progress.beat, transform=self.transform)
 
     def _ditto_step(self, client: int, round_index: int, relabel) -> None:
         """Train ``client``'s personal model with the pull to the round's global model."""
