@@ -89,3 +89,22 @@ def umask(status: str | Path = "/proc/self/status") -> int:
     mask = os.umask(0o077)   # briefly the strictest: nothing made meanwhile is too open
     os.umask(mask)
     return mask
+
+
+def free_bytes(path) -> int | None:
+    """Bytes free for an unprivileged writer on ``path``'s file system (None where it cannot
+    be asked): what a run's outputs, spill files or /dev/shm segments may still take."""
+    try:
+        stats = os.statvfs(path)
+    except (OSError, TypeError):
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def existing_parent(path) -> Path:
+    """The nearest folder of ``path`` that exists: where a folder not made yet will live,
+    to ask its file system for room before anything is written."""
+    path = Path(path).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path

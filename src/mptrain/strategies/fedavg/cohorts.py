@@ -20,24 +20,14 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import scaffold
-from ...federated.cohorts.trainer import CohortTrainer
 from ...federated.cohorts.choice import ClientPath, as_tensor, auto_path, vectorizing
-from ...federated.cohorts.optimizer import ClientOptimizerSettings
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
 from ...federated.cohorts.memory import cohort_size, memory_budget
 from .personal_cohorts import DittoCohort, FedRepCohort, fedavg_starts, keep_personal
 from .personal_setup import one_at_a_time_reason
+from .cohort_trainer import cohort_trainer
 from .shared import table_rows
-
-
-def cohort_trainer(config, model, task: str, device, prox_mu: float | None = None
-                   ) -> CohortTrainer:
-    """The run's cohort trainer; ``prox_mu``: a pull other than FedProx's (Ditto's)."""
-    return CohortTrainer(model, task, ClientOptimizerSettings(
-        config.optimizer, config.lr, config.momentum, config.weight_decay),
-        torch.device(device), precision=config.precision,
-        prox_mu=config.fedavg.prox_mu if prox_mu is None else prox_mu)
 
 
 def choose_path(config, model, data, workers: int) -> tuple[CohortCheck | None, ClientPath]:

@@ -74,7 +74,7 @@ class DittoCohort:
     def __init__(self, config, trainer, setup):
         from ...federated.cohorts.clients import ClientWork
         from ...federated.personal.local import loop_seed
-        from .cohorts import cohort_trainer
+        from .cohort_trainer import cohort_trainer
 
         self.trainer, self.setup = trainer, setup
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
@@ -106,7 +106,7 @@ class FedRepCohort:
     def __init__(self, config, trainer, setup):
         from ...federated.cohorts.clients import ClientWork
         from ...federated.personal.local import loop_seed
-        from .cohorts import cohort_trainer
+        from .cohort_trainer import cohort_trainer
 
         self.trainer, self.setup = trainer, setup
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,

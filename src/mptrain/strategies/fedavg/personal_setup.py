@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import UserError
+from ...files import existing_parent, free_bytes
 from ...errors import setting_name as named  # as the caller spelled the setting
 from ...federated.personal.spec import parse_personalize
 from ...report.words import human_bytes
@@ -76,14 +77,13 @@ def store_plan(config, model, out_dir: Path | None):
         return None
     from ...federated.personal.layers import personal_layers, personal_numel
     from ...federated.personal.store import STORE_FILE, place_rows
-    from .shared import _existing_parent, _free_bytes
 
     f = config.fedavg
     width = personal_numel(model, personal_layers(model, spec))
     if f.personal_memory is not None:
         budget = int(f.personal_memory * 2**20)
     else:
-        free = _free_bytes("/dev/shm")
+        free = free_bytes("/dev/shm")
         budget = f.clients * width * 4 if free is None else int(SHM_SHARE * free)
     placement = place_rows(f.clients, width, budget)
     if not placement.disk_rows:
@@ -94,7 +94,7 @@ def store_plan(config, model, out_dir: Path | None):
     if out_dir is None:
         raise UserError(f"{what}, and there is no {named('out')} folder to put it in; give "
                         f"{named('out')}, or more {named('personal_memory')}")
-    free = _free_bytes(_existing_parent(out_dir))
+    free = free_bytes(existing_parent(out_dir))
     if free is not None and placement.disk_bytes > free:
         raise UserError(f"{what}: {human_bytes(free)} free under {named('out')} "
                         f"{Path(out_dir) / STORE_FILE}; give {named('out')} on a disk with "

@@ -12,7 +12,6 @@ in ``worker``.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...data.shared import shared_zeros
+from ...files import existing_parent, free_bytes
 from ...federated.sampling import poisson_capacity
 from ..model_state import floating_state
 from .decision_cell import DecisionCell
@@ -174,10 +174,10 @@ def controls_placement(config, model, out_dir: Path | None) -> tuple[str, int]:
     """Where SCAFFOLD's client variates go -- ``shm`` or ``file`` (under --out) -- and
     their bytes; a refusal with the figures when neither has room."""
     need = config.fedavg.clients * param_numel(model) * 4
-    shm_free = _free_bytes("/dev/shm")
+    shm_free = free_bytes("/dev/shm")
     if shm_free is None or need <= SHM_SHARE * shm_free:
         return "shm", need
-    disk_free = _free_bytes(_existing_parent(out_dir)) if out_dir is not None else None
+    disk_free = free_bytes(existing_parent(out_dir)) if out_dir is not None else None
     if disk_free is not None and need <= disk_free:
         return "file", need
     shm = f"{shm_free / 2**20:,.0f} MiB free in /dev/shm (half usable)"
@@ -224,17 +224,3 @@ def _needs_decision_cell(config) -> bool:
 def param_numel(model) -> int:
     return sum(p.numel() for p in model.parameters())
 
-
-def _free_bytes(path) -> int | None:
-    try:
-        stats = os.statvfs(path)
-    except (OSError, TypeError):
-        return None
-    return stats.f_bavail * stats.f_frsize
-
-
-def _existing_parent(path) -> Path:
-    path = Path(path).resolve()
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
