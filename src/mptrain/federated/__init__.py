@@ -19,7 +19,8 @@ reports -> clip its update -> aggregate -> add noise -> server step. One line pe
   clients;
 - ``client_stats``: the summary of those accuracies (mean, spread, worst);
 - ``robust/``: robust aggregation rules and attacks (``--aggregator``, ``--attack``);
-- ``cohorts/``: clients trained stacked in cohorts (``--vectorize-clients``).
+- ``cohorts/``: clients trained stacked in cohorts (``--vectorize-clients``);
+- ``asynchronous/``: FedBuff's and FedAsync's event schedule, staleness weights and buffer.
 
 Everything random is a function of ``(seed, round, client)`` (or of ``(seed, round,
 block)`` for noise), never of the worker that runs it: the same seed gives the same run
