@@ -20,6 +20,7 @@ reports -> clip its update -> aggregate -> add noise -> server step. One line pe
 - ``client_stats``: the summary of those accuracies (mean, spread, worst);
 - ``robust/``: robust aggregation rules and attacks (``--aggregator``, ``--attack``);
 - ``cohorts/``: clients trained stacked in cohorts (``--vectorize-clients``);
+- ``clock/``: the virtual clock -- client speeds, availability traces, a round's duration;
 - ``asynchronous/``: FedBuff's and FedAsync's event schedule, staleness weights and buffer.
 
 Everything random is a function of ``(seed, round, client)`` (or of ``(seed, round,
