@@ -13,6 +13,7 @@ et al. 2022: ``1 / sqrt(1 + s)``, FedAsync's polynomial with ``a = 1/2``):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ...errors import UserError
@@ -79,6 +80,6 @@ def _numbers(text: str, params: str) -> list[float]:
     except ValueError:
         raise UserError(f"{named('staleness_weight')} {text!r}: {params!r} are not "
                         "numbers") from None
-    if not all(value == value and abs(value) != float("inf") for value in values):
+    if not all(math.isfinite(value) for value in values):
         raise UserError(f"{named('staleness_weight')} {text!r}: the numbers must be finite")
     return values

@@ -32,6 +32,27 @@ def check_fedavg_config(config) -> None:
     if f.sampled_clients > f.clients:
         raise UserError(f"{named('clients_per_round')} {f.sampled_clients} is more than "
                         f"{named('clients')} {f.clients}; sample at most every client")
+    check_client_path_and_server(config)
+    if f.scaffold:
+        if c.optimizer != "sgd" or c.momentum:
+            raise UserError(f"{named('scaffold')} needs plain client SGD "
+                            f"({named('optimizer')} sgd {named('momentum')} 0): its control "
+                            "variates assume local steps x -= lr * (g - c_i + c)")
+        if f.prox_mu:
+            raise UserError(f"{named('scaffold')} and {named('prox_mu')} both correct client "
+                            "drift; choose one")
+    if f.drop_stragglers and not f.straggler_rate:
+        raise UserError(f"{named('drop_stragglers')} drops the clients that "
+                        f"{named('straggler_rate')} P makes straggle, and there are none: "
+                        f"add {named('straggler_rate')} P")
+    _check_privacy(f)
+    refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
+                        scaffold=f.scaffold)
+
+
+def check_client_path_and_server(config) -> None:
+    """The stacked path's and the server optimizer's settings together (fedbuff's too)."""
+    c, f = config, config.fedavg
     if f.vectorize_clients == "on" and c.compile:
         raise UserError(f"{named('vectorize_clients')} on and {named('compile')}: stacked "
                         "clients train through torch.func, not the compiled model; choose one")
@@ -48,21 +69,6 @@ def check_fedavg_config(config) -> None:
             raise UserError(f"{named(name)} does nothing with {named('server_optimizer')} sgd; "
                             f"choose {named('server_optimizer')} adam, yogi or adagrad (or use "
                             f"{named('server_momentum')})")
-    if f.scaffold:
-        if c.optimizer != "sgd" or c.momentum:
-            raise UserError(f"{named('scaffold')} needs plain client SGD "
-                            f"({named('optimizer')} sgd {named('momentum')} 0): its control "
-                            "variates assume local steps x -= lr * (g - c_i + c)")
-        if f.prox_mu:
-            raise UserError(f"{named('scaffold')} and {named('prox_mu')} both correct client "
-                            "drift; choose one")
-    if f.drop_stragglers and not f.straggler_rate:
-        raise UserError(f"{named('drop_stragglers')} drops the clients that "
-                        f"{named('straggler_rate')} P makes straggle, and there are none: "
-                        f"add {named('straggler_rate')} P")
-    _check_privacy(f)
-    refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
-                        scaffold=f.scaffold)
 
 
 def _check_privacy(f) -> None:
