@@ -1,6 +1,8 @@
 """FedBuff's event schedule without processes: seeded, in virtual-time order, staleness and
 buffers as the algorithm defines them, rows within the pending table, availability."""
 
+import math
+
 import pytest
 
 from mptrain.errors import UserError
@@ -99,25 +101,35 @@ class Trace:
     def available(self, client, t):
         return client < 10 or t < 4
 
-    def online_through(self, client, t0, t1):
-        return client < 10 or t1 < 4
+    def online_until(self, client, t):
+        return math.inf if client < 10 else max(t, 4.0)
+
+    def next_online(self, clients, t):
+        return t
 
 
 def test_an_offline_client_is_not_sampled_and_one_going_offline_is_lost():
     s = schedule(availability=Trace())
     plans, applied = updates_through(s, 10)
     lost = [u for p in plans for u in p.lost]
-    assert lost and all(u.fate == LOST and u.client >= 10 and u.finish_s >= 4 for u in lost)
+    # Lost when it goes offline: its slot frees at second 4, not when it would have ended.
+    assert lost and all(u.fate == LOST and u.client >= 10 and u.finish_s == 4 for u in lost)
+    assert any(u.start_s + durations(u.client) > 4 for u in lost)
     assert all(u.client < 10 for u in applied if u.start_s >= 4)
     assert not any(u.fate == LOST for p in plans for u in p.trains)
 
 
 class Nobody:
-    def available(self, client, t):
-        return t < 1
+    """Everyone online the first half second of every minute, too short for any update."""
 
-    def online_through(self, client, t0, t1):
-        return False
+    def available(self, client, t):
+        return t % 60 < 0.5
+
+    def online_until(self, client, t):
+        return t - t % 60 + 0.5 if t % 60 < 0.5 else t
+
+    def next_online(self, clients, t):
+        return t if t % 60 < 0.5 else t - t % 60 + 60
 
 
 def test_a_trace_that_never_fills_a_buffer_is_refused(monkeypatch):
@@ -126,6 +138,26 @@ def test_a_trace_that_never_fills_a_buffer_is_refused(monkeypatch):
     monkeypatch.setattr(module, "MOST_EVENTS_PER_STEP", 500)
     with pytest.raises(UserError, match="too few clients online"):
         schedule(availability=Nobody()).plan(0)
+
+
+class Nightly:
+    """Every client offline from second 2 to second 100."""
+
+    def available(self, client, t):
+        return not 2 <= t < 100
+
+    def online_until(self, client, t):
+        return t if 2 <= t < 100 else (2.0 if t < 2 else math.inf)
+
+    def next_online(self, clients, t):
+        return 100.0 if 2 <= t < 100 else t
+
+
+def test_a_free_slot_waits_for_the_next_client_online():
+    s = schedule(availability=Nightly())
+    plans, applied = updates_through(s, 4)
+    late = [u for u in applied if u.start_s >= 2]
+    assert late and all(u.start_s >= 100 for u in late)
 
 
 def test_bad_sizes_are_a_programming_error():

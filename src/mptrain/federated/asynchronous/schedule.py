@@ -11,8 +11,10 @@ every ``buffer_size`` updates the server steps (version + 1). A freed slot is re
 once with a client drawn uniformly from those available, not training, and -- where any is
 left -- not yet dispatched at this version (so a client trains from one model once: its
 seed is its version's); it starts from the version of that moment. A client that goes
-offline before it would finish (``availability.online_through``) is lost: its slot frees
-when it would have finished, and nothing arrives. Ties go to the earlier dispatch.
+offline before it would finish (``availability.online_until``) is lost: its slot frees
+when it goes offline, and nothing arrives. A slot that finds nobody to draw waits until a
+client comes online (``next_online``), or -- someone online but training -- looks again
+``RETRY_S`` later if no arrival fills it first. Ties go to the earlier dispatch.
 
 So the clients that train from version ``v`` are known once step ``v`` is: they all start
 from the same model, like a synchronous round's. ``plan(v)`` says them (those that will be
@@ -33,7 +35,8 @@ from ...errors import UserError
 from ..sampling import mix_seed
 
 APPLIED, STALE, LOST = "applied", "stale", "lost"
-#: How long a free slot waits before it looks again for an available client (virtual s).
+#: How long a free slot waits before it looks again, when the clients online are all
+#: training (virtual seconds).
 RETRY_S = 60.0
 #: Events without a server step after which the availability trace is taken to leave too
 #: few clients online ever to fill a buffer.
@@ -48,7 +51,9 @@ class Availability(Protocol):
 
     def available(self, client: int, t: float) -> bool: ...
 
-    def online_through(self, client: int, t0: float, t1: float) -> bool: ...
+    def online_until(self, client: int, t: float) -> float: ...
+
+    def next_online(self, clients: int, t: float) -> float: ...
 
 
 @dataclass
@@ -215,7 +220,9 @@ class EventSchedule:
             client = self._draw()
             if client is None:   # nobody available now: look again later
                 if not self._retry_pending:
-                    heapq.heappush(self._heap, (self._now + RETRY_S, 1, -1))
+                    later = self.availability.next_online(self.clients, self._now)
+                    heapq.heappush(self._heap, (later if later > self._now
+                                                else self._now + RETRY_S, 1, -1))
                     self._retry_pending = True
                 return
             self._dispatch(client)
@@ -223,9 +230,10 @@ class EventSchedule:
     def _dispatch(self, client: int) -> None:
         number = len(self._updates)
         finish = self._now + float(self.duration(client))
-        update = Update(number, client, self._version, self._now, finish)
-        if self.availability is not None and \
-                not self.availability.online_through(client, self._now, finish):
+        offline = self.availability.online_until(client, self._now) \
+            if self.availability is not None else finish
+        update = Update(number, client, self._version, self._now, min(finish, offline))
+        if offline < finish:   # it goes offline first: its slot frees then
             update.fate = LOST
         self._updates.append(update)
         self._by_version.setdefault(self._version, []).append(update)
