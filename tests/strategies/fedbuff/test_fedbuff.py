@@ -125,3 +125,10 @@ def test_k_and_b_default_from_the_clients_a_round_would_sample():
     from mptrain.strategies.fedbuff.settings import buffer_size_of, concurrency_of
 
     assert (concurrency_of(f), buffer_size_of(f)) == (10, 5)
+
+
+def test_the_console_says_virtual_time_at_every_scale():
+    from mptrain.strategies.fedbuff.report import virtual_seconds
+
+    assert [virtual_seconds(s) for s in (0.2249, 93.14, 4210.4, 99000)] == \
+        ["0.225s", "93.1s", "4,210s", "27.5h"]

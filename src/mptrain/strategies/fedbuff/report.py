@@ -39,10 +39,19 @@ def round_line(metrics) -> list[str]:
     extras, parts = metrics.extras, []
     if extras.get("version") is not None:
         staleness = extras.get("staleness") or [0]
-        parts += [f"v{extras['version']}", f"t {extras['virtual_time_s']:,.0f}s",
+        parts += [f"v{extras['version']}", f"t {virtual_seconds(extras['virtual_time_s'])}",
                   f"{extras.get('clients', 0)} trained",
                   f"staleness max {max(staleness)}"]
     return parts + metric_parts(metrics)
+
+
+def virtual_seconds(seconds: float) -> str:
+    """A virtual time as the console line shows it: 0.225s, 93.1s, 4,210s, 27.5h."""
+    if seconds < 100:
+        return f"{seconds:.3g}s"
+    if seconds < 36_000:
+        return f"{seconds:,.0f}s"
+    return f"{seconds / 3600:,.1f}h"
 
 
 def round_notes(metrics, planned: str | None) -> list[str]:
