@@ -84,7 +84,9 @@ def test_fedasync_and_the_stacked_path_train(capsys):
     (dict(concurrency=13), "concurrency 13 is more than clients 12"),
     (dict(max_staleness=-1), "max_staleness must be a non-negative integer"),
     (dict(staleness_weight="sqrt"), "staleness_weight 'sqrt' is none of"),
-    (dict(dp_clip=1.0, dp_noise=1.0), "FedBuff draws a client whenever a slot frees"),
+    (dict(dp_clip=1.0, dp_noise=1.0), "dp_clip does nothing with strategy fedbuff; use "
+                                      "strategy fedavg sampling poisson for DP-FedAvg "
+                                      r"\(the accountant assumes Poisson sampling"),
 ])
 def test_fit_refuses_what_cannot_hold(settings, needle):
     with pytest.raises(UserError, match=needle):

@@ -1,5 +1,6 @@
-"""fedbuff's refusals, while the config is built: sizes that cannot hold, and differential
-privacy, refused with the reason."""
+"""fedbuff's refusals, while the config is built: sizes that cannot hold, and the stacked
+path's and the server optimizer's settings as fedavg checks them. (DP is refused where any
+setting a strategy does not take is, with the reason: ``settings.WITHOUT_DP``.)"""
 
 from __future__ import annotations
 
@@ -20,12 +21,4 @@ def check_fedbuff_config(config) -> None:
         raise UserError(f"{named('buffer_size')} {buffer} is more than {named('concurrency')} "
                         f"{concurrency}: the buffer fills from the clients in flight; give "
                         f"at most {concurrency} (1 is FedAsync)")
-    if f.dp_clip is not None or f.dp_noise is not None:
-        raise UserError(f"{named('dp_clip')}/{named('dp_noise')} with {named('strategy')} "
-                        "fedbuff is "
-                        "refused: the accountant assumes each client joins a round "
-                        "independently with probability q (Poisson sampling), and FedBuff "
-                        "draws a client whenever a slot frees, so the privacy reported would "
-                        f"not hold; use {named('strategy')} fedavg {named('sampling')} poisson "
-                        "for DP-FedAvg")
     check_client_path_and_server(config)

@@ -7,13 +7,18 @@ from __future__ import annotations
 from ..fedavg.settings import ASYNCHRONOUS_SETTINGS
 
 #: What fedbuff takes of the federated section: the clients and their local training, the
-#: server optimizer, the stacked path, the training-set score and its own; DP only to
-#: refuse it with the reason (``refusals``).
+#: server optimizer, the stacked path, the training-set score and its own.
 FEDBUFF_SETTINGS = frozenset({
     "rounds", "clients", "local_epochs", "partition", "prox_mu", "server_optimizer",
     "server_lr", "server_momentum", "server_betas", "server_tau", "accept_failures",
-    "dp_clip", "dp_noise", "vectorize_clients", "vectorize_chunk", "eval_train",
-    "max_restarts"}) | ASYNCHRONOUS_SETTINGS
+    "vectorize_clients", "vectorize_chunk", "eval_train", "max_restarts"}) \
+    | ASYNCHRONOUS_SETTINGS
+#: Why DP is not offered, said where the refusal of a DP setting says what to use instead:
+#: FedBuff's DP variant clips each update and noises the buffer's sum, but the accountants
+#: here assume each client joins a round independently with probability q.
+WITHOUT_DP = ("{strategy} fedavg {sampling} poisson for DP-FedAvg (the accountant assumes "
+              "Poisson sampling of each round's clients, and FedBuff draws a client whenever "
+              "a slot frees: the epsilon reported would not hold)")
 #: The largest default buffer: FedBuff's paper runs K = 100s to 1000 with B = 10.
 MOST_DEFAULT_BUFFER = 10
 

@@ -16,7 +16,7 @@ from . import report
 from .checkpoint import check_in_flight
 from .clock import event_schedule, model_bytes_of
 from .refusals import check_fedbuff_config
-from .settings import FEDBUFF_SETTINGS, buffer_size_of
+from .settings import FEDBUFF_SETTINGS, WITHOUT_DP, buffer_size_of
 from .shared import share_async_state, table_bytes, table_rows
 
 
@@ -25,7 +25,11 @@ class FedBuffStrategy(FedAvgStrategy):
     unit = "round"          # a server step; --rounds counts them
     settings = FEDBUFF_SETTINGS
     instead = {"epochs": "{rounds}", "steps_per_epoch": "{rounds}",
-               "clients_per_round": "{concurrency}", "client_fraction": "{concurrency}"}
+               "clients_per_round": "{concurrency}", "client_fraction": "{concurrency}",
+               **{name: WITHOUT_DP for name in ("dp_clip", "dp_noise", "dp_delta",
+                                                "target_epsilon", "accountant",
+                                                "dp_clip_quantile", "dp_clip_lr",
+                                                "dp_count_noise")}}
     runs_under_torchrun = False   # the pending table lives in one machine's shared memory
     resumes_on_other_worker_counts = True
 
