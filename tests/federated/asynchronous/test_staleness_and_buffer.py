@@ -28,6 +28,11 @@ def test_the_banner_names_the_default_as_fedbuff_writes_it():
     assert parse_staleness_weight("polynomial:1").describe() == "(1+s)^-1"
 
 
+@pytest.mark.parametrize("text", ["constant", "polynomial:0.5", "hinge:10,4"])
+def test_the_summary_spells_a_weight_as_the_flag_does(text):
+    assert parse_staleness_weight(text).spec == text
+
+
 @pytest.mark.parametrize("text", ["sqrt", "polynomial", "polynomial:-1", "hinge:1",
                                   "hinge:0,1", "constant:2", "polynomial:x", "polynomial:nan",
                                   3])

@@ -44,6 +44,15 @@ class StalenessWeight:
             return float((1.0 + staleness) ** -self.a)
         return 1.0 if staleness <= self.b else 1.0 / (self.a * (staleness - self.b) + 1.0)
 
+    @property
+    def spec(self) -> str:
+        """The function as ``--staleness-weight`` spells it (summary.json's)."""
+        if self.name == "constant":
+            return "constant"
+        if self.name == "polynomial":
+            return f"polynomial:{self.a:g}"
+        return f"hinge:{self.a:g},{self.b:g}"
+
     def describe(self) -> str:
         """The function as the banner shows it."""
         if self.name == "constant":

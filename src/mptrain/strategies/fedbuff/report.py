@@ -81,7 +81,7 @@ def summary_fields(config, schedule, last_step: int | None) -> dict:
     histogram = schedule.staleness_counts(done) if schedule is not None else {}
     return {"rounds": f.rounds, "clients": f.clients, "concurrency": concurrency_of(f),
             "buffer_size": buffer_size_of(f),
-            "staleness_weight": staleness_weight_of(f).describe(),
+            "staleness_weight": staleness_weight_of(f).spec,
             "max_staleness": f.max_staleness, "local_epochs": f.local_epochs,
             "partition": f.partition, "prox_mu": f.prox_mu,
             "server_optimizer": f.server_optimizer, "server_lr": server_optimizer(f).lr,
