@@ -394,7 +394,7 @@ _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend":
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
                        "accountant", "dp_clip_quantile", "dp_clip_lr", "dp_count_noise",
-                       "attack"})
+                       "attack", "client_speeds", "availability_trace", "round_deadline"})
 #: name: (low, high, low_open, high_open) for numbers.
 _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "lr_decay": (0, 1, True, False), "weight_decay": (0, None, False, False),
@@ -406,7 +406,8 @@ _NUMBERS = {"lr": (0, None, True, False), "momentum": (0, 1, False, True),
             "dp_clip": (0, None, True, False), "dp_noise": (0, None, True, False),
             "dp_delta": (0, 1, True, True), "target_epsilon": (0, None, True, False),
             "dp_clip_quantile": (0, 1, True, True), "dp_clip_lr": (0, None, True, False),
-            "dp_count_noise": (0, None, True, False), "malicious_fraction": (0, 1, False, True)}
+            "dp_count_noise": (0, None, True, False), "malicious_fraction": (0, 1, False, True),
+            "round_deadline": (0, None, True, False), "over_select": (1, None, False, False)}
 
 
 def check_setting(name: str, value) -> None:
@@ -463,6 +464,9 @@ def check_setting(name: str, value) -> None:
             from .federated.robust.spec import parse_aggregator, parse_attack
 
             (parse_aggregator if name == "aggregator" else parse_attack)(value)
+    elif name in ("client_speeds", "availability_trace"):
+        if value is not None:   # read with the clients' count (fedavg's refusals)
+            check_kind(name, value, "a name")
     elif name == "partition":
         check_kind(name, value, "a name")
         if not value:

@@ -66,6 +66,9 @@ def partitions(data, data_dir, clients, partition, client_column, features, labe
       --scaffold                                 SCAFFOLD, option II variates
       --dropout-rate P, --straggler-rate P       unreliable clients
         --drop-stragglers                        FedAvg loses stragglers' work
+      --client-speeds lognormal                  a virtual clock: virtual_time_s
+        --round-deadline S, --over-select F,     per round; late clients dropped
+        --availability-trace FILE
       --eval-train                               loss over the whole training set
       --dp-clip C --dp-noise Z --sampling poisson  DP-FedAvg; epsilon at
         --dp-delta D by --accountant rdp|pld, --target-epsilon E stops first

@@ -193,6 +193,20 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--dp-clip-lr", type=float, help="fedavg: adaptive clip's step (0.2).")
 @click.option("--dp-count-noise", type=float,
               help="fedavg: noise std on adaptive clipping's count (expected clients / 20).")
+@click.option("--client-speeds", metavar="SPEC",
+              help="fedavg: run on a virtual clock with these client speeds: "
+                   "lognormal[:MU,SIGMA] (FedScale's devices, 1,0.6 x 5 ms a sample), "
+                   "constant[:MS] or a FedScale client_device_capacity file (JSON/CSV; "
+                   "cycle:FILE deals its profiles in turn); virtual_time_s in the metrics.")
+@click.option("--availability-trace", metavar="FILE",
+              help="fedavg: when each client is online (FedScale's client_behave_trace "
+                   "layout, JSON; cycle:FILE deals it in turn); needs --client-speeds.")
+@click.option("--round-deadline", type=float, metavar="S",
+              help="fedavg: drop the clients that would report after S virtual seconds "
+                   "(needs --client-speeds).")
+@click.option("--over-select", type=float, metavar="F",
+              help="fedavg: sample F x --clients-per-round clients and keep the first "
+                   "--clients-per-round to report (Bonawitz et al. 2019; 1).")
 @click.option("--eval-train/--no-eval-train", default=None,
               help="fedavg: whenever the test set is scored, score the global model on the "
                    "whole training set too (train_eval_loss, train_eval_accuracy).")

@@ -93,3 +93,19 @@ def test_when_a_client_leaves_and_comes_back(tmp_path):
     assert trace.next_online(1, 15) == 15
     partial = _trace(tmp_path, {0: {"active": [10], "inactive": [20]}}, clients=2)
     assert partial.next_online(2, 25) == 25          # client 1 has no trace: always online
+
+
+def test_every_client_at_once_agrees_with_each_alone(tmp_path):
+    import random
+
+    rng = random.Random(5)
+    entries = {}
+    for client in range(0, 300, 2):          # odd clients: no trace, always online
+        cuts = sorted(rng.uniform(0, 1000) for _ in range(2 * rng.randint(1, 4)))
+        entries[client] = {"active": cuts[0::2], "inactive": cuts[1::2],
+                           "finish_time": rng.choice([1000, 1500, 86400])}
+    entries[4] = {"active": [0, 500], "inactive": [200, 1000], "finish_time": 1000}
+    trace = _trace(tmp_path, entries, clients=300)
+    for t in [0.0, 200.0, 500.0, 999.999, 1000.0, 12345.6, 86400.0 * 3 + 17]:
+        assert trace.available_clients(250, t) == \
+            [c for c in range(250) if trace.available(c, t)], t

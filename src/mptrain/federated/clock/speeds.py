@@ -29,10 +29,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from .files import client_id, number, read_mapping
 
 _SPEEDS = 0x5EED_0C10
@@ -46,7 +48,10 @@ DEFAULT_DOWN_BYTES_PER_S = 35.96e6 / 8
 DEFAULT_UP_BYTES_PER_S = 11.22e6 / 8
 DEFAULT_LOGNORMAL = (1.0, 0.6)
 CYCLE_PREFIX = "cycle:"
-_WHAT = "--client-speeds file"
+
+
+def _what() -> str:
+    return f"{named('client_speeds')} file"
 
 
 @dataclass(frozen=True, eq=False)
@@ -90,37 +95,39 @@ class ClientSpeeds:
 def client_speeds(spec: str, clients: int, seed: int) -> ClientSpeeds:
     """The speeds ``--client-speeds SPEC`` gives ``clients`` clients under ``seed``."""
     if not isinstance(spec, str) or not spec.strip():
-        raise UserError(f"--client-speeds must be lognormal:MU,SIGMA, constant:MS or a file, "
-                        f"got {spec!r}")
+        raise UserError(f"{named('client_speeds')} must be lognormal:MU,SIGMA, constant:MS "
+                        f"or a file, got {spec!r}")
     spec = spec.strip()
     name, _, arguments = spec.partition(":")
     if name == "lognormal":
         mu, sigma = _numbers(spec, arguments, 2, DEFAULT_LOGNORMAL)
         if sigma < 0:
-            raise UserError(f"--client-speeds {spec}: SIGMA must be >= 0")
-        rng = np.random.default_rng([seed, _SPEEDS])   # no torch: config reads this
+            raise UserError(f"{named('client_speeds')} {spec}: SIGMA must be >= 0")
+        rng = np.random.default_rng([seed, _SPEEDS])   # its own stream of the seed
         device = np.maximum(FEDSCALE_MIN_DEVICE_SPEED, rng.lognormal(mu, sigma, clients))
         return _with_default_link(device * FEDSCALE_S_PER_SAMPLE, spec)
     if name == "constant":
         (ms,) = _numbers(spec, arguments, 1, (FEDSCALE_S_PER_SAMPLE * 1000,))
         if not ms > 0:
-            raise UserError(f"--client-speeds {spec}: milliseconds a sample must be > 0")
+            raise UserError(f"{named('client_speeds')} {spec}: milliseconds a sample must "
+                            "be > 0")
         return _with_default_link(np.full(clients, ms / 1000.0), spec)
     cycle = spec.startswith(CYCLE_PREFIX)
     path = spec[len(CYCLE_PREFIX):] if cycle else spec
-    if "." not in path and "/" not in path and not _exists(path):
-        raise UserError(f"--client-speeds {spec!r}: unknown; expected lognormal:MU,SIGMA, "
-                        "constant:MS or a file of device speeds (FedScale's layout)")
+    if "." not in path and "/" not in path and not Path(path).exists():
+        raise UserError(f"{named('client_speeds')} {spec!r}: unknown; expected "
+                        "lognormal:MU,SIGMA, constant:MS or a file of device speeds "
+                        "(FedScale's layout)")
     return speeds_from_file(path, clients, cycle)
 
 
 def speeds_from_file(path: str, clients: int, cycle: bool) -> ClientSpeeds:
     """Speeds read from FedScale's ``client_device_capacity`` layout (see the module)."""
-    data = read_mapping(path, _WHAT)
-    entries = dict(sorted((client_id(key, path, _WHAT), (key, value))
+    data = read_mapping(path, _what())
+    entries = dict(sorted((client_id(key, path, _what()), (key, value))
                           for key, value in data.items()))
     if not entries:
-        raise UserError(f"{_WHAT} {path}: holds no clients")
+        raise UserError(f"{_what()} {path}: holds no clients")
     compute = np.empty(clients)
     link = np.empty(clients)
     ids = list(entries)
@@ -130,13 +137,13 @@ def speeds_from_file(path: str, clients: int, cycle: bool) -> ClientSpeeds:
         if unknown or missing:
             said = (f"names unknown client {unknown[0]} (the run has clients 0-{clients - 1})"
                     if unknown else f"lacks {missing} of the run's {clients} clients")
-            raise UserError(f"{_WHAT} {path}: {said}; give every client 0-{clients - 1}, "
+            raise UserError(f"{_what()} {path}: {said}; give every client 0-{clients - 1}, "
                             f"or cycle:{path} to deal its profiles to the clients in turn")
     for client in range(clients):
         key, entry = entries[ids[client % len(ids)]] if cycle else entries[client]
         compute[client] = (TRAINING_PER_INFERENCE
-                           * number(entry, "computation", key, path, _WHAT) / 1000.0)
-        link[client] = number(entry, "communication", key, path, _WHAT) * 1000.0 / 8.0
+                           * number(entry, "computation", key, path, _what()) / 1000.0)
+        link[client] = number(entry, "communication", key, path, _what()) * 1000.0 / 8.0
     return ClientSpeeds(compute, link, link.copy(),
                         f"{CYCLE_PREFIX if cycle else ''}{path}")
 
@@ -156,12 +163,6 @@ def _numbers(spec: str, arguments: str, count: int, default: tuple) -> tuple:
     except ValueError:
         values = ()
     if len(values) != count or not all(math.isfinite(v) for v in values):
-        raise UserError(f"--client-speeds {spec}: expected {count} number"
+        raise UserError(f"{named('client_speeds')} {spec}: expected {count} number"
                         f"{'s' if count > 1 else ''} after the colon")
     return values
-
-
-def _exists(path: str) -> bool:
-    from pathlib import Path
-
-    return Path(path).exists()

@@ -19,12 +19,19 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from .files import client_id, read_mapping
 
 CYCLE_PREFIX = "cycle:"
-_WHAT = "--availability-trace file"
+
+
+def _what() -> str:
+    return f"{named('availability_trace')} file"
 
 
 @dataclass(frozen=True)
@@ -98,10 +105,37 @@ class AvailabilityTrace:
         return min(w.next_online(t) for c, w in self.windows.items() if c < clients)
 
     def available_clients(self, clients: int, t: float) -> list[int]:
-        """The ids among ``range(clients)`` online at ``t``, increasing."""
+        """The ids among ``range(clients)`` online at ``t``, increasing: ``available`` for
+        every client at once, in numpy (100,000 traced clients: one search, no loop)."""
         if not self.windows:
             return list(range(clients))
-        return [c for c in range(clients) if self.available(c, t)]
+        ids, periods, span, keys, owners, starts, ends = self._flat
+        rank = np.arange(len(ids))
+        phase = np.mod(t, periods)
+        # Each traced client's window at or before its phase: one search over every window,
+        # keyed (client, start) as rank x span + start. The sum may round by an ulp, so the
+        # windows beside the one found are checked too, exactly.
+        found = np.searchsorted(keys, rank * span + phase, side="right") - 1
+        online = np.zeros(len(ids), dtype=bool)
+        for shift in (-1, 0, 1):
+            i = np.clip(found + shift, 0, len(keys) - 1)
+            online |= (owners[i] == rank) & (starts[i] <= phase) & (phase <= ends[i])
+        result = np.ones(clients, dtype=bool)
+        inside = ids < clients
+        result[ids[inside]] = online[inside]
+        return np.flatnonzero(result).tolist()
+
+    @cached_property
+    def _flat(self):
+        """Every window of every traced client in flat arrays, by client then start."""
+        ids = np.array(sorted(self.windows), dtype=np.int64)
+        chosen = [self.windows[c] for c in ids.tolist()]
+        periods = np.array([w.period for w in chosen])
+        starts = np.concatenate([np.array(w.starts) for w in chosen])
+        ends = np.concatenate([np.array(w.ends) for w in chosen])
+        owners = np.repeat(np.arange(len(ids)), [len(w.starts) for w in chosen])
+        span = 2.0 * float(periods.max()) + 1.0      # above any phase: clients never mix
+        return ids, periods, span, owners * span + starts, owners, starts, ends
 
 
 ALWAYS_ONLINE = AvailabilityTrace()
@@ -112,21 +146,21 @@ def availability_trace(spec: str | None, clients: int) -> AvailabilityTrace:
     if spec is None:
         return ALWAYS_ONLINE
     if not isinstance(spec, str) or not spec.strip():
-        raise UserError(f"--availability-trace must be a file, got {spec!r}")
+        raise UserError(f"{named('availability_trace')} must be a file, got {spec!r}")
     cycle = spec.startswith(CYCLE_PREFIX)
     path = spec[len(CYCLE_PREFIX):] if cycle else spec
-    data = read_mapping(path, _WHAT)
-    parsed = dict(sorted((client_id(key, path, _WHAT), client_windows(entry, key, path))
+    data = read_mapping(path, _what())
+    parsed = dict(sorted((client_id(key, path, _what()), client_windows(entry, key, path))
                          for key, entry in data.items()))
     if not parsed:
-        raise UserError(f"{_WHAT} {path}: holds no clients")
+        raise UserError(f"{_what()} {path}: holds no clients")
     if cycle:
         ids = list(parsed)
         windows = {c: parsed[ids[c % len(ids)]] for c in range(clients)}
     else:
         unknown = [i for i in parsed if i >= clients]
         if unknown:
-            raise UserError(f"{_WHAT} {path}: names unknown client {unknown[0]} (the run has "
+            raise UserError(f"{_what()} {path}: names unknown client {unknown[0]} (the run has "
                             f"clients 0-{clients - 1}); use cycle:{path} to deal its traces "
                             "to the clients in turn")
         windows = parsed
@@ -135,7 +169,7 @@ def availability_trace(spec: str | None, clients: int) -> AvailabilityTrace:
 
 def client_windows(entry, key, path) -> ClientWindows:
     """One client's entry checked and merged into disjoint windows."""
-    where = f"{_WHAT} {path}: client {key}"
+    where = f"{_what()} {path}: client {key}"
     if not isinstance(entry, dict):
         raise UserError(f"{where}: expected {{'active': [...], 'inactive': [...]}}")
     active, inactive = entry.get("active"), entry.get("inactive")

@@ -20,6 +20,7 @@ from ...report.words import human_bytes
 from ..model_state import floating_state
 from .gathered import WEIGHT_COLUMNS
 from .settings import accountant_name, count_noise_std, privacy_delta, robust_settings_of
+from .virtual_clock import check_clock, check_clock_files
 from .shared import TABLE_LIMIT_BYTES, controls_placement, table_rows, uses_shared_table
 
 
@@ -46,6 +47,7 @@ def check_fedavg_config(config) -> None:
                         f"{named('straggler_rate')} P makes straggle, and there are none: "
                         f"add {named('straggler_rate')} P")
     _check_privacy(f)
+    check_clock(config)
     refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
                         scaffold=f.scaffold)
 
@@ -115,6 +117,7 @@ def check_run(config, data, model, plan, out_dir) -> None:
     round's updates in one table that fits -- shared by the workers, or gathered to rank 0
     under torchrun -- and class labels to flip)."""
     c, f = config, config.fedavg
+    check_clock_files(config)
     if f.scaffold and data is not None and getattr(data.train, "on_demand", False):
         raise UserError(f"{named('scaffold')} keeps a control variate for every client "
                         f"({f.clients:,} here), but {data.name}'s devices are generated on "

@@ -10,6 +10,7 @@ from ...errors import setting_name as named   # as the caller spelled the settin
 from ...report.console import metric_parts
 from ...report.words import count
 from . import robust_report as robust
+from . import virtual_clock
 from .settings import accountant_name, privacy_delta, server_optimizer
 from .client_metrics import FILE_NAME
 from .shared import CONTROLS_FILE, controls_placement, uses_shared_table
@@ -49,8 +50,8 @@ def round_row(reports, watch: "DivergenceWatch") -> dict:
     if diverged:
         row["diverged"] = diverged
     server = extras[0]   # rank 0 speaks for the server
-    row.update({key: server[key] for key in (*SERVER_KEYS, *robust.ROBUST_KEYS)
-                if key in server})
+    row.update({key: server[key] for key in (*SERVER_KEYS, *robust.ROBUST_KEYS,
+                                             *virtual_clock.ROUND_KEYS) if key in server})
     row.update(train_eval_row(extras))
     if server.get("privacy_stop"):
         row["stopped"] = "privacy budget"
@@ -93,6 +94,12 @@ def round_line(metrics) -> list[str]:
         parts.append(f"{extras['clients']} clients")
         if extras.get("reported", extras["clients"]) != extras["clients"]:
             parts.append(f"{extras['reported']} reported")
+    if extras.get("virtual_time_s") is not None:
+        lost = [f"{extras[key]} {key}" for key in ("late", "offline", "cancelled")
+                if extras.get(key)]
+        seconds = extras["virtual_time_s"]
+        said = f"{seconds:,.0f}" if seconds >= 100 else f"{seconds:.3g}"
+        parts.append(f"virtual {said} s" + (f" ({', '.join(lost)})" if lost else ""))
     if extras.get("epsilon") is not None:
         parts.append(f"ε {extras['epsilon']:.3g}")
     parts += robust.round_parts(extras)
@@ -123,7 +130,11 @@ def round_notes(config, metrics, planned: str | None = None) -> list[str]:
         notes.append(f"round {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
                      "non-finite update")
     noise = " but the noise" if "epsilon" in extras else ""
-    if extras.get("clients") == 0:
+    if extras.get("clients") == 0 and extras.get("sampled"):   # the clock dropped them all
+        notes.append(f"round {index}: none of the {extras['sampled']} sampled clients "
+                     f"reported in time ({extras.get('late', 0)} late, "
+                     f"{extras.get('offline', 0)} offline); the round changed nothing{noise}")
+    elif extras.get("clients") == 0:
         notes.append(f"round {index}: Poisson sampling drew no client; the round changed "
                      f"nothing{noise}")
     elif extras.get("clients") and extras.get("reported") == 0:
@@ -198,6 +209,8 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
                       f"so the last bits depend on {named('workers')}")
     if extras:
         lines.append(" · ".join(extras))
+    if f.client_speeds:
+        lines.append(virtual_clock.describe(config))
     return lines + robust.describe(c, model, plan.comm.shares_memory)
 
 

@@ -55,6 +55,10 @@ class FedAvgSettings:
     attack: str | None = None               # what they send (federated.robust.attacks)
     drop_stragglers: bool = False           # FedAvg as FedProx's paper runs it: stragglers lost
     eval_train: bool = False                # with the test set, score the whole training set
+    client_speeds: str | None = None        # the virtual clock's speeds (federated.clock)
+    availability_trace: str | None = None   # when each client is online (FedScale's layout)
+    round_deadline: float | None = None     # virtual seconds a round waits for its clients
+    over_select: float = 1.0                # sample F x clients_per_round, keep the first
     # fedbuff's (``strategies.fedbuff``): refused by the synchronous strategy
     concurrency: int | None = None          # clients training at once; None: clients_per_round
     buffer_size: int | None = None          # updates per server step; None: K // 2, at most 10
@@ -69,6 +73,12 @@ class FedAvgSettings:
         if self.client_fraction is not None:
             return max(1, math.ceil(self.client_fraction * self.clients))
         return min(10, self.clients)
+
+    @property
+    def selected_clients(self) -> int:
+        """Clients a fixed-size round samples: ``over_select`` x ``sampled_clients`` (the
+        first ``sampled_clients`` to report are kept), at most every client."""
+        return min(self.clients, math.ceil(self.over_select * self.sampled_clients - 1e-9))
 
     @property
     def private(self) -> bool:

@@ -152,12 +152,12 @@ def _client_controls_place(config, model, plan, out_dir) -> tuple[str, Path | No
 
 
 def table_rows(config) -> int:
-    """Rows of the round's table: the clients a round samples (a bound on Poisson's
-    count)."""
+    """Rows of the round's table: the clients a round samples, over-selected ones included
+    (a bound on Poisson's count)."""
     f = config.fedavg
     if f.sampling == "poisson":
         return poisson_capacity(f.clients, f.sample_rate)
-    return f.sampled_clients
+    return f.selected_clients
 
 
 def uses_shared_table(config, model, plan) -> bool:

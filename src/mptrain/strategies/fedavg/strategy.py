@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
                     model_tensor_count)
 from ..model_state import floating_state
-from . import client_metrics, cohorts, report, robust_report
+from . import client_metrics, cohorts, report, robust_report, virtual_clock
 from .client_evaluation import evaluation_split, scores_only_sampled
 from .refusals import check_fedavg_config, check_run
 from .settings import ASYNCHRONOUS_SETTINGS, FEDAVG_SETTINGS
@@ -50,6 +50,7 @@ class FedAvgStrategy(Strategy):
         self.client_names = None
         self.data_line: str | None = None   # devices drawn on demand: what the banner says
         self.last_client_summary: dict = {}
+        self.last_row: dict | None = None   # the last round's metrics (its virtual time)
         self.client_metrics: client_metrics.ClientMetricsFile | None = None
 
     # -- facts ---------------------------------------------------------------------------------
@@ -129,6 +130,7 @@ class FedAvgStrategy(Strategy):
     # -- what the run says about itself ----------------------------------------------------------
     def round_extras(self, reports) -> dict:
         row = report.round_row(reports, self.divergence)
+        self.last_row = row
         if "epsilon" in row:
             self.last_epsilon = row["epsilon"]
         if "stopped" in row:
@@ -164,7 +166,8 @@ class FedAvgStrategy(Strategy):
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
                 "client_path": self.client_path,
                 **self._client_evaluation_fields(),
-                **robust_report.summary_fields(self.config, self.rounds_skipped)}
+                **robust_report.summary_fields(self.config, self.rounds_skipped),
+                **virtual_clock.summary_fields(self.config, self.last_row)}
 
     def _client_evaluation_fields(self) -> dict:
         """The last per-client evaluation's figures, and what was scored."""

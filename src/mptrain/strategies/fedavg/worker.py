@@ -1,6 +1,7 @@
 """One fedavg worker's program. A round reads top to bottom as the algorithm does:
 
-1. sample the round's clients (fixed-size, or Poisson with DP) and take my share of them;
+1. sample the round's clients (fixed-size, or Poisson with DP; on the virtual clock those
+   that report in time: ``virtual_clock``) and take my share of them;
 2. train each from the global model (``train_my_clients``) -- FedProx's or SCAFFOLD's
    correction, stragglers doing part of their steps -- and put its result in its row of the
    shared table, unless it dropped out, failed or sent a non-finite update (then its row
@@ -38,7 +39,7 @@ from ...federated import availability, scaffold
 from ...federated.client import update_is_finite
 from ...federated.cohorts.clients import split_into_cohorts
 from ...federated.privacy import clip_
-from ...federated.sampling import assign_clients, poisson_sample, sample_clients
+from ...federated.sampling import assign_clients
 from ..base import RoundWork, WorkerProgram
 from ..model_state import copy_model_state
 from . import checkpoint, train_evaluation
@@ -51,6 +52,7 @@ from .server import ServerStep
 from .settings import accountant_name, robust_settings_of, server_optimizer
 from .shared import FedAvgShared
 from .tally import RoundTally
+from .virtual_clock import RoundSampler
 
 
 class FedAvgProgram(WorkerProgram):
@@ -86,11 +88,14 @@ class FedAvgProgram(WorkerProgram):
         #: Rounds the rule skipped (too few reports for its F), since the run began:
         #: rank 0's count, carried in its checkpoint part.
         self.rounds_skipped = 0
+        flat = shared.global_flat   # what a client downloads and uploads, for the clock
+        self.sampler = RoundSampler(config, self.trainer.sizes, shared.rows,
+                                    flat.numel() * flat.element_size())
 
     # -- one round -------------------------------------------------------------------------------
     def train_round(self, round_index: int) -> RoundWork:
         group, shared = self.group, self.shared
-        sampled = self._sample(round_index)
+        sampled = self.sampler.sample(round_index)
         assignment = assign_clients(sampled, self.trainer.sizes, group.world_size)
         mine = assignment[group.rank]
         owners = slot_owners(sampled, assignment)
@@ -114,8 +119,10 @@ class FedAvgProgram(WorkerProgram):
             self.server.reduce_through_group(partial_sum, partial_weight)
         if figures.get("skipped"):
             self.rounds_skipped += 1
-        if self.robust is not None and group.rank == 0:
-            figures["rounds_skipped"] = self.rounds_skipped
+        if group.rank == 0:
+            figures.update(self.sampler.figures)   # the virtual clock's, if any
+            if self.robust is not None:
+                figures["rounds_skipped"] = self.rounds_skipped
         self.trainer.load_global()
         if train_evaluation.due(self.config, round_index):
             figures.update(train_evaluation.on_training_set(self.config, self.setup, self.trainer))
@@ -129,16 +136,6 @@ class FedAvgProgram(WorkerProgram):
                          started=started, ended=ended, extras=extras,
                          last=bool(figures.get("privacy_stop")) if group.rank == 0
                          else self.server.privacy_stop())
-
-    def _sample(self, round_index: int) -> list[int]:
-        c, f = self.config, self.config.fedavg
-        if f.sampling == "poisson":
-            sampled = poisson_sample(f.clients, f.sample_rate, c.seed, round_index)
-            if len(sampled) > self.shared.rows:   # < 1e-20 per round
-                raise ClientFailedError(f"round {round_index + 1} sampled {len(sampled)} "
-                                        "clients, more than the table holds")
-            return sampled
-        return sample_clients(f.clients, f.sampled_clients, c.seed, round_index)
 
     def train_my_clients(self, mine: list[int], sampled: list[int], round_index: int,
                          clip: float | None, tally: "RoundTally"):
