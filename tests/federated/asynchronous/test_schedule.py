@@ -107,6 +107,9 @@ class Trace:
     def next_online(self, clients, t):
         return t
 
+    def available_clients(self, clients, t):
+        return [c for c in range(clients) if self.available(c, t)]
+
 
 def test_an_offline_client_is_not_sampled_and_one_going_offline_is_lost():
     s = schedule(availability=Trace())
@@ -131,6 +134,9 @@ class Nobody:
     def next_online(self, clients, t):
         return t if t % 60 < 0.5 else t - t % 60 + 60
 
+    def available_clients(self, clients, t):
+        return [c for c in range(clients) if self.available(c, t)]
+
 
 def test_a_trace_that_never_fills_a_buffer_is_refused(monkeypatch):
     from mptrain.federated.asynchronous import schedule as module
@@ -151,6 +157,9 @@ class Nightly:
 
     def next_online(self, clients, t):
         return 100.0 if 2 <= t < 100 else t
+
+    def available_clients(self, clients, t):
+        return [c for c in range(clients) if self.available(c, t)]
 
 
 def test_a_free_slot_waits_for_the_next_client_online():

@@ -74,7 +74,7 @@ def test_fedasync_and_the_stacked_path_train(capsys):
     out = capsys.readouterr().out
     assert "FedAsync: 5 clients training at once, a server step every 1 update, " \
            "staleness weight hinge" in out
-    assert "client speeds: the clock's default" in out
+    assert "virtual clock: the default speeds (lognormal" in out
     assert result.rounds[0].as_dict()["client_path"].startswith("vectorized")
     assert all(torch.isfinite(t).all() for t in result.model.state_dict().values())
 

@@ -55,6 +55,8 @@ class Availability(Protocol):
 
     def next_online(self, clients: int, t: float) -> float: ...
 
+    def available_clients(self, clients: int, t: float) -> list[int]: ...
+
 
 @dataclass
 class Update:
@@ -248,13 +250,18 @@ class EventSchedule:
             client = self._rng.randrange(self.clients)
             if self._eligible(client, fresh=True):
                 return client
+        online = range(self.clients) if self.availability is None else \
+            self.availability.available_clients(self.clients, self._now)
         for fresh in (True, False):
-            choices = [c for c in range(self.clients) if self._eligible(c, fresh)]
+            choices = [c for c in online if self._free(c, fresh)]
             if choices:
                 return self._rng.choice(choices)
         return None
 
     def _eligible(self, client: int, fresh: bool) -> bool:
-        return client not in self._in_flight \
-            and not (fresh and client in self._this_version) \
+        return self._free(client, fresh) \
             and (self.availability is None or self.availability.available(client, self._now))
+
+    def _free(self, client: int, fresh: bool) -> bool:
+        """Not training, and with ``fresh`` not yet drawn at this version."""
+        return client not in self._in_flight and not (fresh and client in self._this_version)

@@ -15,23 +15,15 @@ from .settings import buffer_size_of, concurrency_of
 DEFAULT_SPEEDS = "lognormal"
 
 
-def speeds_spec(f) -> str | None:
-    """``--client-speeds`` as given (None: the clock's default)."""
-    return getattr(f, "client_speeds", None)
-
-
-def trace_spec(f) -> str | None:
-    return getattr(f, "availability_trace", None)
-
-
 def event_schedule(config, sizes: Sequence[int], model_bytes: int) -> EventSchedule:
     """The run's schedule: client ``c`` takes ``update_seconds(c, sizes[c], local epochs,
     model_bytes)`` virtual seconds an update."""
     from ...federated.clock import availability_trace, client_speeds
 
     f = config.fedavg
-    speeds = client_speeds(speeds_spec(f) or DEFAULT_SPEEDS, f.clients, config.seed)
-    trace = availability_trace(trace_spec(f), f.clients) if trace_spec(f) else None
+    speeds = client_speeds(f.client_speeds or DEFAULT_SPEEDS, f.clients, config.seed)
+    trace = availability_trace(f.availability_trace, f.clients) \
+        if f.availability_trace else None
     seconds = [speeds.update_seconds(client, sizes[client], f.local_epochs, model_bytes)
                for client in range(f.clients)]
     return EventSchedule(f.clients, concurrency_of(f), buffer_size_of(f), seconds.__getitem__,

@@ -10,7 +10,7 @@ from ...report.console import metric_parts
 from ...report.words import count
 from ..fedavg import report as fedavg_report
 from ..fedavg.settings import server_optimizer
-from .clock import DEFAULT_SPEEDS, speeds_spec, trace_spec
+from .clock import DEFAULT_SPEEDS
 from .settings import buffer_size_of, concurrency_of, staleness_weight_of
 
 #: Rank 0's figures of a step, copied into its row as they are.
@@ -85,8 +85,8 @@ def summary_fields(config, schedule, last_step: int | None) -> dict:
             "max_staleness": f.max_staleness, "local_epochs": f.local_epochs,
             "partition": f.partition, "prox_mu": f.prox_mu,
             "server_optimizer": f.server_optimizer, "server_lr": server_optimizer(f).lr,
-            "client_speeds": speeds_spec(f) or DEFAULT_SPEEDS,
-            "availability_trace": trace_spec(f),
+            "client_speeds": f.client_speeds or DEFAULT_SPEEDS,
+            "availability_trace": f.availability_trace,
             "virtual_time_s": schedule.plan(done).time_s if done >= 0 and schedule else None,
             "staleness_histogram": {str(k): v for k, v in histogram.items()}}
 
@@ -108,12 +108,11 @@ def describe(config) -> list[str]:
     optimizer = server_optimizer(f)
     if f.server_optimizer != "sgd" or optimizer.lr != 1.0 or f.server_momentum:
         extras.append(optimizer.describe())
-    speeds = speeds_spec(f)
-    extras.append(f"client speeds {speeds}" if speeds else
-                  f"client speeds: the clock's default ({DEFAULT_SPEEDS}: FedScale's "
+    extras.append(f"virtual clock: speeds {f.client_speeds}" if f.client_speeds else
+                  f"virtual clock: the default speeds ({DEFAULT_SPEEDS}: FedScale's "
                   f"lognormal(1, 0.6) x 5 ms a sample; {named('client_speeds')} to choose)")
-    if trace_spec(f):
-        extras.append(f"availability {trace_spec(f)}")
+    if f.availability_trace:
+        extras.append(f"online per {f.availability_trace}")
     if f.eval_train:
         extras.append("the training set scored with the test set")
     if f.accept_failures:
