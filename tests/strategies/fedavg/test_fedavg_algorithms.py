@@ -186,11 +186,12 @@ FLAT_CONFIG_KEYS = [
     "accept_failures", "scaffold", "sampling", "dropout_rate", "straggler_rate", "dp_clip",
     "dp_noise", "dp_delta", "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr",
     "dp_count_noise", "client_eval_every"]
-#: Settings added since (issue 39's two, issue 41's three, issue 50's two, issue 51's four),
-#: after the others; issue 40's --compile sits after --precision.
+#: Settings added since (issue 39's two, issue 41's three, issue 50's two, issue 51's clock
+#: four and fedbuff's four), after the others; issue 40's --compile sits after --precision.
 ADDED_KEYS = ["vectorize_clients", "vectorize_chunk", "aggregator", "malicious_fraction",
               "attack", "drop_stragglers", "eval_train", "client_speeds", "availability_trace",
-              "round_deadline", "over_select"]
+              "round_deadline", "over_select", "concurrency", "buffer_size",
+              "staleness_weight", "max_staleness"]
 COMPILE_AFTER = "precision"
 
 
