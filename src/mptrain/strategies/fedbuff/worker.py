@@ -37,6 +37,7 @@ from ..fedavg.cohorts import CohortClients
 from ..fedavg.settings import server_optimizer
 from ..fedavg.shared import FedAvgShared
 from ..fedavg.tally import RoundTally
+from ..model_state import copy_model_state
 from . import checkpoint
 from .clock import event_schedule, model_bytes_of
 from .report import step_figures
@@ -177,6 +178,4 @@ class FedBuffProgram(WorkerProgram):
 
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
-            from ..model_state import copy_model_state
-
             copy_model_state(self.trainer.model, shared_model)
