@@ -163,3 +163,16 @@ def test_the_round_line_says_the_virtual_time(monkeypatch, seconds, said):
     metrics = SimpleNamespace(epoch=1, extras={"clients": 3, "virtual_time_s": seconds,
                                                "late": 2, "offline": 0})
     assert said in report.round_line(metrics)
+
+
+@pytest.mark.timeout(120)
+def test_a_resumed_run_continues_the_clock(tmp_path):
+    initial = make_model()
+    options = dict(client_speeds="lognormal", round_deadline=_deadline(), over_select=1.5)
+    whole = fit(copy.deepcopy(initial), rounds=3, **options)
+    fit(copy.deepcopy(initial), rounds=2, out=tmp_path, checkpoint_every=1, **options)
+    resumed = fit(copy.deepcopy(initial), rounds=3, resume=tmp_path, out=tmp_path, **options)
+    assert resumed.rounds[-1].extras["virtual_time_s"] == \
+        whole.rounds[-1].extras["virtual_time_s"]
+    for name, tensor in whole.model.state_dict().items():
+        assert torch.equal(tensor, resumed.model.state_dict()[name]), name

@@ -9,7 +9,8 @@ Where the speeds come from (``--client-speeds SPEC``):
 - ``lognormal[:MU,SIGMA]``: FedScale's device model, a seconds-per-sample of
   ``max(1e-4, lognormal(MU, SIGMA)) x 5 ms`` per client (default ``1,0.6``, FedScale's
   ``get_completion_time_lognormal``);
-- ``constant[:MS]``: every client ``MS`` milliseconds a sample (default 5, FedScale's mean);
+- ``constant[:MS]``: every client ``MS`` milliseconds a sample (default 5, FedScale's
+  ``mean_seconds_per_sample``);
 - ``FILE`` or ``cycle:FILE``: FedScale's ``client_device_capacity`` layout,
   ``{id: {"computation": ms a sample of inference, "communication": kbps}}`` (JSON, CSV with
   a ``client_id,computation,communication`` header, or FedScale's pickle read as plain data).
@@ -38,7 +39,7 @@ from ...errors import setting_name as named   # as the caller spelled the settin
 from .files import client_id, number, read_mapping
 
 _SPEEDS = 0x5EED_0C10
-#: FedScale's mean seconds a sample (``mean_seconds_per_sample``) and device-speed floor.
+#: FedScale's seconds a sample (``mean_seconds_per_sample``) and device-speed floor.
 FEDSCALE_S_PER_SAMPLE = 0.005
 FEDSCALE_MIN_DEVICE_SPEED = 1e-4
 #: Training costs this many inferences (FedScale's ``augmentation_factor``).
