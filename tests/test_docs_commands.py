@@ -7,10 +7,10 @@ resume finds the run its page wrote before it), ``mptrain`` in this process thro
 What changes from the page, and only that:
 
 - sizes are cut short: ``--epochs`` 1 and ``--steps-per-epoch`` 2 (a resume: 2 epochs),
-  fedavg's ``--rounds`` 1 (a resume: 2) of ``--local-epochs`` 1 and at most 100
-  ``--clients``, 20 a round; RL's
-  ``--steps`` 1,024 in rounds of 512 (a resume: 2,048), ``--eval-episodes`` 2; MNIST is
-  its first 2,000 training and 400 test images (``SHORT_MNIST``);
+  fedavg's and fedbuff's ``--rounds`` 1 (a resume: 2) of ``--local-epochs`` 1 and at most
+  100 ``--clients``, 20 a round; RL's ``--steps`` 1,024 in rounds of 512 (a resume: 2,048),
+  ``--eval-episodes`` 2; MNIST is its first 2,000 training and 400 test images
+  (``SHORT_MNIST``);
 - the page's Python that reads what its commands wrote (the README's ``model.pt`` snippet)
   runs after them;
 - placeholders are filled: ``leaf:DIR`` (and any ``leaf:`` path) a small LEAF folder, and
@@ -138,7 +138,7 @@ def shortened(argv: list[str], root: Path = Path(".")) -> list[str]:
         (a for a in argv if a in ("run", "rl")), None)
     resuming = "--resume" in argv
     if command == "run":
-        if "fedavg" in argv:
+        if "fedavg" in argv or "fedbuff" in argv:
             _set(argv, "--rounds", "2" if resuming else "1")
             # Natural data's recipe trains 20 local epochs (FedProx's): one proves as much.
             _set(argv, "--local-epochs", "1")

@@ -389,7 +389,7 @@ def check_positive_ints(settings, names) -> None:
 _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_size",
                   "checkpoint_every", "steps_per_epoch", "eval_every", "rounds", "clients",
                   "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk",
-                  "personal_head_epochs")
+                  "personal_head_epochs", "concurrency", "buffer_size")
 _FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
           "compile", "drop_stragglers", "eval_train")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
@@ -449,10 +449,15 @@ def check_setting(name: str, value) -> None:
         if value is not None or name not in _OPTIONAL:
             low, high, low_open, high_open = _NUMBERS[name]
             check_number(value, name, low, high, low_open, high_open)
-    elif name == "max_restarts":
+    elif name == "max_restarts" or (name == "max_staleness" and value is not None):
         check_kind(name, value, "a whole number")
         if value < 0:
             raise UserError(f"{said} must be a non-negative integer, got {value!r}")
+    elif name == "staleness_weight":
+        if value is not None:
+            from .federated.asynchronous.staleness import parse_staleness_weight
+
+            parse_staleness_weight(value)
     elif name == "seed":
         check_kind(name, value, "a whole number")
         if not 0 <= value <= MAX_SEED:

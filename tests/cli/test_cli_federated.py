@@ -16,7 +16,7 @@ FAST = ["run", "--strategy", "fedavg", "--workers", "2", "--threads-per-worker",
 def test_help_groups_the_federated_flags(capsys):
     assert main(["run", "--help"]) == 0
     out = capsys.readouterr().out
-    general, federated = out.split("Federated options (--strategy fedavg):")
+    general, federated = out.split("Federated options (--strategy fedavg, fedbuff):")
     for flag in ("--server-optimizer, --server-opt", "--server-betas", "--scaffold",
                  "--dropout-rate", "--straggler-rate", "--dp-clip", "--dp-noise", "--dp-delta",
                  "--target-epsilon", "--accountant", "--client-eval-every", "--rounds INTEGER"):

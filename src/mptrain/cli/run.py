@@ -9,6 +9,7 @@ from ..config import (ACCOUNTANTS, CLIENT_SAMPLING, DDP_BACKENDS, DEVICES, LR_SC
                       ONCE_PER_EPOCH, OPTIMIZERS, PRECISIONS, SERVER_OPTIMIZERS,
                       SHARING_STRATEGIES, PARTITION_HELP, START_METHODS, STRAGGLER_MODES,
                       VECTORIZE_CLIENTS, load_config_file)
+from ..federated.asynchronous.staleness import STALENESS_HELP
 from ..federated.robust.spec import AGGREGATOR_HELP, ATTACK_HELP
 from ..settings import DATA_COLUMNS, RUN_LOCATIONS
 from ..settings import config_file as config_file_layer
@@ -56,10 +57,11 @@ class GroupedHelp(NonEmptyValues):
             record = param.get_help_record(ctx)
             if record is None:
                 continue
-            (federated if (param.help or "").startswith("fedavg") else general).append(record)
+            federal = (param.help or "").startswith(("fedavg", "fedbuff"))
+            (federated if federal else general).append(record)
         with formatter.section("Options"):
             formatter.write_dl(general)
-        with formatter.section("Federated options (--strategy fedavg)"):
+        with formatter.section("Federated options (--strategy fedavg, fedbuff)"):
             formatter.write_dl(federated)
 
 
@@ -251,6 +253,15 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--personal-head-epochs", type=int,
               help="fedavg: fedrep's epochs on the head before --local-epochs on the body "
                    "(10, as Collins et al. 2021).")
+@click.option("--concurrency", type=int,
+              help="fedbuff: clients training at once, K (default: the clients a fedavg round "
+                   "would sample).")
+@click.option("--buffer-size", type=int,
+              help="fedbuff: updates per server step, B <= K (default K // 2, at most 10); "
+                   "1 is FedAsync.")
+@click.option("--staleness-weight", help="fedbuff: " + STALENESS_HELP + ".")
+@click.option("--max-staleness", type=int,
+              help="fedbuff: drop updates more than this many server versions old (none).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TOML file with any of these options; flags override it.")
 @supervised_run_options("worker", "epochs/rounds")
@@ -339,4 +350,4 @@ def devices_asked(config) -> int | None:
     """The devices ``--data synthetic:A,B`` is to make: one per client of a fedavg run that
     trains natural clients (``--clients``, or the recipe's 30); None otherwise."""
     f = config.fedavg
-    return f.clients if config.strategy == "fedavg" and f.partition == "natural" else None
+    return f.clients if config.unit == "round" and f.partition == "natural" else None

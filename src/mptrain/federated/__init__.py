@@ -20,7 +20,8 @@ reports -> clip its update -> aggregate -> add noise -> server step. One line pe
 - ``client_stats``: the summary of those accuracies (mean, spread, worst);
 - ``robust/``: robust aggregation rules and attacks (``--aggregator``, ``--attack``);
 - ``cohorts/``: clients trained stacked in cohorts (``--vectorize-clients``);
-- ``clock/``: the virtual clock -- client speeds, availability traces, a round's duration.
+- ``clock/``: the virtual clock -- client speeds, availability traces, a round's duration;
+- ``asynchronous/``: FedBuff's and FedAsync's event schedule, staleness weights and buffer;
 - ``personal/``: each client's own model (``--personalize``): which tensors stay local,
   the per-client store, the personal local steps.
 

@@ -21,6 +21,7 @@ _HOMES = {
     "sync": ("supervised", ".sync:SyncStrategy"),
     "ddp": ("supervised", ".ddp:DDPStrategy"),
     "fedavg": ("supervised", ".fedavg:FedAvgStrategy"),
+    "fedbuff": ("supervised", ".fedbuff:FedBuffStrategy"),
     "dp": ("supervised", ".data_parallel_gpus:DataParallelGPUsStrategy"),
     "a3c": ("rl", "..rl.a3c:A3CStrategy"),
     "dqn": ("rl", "..rl.dqn:DQNStrategy"),

@@ -186,12 +186,14 @@ FLAT_CONFIG_KEYS = [
     "accept_failures", "scaffold", "sampling", "dropout_rate", "straggler_rate", "dp_clip",
     "dp_noise", "dp_delta", "target_epsilon", "accountant", "dp_clip_quantile", "dp_clip_lr",
     "dp_count_noise", "client_eval_every"]
-#: Settings added since (issue 39's two, issue 41's three, issue 50's three, issue 51's four,
-#: issue 54's three), after the others; issue 40's --compile sits after --precision.
+#: Settings added since (issue 39's two, issue 41's three, issue 50's three, issue 51's clock
+#: four, issue 54's three and fedbuff's four), after the others; issue 40's --compile sits
+#: after --precision.
 ADDED_KEYS = ["vectorize_clients", "vectorize_chunk", "aggregator", "malicious_fraction",
               "attack", "drop_stragglers", "eval_train", "client_speeds", "availability_trace",
               "round_deadline", "over_select", "straggler_mode", "personalize", "personal_memory",
-              "personal_head_epochs"]
+              "personal_head_epochs", "concurrency", "buffer_size", "staleness_weight",
+              "max_staleness"]
 COMPILE_AFTER = "precision"
 #: Issue 56's data-pipeline settings, after --overwrite.
 PIPELINE_KEYS = ["augment", "transform", "data_dtype", "collate"]

@@ -230,7 +230,8 @@ def test_the_command_line_takes_the_flags_and_refuses_in_one_line(tmp_path, caps
     capsys.readouterr()
     assert "did you mean 'median'" in fail([*fast, "--aggregator", "medain"], capsys)
     assert main(["run", "--help"]) == 0
-    federated = capsys.readouterr().out.split("Federated options (--strategy fedavg):")[1]
+    federated = capsys.readouterr().out.split(
+        "Federated options (--strategy fedavg, fedbuff):")[1]
     for flag in ("--aggregator", "--malicious-fraction", "--attack"):
         assert flag in federated, flag
     assert "Weighted by client data: mean, multi-krum" in " ".join(federated.split())

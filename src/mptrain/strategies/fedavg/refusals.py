@@ -35,22 +35,7 @@ def check_fedavg_config(config) -> None:
     if f.sampled_clients > f.clients:
         raise UserError(f"{named('clients_per_round')} {f.sampled_clients} is more than "
                         f"{named('clients')} {f.clients}; sample at most every client")
-    if f.vectorize_clients == "on" and c.compile:
-        raise UserError(f"{named('vectorize_clients')} on and {named('compile')}: stacked "
-                        "clients train through torch.func, not the compiled model; choose one")
-    if f.vectorize_chunk is not None and f.vectorize_clients == "off":
-        raise UserError(f"{named('vectorize_chunk')} sizes stacked cohorts of clients, and "
-                        f"{named('vectorize_clients')} off trains none; drop one of them")
-    adaptive = f.server_optimizer != "sgd"
-    if adaptive and f.server_momentum:
-        raise UserError(f"{named('server_momentum')} is sgd's; {named('server_optimizer')} "
-                        f"{f.server_optimizer} has its own first moment: set "
-                        f"{named('server_betas')} B1,B2 instead")
-    for name, value in (("server_betas", f.server_betas), ("server_tau", f.server_tau)):
-        if value is not None and not adaptive:
-            raise UserError(f"{named(name)} does nothing with {named('server_optimizer')} sgd; "
-                            f"choose {named('server_optimizer')} adam, yogi or adagrad (or use "
-                            f"{named('server_momentum')})")
+    check_client_path_and_server(config)
     if f.scaffold:
         if c.optimizer != "sgd" or c.momentum:
             raise UserError(f"{named('scaffold')} needs plain client SGD "
@@ -83,6 +68,27 @@ def check_fedavg_config(config) -> None:
     check_personalize_config(config)
     refuse_combinations(robust_settings_of(config), dp=f.dp_clip is not None,
                         scaffold=f.scaffold)
+
+
+def check_client_path_and_server(config) -> None:
+    """The stacked path's and the server optimizer's settings together (fedbuff's too)."""
+    c, f = config, config.fedavg
+    if f.vectorize_clients == "on" and c.compile:
+        raise UserError(f"{named('vectorize_clients')} on and {named('compile')}: stacked "
+                        "clients train through torch.func, not the compiled model; choose one")
+    if f.vectorize_chunk is not None and f.vectorize_clients == "off":
+        raise UserError(f"{named('vectorize_chunk')} sizes stacked cohorts of clients, and "
+                        f"{named('vectorize_clients')} off trains none; drop one of them")
+    adaptive = f.server_optimizer != "sgd"
+    if adaptive and f.server_momentum:
+        raise UserError(f"{named('server_momentum')} is sgd's; {named('server_optimizer')} "
+                        f"{f.server_optimizer} has its own first moment: set "
+                        f"{named('server_betas')} B1,B2 instead")
+    for name, value in (("server_betas", f.server_betas), ("server_tau", f.server_tau)):
+        if value is not None and not adaptive:
+            raise UserError(f"{named(name)} does nothing with {named('server_optimizer')} sgd; "
+                            f"choose {named('server_optimizer')} adam, yogi or adagrad (or use "
+                            f"{named('server_momentum')})")
 
 
 def _check_privacy(f) -> None:

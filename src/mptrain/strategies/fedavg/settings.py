@@ -63,6 +63,11 @@ class FedAvgSettings:
     personalize: str | None = None          # each client's own model (federated.personal)
     personal_memory: float | None = None    # MiB of shared memory for it; None: half of free
     personal_head_epochs: int | None = None  # fedrep: head epochs before the body's; None: 10
+    # fedbuff's (``strategies.fedbuff``): refused by the synchronous strategy
+    concurrency: int | None = None          # clients training at once; None: clients_per_round
+    buffer_size: int | None = None          # updates per server step; None: K // 2, at most 10
+    staleness_weight: str | None = None     # None: FedBuff's 1/sqrt(1+s)
+    max_staleness: int | None = None        # older updates dropped; None: none is
 
     @property
     def sampled_clients(self) -> int:
@@ -101,6 +106,9 @@ class FedAvgSettings:
 
 #: The section's setting names, in their order (the flat names users give).
 FEDAVG_SETTINGS = tuple(f.name for f in fields(FedAvgSettings))
+#: Of them, the asynchronous strategy's own (``strategies.fedbuff``).
+ASYNCHRONOUS_SETTINGS = frozenset({"concurrency", "buffer_size", "staleness_weight",
+                                   "max_staleness"})
 
 
 def privacy_delta(settings: FedAvgSettings) -> float:

@@ -10,15 +10,16 @@ from ..model_state import floating_state
 from . import client_metrics, cohorts, personal_report, report, robust_report, virtual_clock
 from .client_evaluation import evaluation_split, scores_only_sampled
 from .refusals import check_fedavg_config, check_run
-from .settings import FEDAVG_SETTINGS
+from .settings import ASYNCHRONOUS_SETTINGS, FEDAVG_SETTINGS
 from .shared import FedAvgShared, cut_clients, share_round_state, shared_bytes
 
 
 class FedAvgStrategy(Strategy):
     name = "fedavg"
     unit = "round"
-    #: Its own section's (``FedAvgSettings``), and restarts as sync and ddp have them.
-    settings = frozenset(FEDAVG_SETTINGS) | {"max_restarts"}
+    #: Its own section's (``FedAvgSettings``) but fedbuff's, and restarts as sync and ddp
+    #: have them.
+    settings = frozenset(FEDAVG_SETTINGS) - ASYNCHRONOUS_SETTINGS | {"max_restarts"}
     instead = {"epochs": "{rounds}",
                "steps_per_epoch": "{rounds} with fewer {clients_per_round}"}
     runs_under_torchrun = True
