@@ -6,8 +6,9 @@ each client's accuracy on its own test split.
         [--methods fedavg,finetune,fedper,fedrep,fedbn,ditto] [--seeds 0,1,2]
         [--rounds 100] [--clients 100] [--clients-per-round 10] [--classes-per-client 2]
         [--eval-every 5] [--target 0.95] [--finetune-steps 10] [--ditto-lambda 0.1]
-        [--head-epochs 10] [--workers 1] [--vectorize-clients auto|on|off] [--quick]
-        [--json auto|PATH|none]
+        [--head-epochs 10] [--workers 1] [--threads 1] [--vectorize-clients auto|on|off]
+        [--worker-timeout 3600] [--progress] [--quick] [--json auto|PATH|none]
+    python benchmarks/fl_personal.py --table-from A.json,B.json   # runs made apart, one table
 
 The split: MNIST's training set cut by ``pathological:K`` (each client K classes, flwr's
 partitioner of that name), and its *test* set cut the same way -- each client gets a share
@@ -22,7 +23,9 @@ round (``client_acc_mean`` for FedAvg's global model, ``personal_acc_mean`` for 
 personalized ones), its sample-weighted mean and 10th percentile, and the rounds until the
 mean first reaches ``--target`` (evaluated every ``--eval-every`` rounds). Issue 54's
 target is printed as a verdict: FedPer, FedRep and Ditto each at least 5 points above
-FedAvg's per-client mean on the 2NN. Nothing asserts.
+FedAvg's per-client mean on the 2NN after the last round, with the largest gain along the
+way and the last evaluated round still 5 points up (FedAvg's per-client mean climbs
+towards the personalized ones, so the gain depends on when it is read). Nothing asserts.
 
 Where this differs from the papers: Collins et al. 2021 (FedRep) report CIFAR-10/100,
 FEMNIST and Sent140 with 5-layer CNNs, 10 head epochs and 1 body epoch, and the
@@ -48,8 +51,15 @@ import torch.nn.functional as F
 from common import machine_info, mnist_dir, result_path, write_json
 
 #: Where the papers' figures are, for the table's side (their settings differ: see above).
-PAPERS = {"FedRep": "Collins et al. 2021, Table 1 (CIFAR-10 (100, 2), FEMNIST, ...)",
-          "Ditto": "Li et al. 2021, Table 2 (FEMNIST, Fashion MNIST, ...)"}
+#: Their figures are not copied here: none could be checked against the papers' tables
+#: (2026-11-28: the search tool holds the abstracts and settings, not the tables). What
+#: could be checked is their settings: FedRep trains the head ten local epochs (SGD with
+#: momentum), then the representation one or five; Ditto's devices pick lambda on their
+#: validation data from {0.1, 1, 2} ({0.05, 0.1, 0.2} under strong attacks).
+PAPERS = {"FedRep": "Collins et al. 2021 (arXiv 2102.07078), Table 1: CIFAR-10 (100, 2) and "
+                    "(100, 5), CIFAR-100 (100, 5) and (100, 20), FEMNIST, Sent140",
+          "Ditto": "Li et al. 2021 (arXiv 2012.04221): its comparison with other "
+                   "personalization methods; data sets and models in Appendix C, Table 4"}
 #: The flag value of each method (None: plain FedAvg); ``{...}`` filled from the arguments.
 METHODS = {"fedavg": None, "finetune": "finetune:{finetune_steps}",
            "fedper": "fedper:last:1", "fedrep": "fedrep:last:1", "fedbn": "fedbn",
@@ -131,8 +141,10 @@ def run_case(bundle, model_name: str, method: str, seed: int, args) -> dict:
     settings = dict(strategy="fedavg", partition="natural", clients=bundle.clients.count,
                     clients_per_round=args.clients_per_round, rounds=args.rounds,
                     local_epochs=1, batch_size=10, lr=0.05, momentum=0.0, optimizer="sgd",
-                    seed=seed, workers=args.workers, client_eval_every=args.eval_every,
-                    vectorize_clients=args.vectorize_clients, quiet=True)
+                    seed=seed, workers=args.workers, threads_per_worker=args.threads,
+                    client_eval_every=args.eval_every,
+                    vectorize_clients=args.vectorize_clients, quiet=not args.progress,
+                    worker_timeout=args.worker_timeout)
     if flag is not None:
         settings["personalize"] = flag.format(**vars(args))
         if method == "fedrep":
@@ -159,25 +171,59 @@ def table(runs, args) -> None:
     print(f"\n{'model':7} {'method':9} {'mean':>7} {'weighted':>9} {'p10':>7} "
           f"{'rounds to ' + format(args.target, '.0%'):>16}")
     for model_name in args.models:
-        base = None
+        base = [r for r in runs if r["model"] == model_name and r["method"] == "fedavg"]
         for method in args.methods:
             rows = [r for r in runs if r["model"] == model_name and r["method"] == method]
             if not rows:
                 continue
-            mean = mean_of(rows, "mean")
-            if method == "fedavg":
-                base = mean
             reached = [r["rounds_to_target"] for r in rows]
             rounds = "never" if all(x is None for x in reached) else \
                 "/".join("-" if x is None else str(x) for x in reached)
             cell = lambda v: "   n/a" if v is None else f"{100 * v:6.2f}"  # noqa: E731
-            print(f"{model_name:7} {method:9} {cell(mean)} {cell(mean_of(rows, 'weighted')):>9} "
-                  f"{cell(mean_of(rows, 'p10'))} {rounds:>16}")
-            if method in ("fedper", "fedrep", "ditto") and base is not None \
-                    and mean is not None and model_name == "2nn":
-                verdict = "met" if mean - base >= TARGET_GAIN else "NOT met"
-                print(f"{'':17}issue 54: {method} - fedavg = {100 * (mean - base):+.2f} points "
-                      f"(>= +5): {verdict}")
+            print(f"{model_name:7} {method:9} {cell(mean_of(rows, 'mean'))} "
+                  f"{cell(mean_of(rows, 'weighted')):>9} {cell(mean_of(rows, 'p10'))} "
+                  f"{rounds:>16}")
+            if method in ("fedper", "fedrep", "ditto") and model_name == "2nn":
+                line = verdict(rows, base)
+                if line is not None:
+                    print(f"{'':17}issue 54: {method} - fedavg = {line}")
+
+
+def verdict(rows, base) -> str | None:
+    """Issue 54's verdict on ``rows`` (one method's runs) against FedAvg's runs ``base``,
+    over the seeds both have: the gain after the last round, and along the way (the mean
+    over those seeds at each evaluated round) its largest and the last round it was still
+    +5 points -- FedAvg's own per-client mean climbs towards the personalized ones, so the
+    gain depends on when it is read."""
+    pairs = [(r, b) for r in rows for b in base if r["seed"] == b["seed"]
+             and r["mean"] is not None and b["mean"] is not None]
+    if not pairs:
+        return None
+    final = statistics.mean(r["mean"] - b["mean"] for r, b in pairs)
+    by_round: dict[int, list[float]] = {}
+    for r, b in pairs:
+        theirs = dict(b["curve"])
+        for round_index, accuracy in r["curve"]:
+            if round_index in theirs:
+                by_round.setdefault(round_index, []).append(accuracy - theirs[round_index])
+    along = {k: statistics.mean(v) for k, v in by_round.items() if len(v) == len(pairs)}
+    line = (f"{100 * final:+.2f} points (>= +5): {'met' if final >= TARGET_GAIN else 'NOT met'}"
+            f" (seeds {','.join(str(r['seed']) for r, _ in pairs)})")
+    if along:
+        top = max(along, key=along.get)
+        kept = [k for k, v in along.items() if v >= TARGET_GAIN]
+        line += (f"; largest {100 * along[top]:+.2f} at round {top}, last >= +5 at round "
+                 f"{max(kept) if kept else 'none'}")
+    return line
+
+
+def tabulate(paths: list[str], args) -> None:
+    """The table of runs already written (``--json`` files of runs made apart, one process
+    per method or seed), without training."""
+    import json
+
+    runs = [run for path in paths for run in json.loads(open(path).read())["runs"]]
+    table(runs, args)
 
 
 def main() -> None:
@@ -196,10 +242,21 @@ def main() -> None:
     parser.add_argument("--ditto-lambda", type=float, default=0.1)
     parser.add_argument("--head-epochs", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1, help="threads per worker")
     parser.add_argument("--vectorize-clients", default="auto")
+    parser.add_argument("--worker-timeout", type=float, default=3600,
+                        help="seconds a worker may go without progress: FedRep's round is "
+                             "11 local epochs, which a loaded machine takes minutes over")
+    parser.add_argument("--progress", action="store_true", help="each run's rounds as they go")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", default="auto")
+    parser.add_argument("--table-from", help="comma-separated --json files: their runs' "
+                                             "table, nothing trained")
     args = parser.parse_args()
+    if args.table_from:
+        args.models, args.methods = args.models.split(","), args.methods.split(",")
+        tabulate(args.table_from.split(","), args)
+        return
     import mptrain
 
     if args.quick:

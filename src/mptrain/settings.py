@@ -67,6 +67,10 @@ class Family:
     #: said settings -> the checkpoint's settings they replace (alternatives to them, which
     #: the user could not otherwise take back: there is no flag that unsays a setting)
     replaced: Callable[[dict], frozenset] = lambda said: frozenset()
+    #: saved settings (a checkpoint's config), the resumed run's config, where it resumes
+    #: from -> refuse a resume whose state the checkpoint does not hold (--personalize)
+    refuse_other_state: Callable[[dict, Any, str | None], None] = \
+        lambda saved, config, where: None
 
 
 def resolve(family: Family, layers: list[Layer], *, checkpoint=None, defaults=None,
@@ -74,8 +78,9 @@ def resolve(family: Family, layers: list[Layer], *, checkpoint=None, defaults=No
     """The run's complete, frozen config: ``layers`` (lowest first: config file, then flags
     or keywords) over the checkpoint's settings over ``defaults`` (the data set's recipe).
 
-    A resume that names another strategy than the checkpoint's, or that leaves no work to
-    do, is refused here: before anything is built or rewritten."""
+    A resume that names another strategy than the checkpoint's, that asks for state the
+    checkpoint does not hold (another --personalize), or that leaves no work to do, is
+    refused here: before anything is built or rewritten."""
     said: dict = {}
     for layer in layers:
         said.update(_checked(family, layer))
@@ -85,6 +90,7 @@ def resolve(family: Family, layers: list[Layer], *, checkpoint=None, defaults=No
             _refuse_other_strategy(family, said, checkpoint, resume_from)
         config = family.build({**_handed_on(family, checkpoint, said), **said}, defaults)
         if checkpoint is not None:
+            family.refuse_other_state(checkpoint.config, config, resume_from)
             _refuse_finished(family, config, checkpoint, resume_from, said)
     return config
 
@@ -148,6 +154,7 @@ def _refuse_finished(family: Family, config, checkpoint, resume_from, said: dict
 def _supervised() -> Family:
     from .config import (SETTING_NAMES, TrainConfig, applicable_settings, check_setting,
                          replaced_on_resume)
+    from .federated.personal.spec import refuse_other_personal_state
 
     def more_work(config, done):
         return ("rounds" if config.unit == "round" else "epochs"), done + 1
@@ -156,7 +163,9 @@ def _supervised() -> Family:
                   known=lambda: frozenset(SETTING_NAMES), check=check_setting,
                   resumable=applicable_settings,
                   build=lambda said, defaults: TrainConfig.from_settings(said, defaults),
-                  more_work=more_work, replaced=replaced_on_resume)
+                  more_work=more_work, replaced=replaced_on_resume,
+                  refuse_other_state=lambda saved, config, where: refuse_other_personal_state(
+                      saved.get("personalize"), config.setting("personalize"), where))
 
 
 def supervised_config(layers: list[Layer], *, checkpoint=None, defaults=None,

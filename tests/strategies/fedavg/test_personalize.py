@@ -114,6 +114,30 @@ def test_a_resume_continues_bitwise_with_the_state_in_a_mapped_file(tmp_path, ca
         rows_of(tmp_path / "whole" / "client_metrics.jsonl")
 
 
+def test_a_resume_that_asks_for_other_personal_state_is_refused_in_one_line(tmp_path, capsys):
+    """Before the fix the store refused another width inside the worker (a traceback), and
+    personal models begun mid-run, or FedPer's heads read as FedRep's, went unsaid."""
+    from user_errors import fail
+
+    run(out=tmp_path / "fedper", checkpoint_every=1, rounds=1, personalize="fedper:3")
+    with pytest.raises(UserError, match="trained with personalize fedper:3: it holds no "
+                       "personal state for ditto:0.1; resume with personalize fedper:3"):
+        run(out=tmp_path / "fedper", resume=tmp_path / "fedper", personalize="ditto:0.1")
+    with pytest.raises(UserError, match="no personal state for fedrep:3"):
+        run(out=tmp_path / "fedper", resume=tmp_path / "fedper", personalize="fedrep:3")
+    command = ["run", "--strategy", "fedavg", "--data", "synthetic:1,1", "--clients", "8",
+               "--clients-per-round", "4", "--rounds", "1", "--checkpoint-every", "1",
+               "--quiet", "--out", str(tmp_path / "plain")]
+    from mptrain.cli import main
+
+    assert main(command) == 0
+    line = fail(command[:-2] + ["--rounds", "2", "--resume", str(tmp_path / "plain"),
+                                "--personalize", "ditto:0.1"], capsys)
+    assert "was trained without --personalize: it holds no personal state for ditto:0.1; " \
+        "resume without --personalize, or train with --personalize ditto:0.1 in a new run " \
+        "(no --resume)" in line
+
+
 def test_personalize_alone_scores_the_last_round(capsys):
     result = run(personalize="finetune:1", client_eval_every=None, rounds=2, quiet=False)
     rows = [m.as_dict() for m in result.rounds]

@@ -94,6 +94,33 @@ def parse_personalize(value) -> PersonalizeSpec:
     return _layers_spec(method, argument, said)
 
 
+def refuse_other_personal_state(saved: str | None, now: str | None,
+                                where: str | None = None) -> None:
+    """Refuse a resume whose ``--personalize`` (``now``) keeps other personal state than
+    the checkpoint's (``saved``): another method, other layers, or personal state where the
+    checkpoint holds none. The state would not load (another width) or would load as
+    something else (FedPer's heads read as FedRep's, personal models begun mid-run), so it is
+    refused before any process starts. What changes no state passes, as another --lr does:
+    Ditto's lambda, fine-tuning's steps (or fine-tuning said or left out: it keeps nothing).
+    """
+    if _kept(saved) == _kept(now):
+        return
+    said = named("personalize")
+    source = f"the checkpoint in {where}" if where else "the checkpoint"
+    was = f"trained with {said} {saved}" if saved else f"trained without {said}"
+    keep = f"with {said} {saved} (or leave {said} out)" if saved else f"without {said}"
+    raise UserError(f"{source} was {was}: it holds no personal state for {now}; resume "
+                    f"{keep}, or train with {said} {now} in a new run (no {named('resume')})")
+
+
+def _kept(value: str | None) -> tuple | None:
+    """What personal state ``value`` keeps on each client (None: none)."""
+    spec = parse_personalize(value) if value is not None else None
+    if spec is None or not spec.trains:
+        return None
+    return spec.method, spec.layers, spec.last
+
+
 def _layers_spec(method: str, argument: str, said: str) -> PersonalizeSpec:
     kind, _, count = argument.partition(":")
     if kind.strip() == "last":

@@ -130,8 +130,9 @@ def _check_privacy(f) -> None:
 
 def check_run(config, data, model, plan, out_dir) -> None:
     """What this run cannot offer its settings, refused before anything starts: the shared
-    memory SCAFFOLD, DP and per-client evaluation need, a privacy target the first round
-    spends, room for SCAFFOLD's variates, and what the rule and the attack need (the
+    memory SCAFFOLD and DP need (per-client evaluation needs none: each rank reports its
+    clients' scores, ``client_evaluation``), a privacy target the first round spends, room
+    for SCAFFOLD's variates, and what the rule and the attack need (the
     round's updates in one table that fits -- shared by the workers, or gathered to rank 0
     under torchrun -- and class labels to flip)."""
     c, f = config, config.fedavg
