@@ -195,7 +195,7 @@ def _owned_by_torchrun(name):
 def _scaffold_without_room(monkeypatch, tmp_path):
     from mptrain.strategies.fedavg import shared
 
-    monkeypatch.setattr(shared, "_free_bytes", lambda path: 0)
+    monkeypatch.setattr(shared, "free_bytes", lambda path: 0)
     config = SimpleNamespace(fedavg=SimpleNamespace(clients=100))
     shared.controls_placement(config, nn.Linear(100, 100), tmp_path)
 
