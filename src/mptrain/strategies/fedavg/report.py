@@ -112,25 +112,34 @@ def round_line(metrics) -> list[str]:
     return parts + metric_parts(metrics)
 
 
+def client_notes(metrics, planned: str | None, unit: str) -> list[str]:
+    """What the clients of a round (fedbuff: a server step, ``unit``) did that the user must
+    know: the path they trained on where it is not the banner's, stacked training that fell
+    back, clients dropped for failing or for a non-finite update."""
+    extras, index, notes = metrics.extras, metrics.epoch, []
+    if extras.get("client_path") is not None and extras["client_path"] != planned:
+        notes.append(f"clients: {extras['client_path']}")
+    if extras.get("unstacked_clients"):
+        notes.append(f"{unit} {index}: stacked training raised ({extras['unstacked_reason']}); "
+                     f"{extras['unstacked_clients']} client(s) trained one at a time instead")
+    nonfinite = extras.get("nonfinite_clients") or []
+    failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
+    if failed:
+        notes.append(f"{unit} {index}: dropped failing client(s) "
+                     f"{', '.join(map(str, failed))} ({named('accept_failures')})")
+    if nonfinite:
+        notes.append(f"{unit} {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
+                     "non-finite update")
+    return notes
+
+
 def round_notes(config, metrics, planned: str | None = None) -> list[str]:
     """What a round's clients did that the user must know. ``planned``: the path the
     banner said (``ClientPath.describe``); where the workers' differs -- a size from the
     GPU's free memory, which the banner could not tell, or the cohort size of the run a
     resume continues -- the first round says theirs."""
-    extras, index, notes = metrics.extras, metrics.epoch, []
-    if extras.get("client_path") is not None and extras["client_path"] != planned:
-        notes.append(f"clients: {extras['client_path']}")
-    if extras.get("unstacked_clients"):
-        notes.append(f"round {index}: stacked training raised ({extras['unstacked_reason']}); "
-                     f"{extras['unstacked_clients']} client(s) trained one at a time instead")
-    nonfinite = extras.get("nonfinite_clients") or []
-    failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
-    if failed:
-        notes.append(f"round {index}: dropped failing client(s) "
-                     f"{', '.join(map(str, failed))} ({named('accept_failures')})")
-    if nonfinite:
-        notes.append(f"round {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
-                     "non-finite update")
+    extras, index = metrics.extras, metrics.epoch
+    notes = client_notes(metrics, planned, "round")
     noise = " but the noise" if "epsilon" in extras else ""
     if extras.get("clients") == 0 and extras.get("sampled"):   # the clock dropped them all
         notes.append(f"round {index}: none of the {extras['sampled']} sampled clients "

@@ -56,21 +56,7 @@ def virtual_seconds(seconds: float) -> str:
 
 def round_notes(metrics, planned: str | None) -> list[str]:
     """The clients' failures and the path they train on, as fedavg says them."""
-    extras, index, notes = metrics.extras, metrics.epoch, []
-    if extras.get("client_path") is not None and extras["client_path"] != planned:
-        notes.append(f"clients: {extras['client_path']}")
-    if extras.get("unstacked_clients"):
-        notes.append(f"step {index}: stacked training raised ({extras['unstacked_reason']}); "
-                     f"{extras['unstacked_clients']} client(s) trained one at a time instead")
-    nonfinite = extras.get("nonfinite_clients") or []
-    failed = [c for c in extras.get("failed_clients") or [] if c not in nonfinite]
-    if failed:
-        notes.append(f"step {index}: dropped failing client(s) {', '.join(map(str, failed))} "
-                     f"({named('accept_failures')})")
-    if nonfinite:
-        notes.append(f"step {index}: dropped client(s) {', '.join(map(str, nonfinite))}: "
-                     "non-finite update")
-    return notes
+    return fedavg_report.client_notes(metrics, planned, "step")
 
 
 def summary_fields(config, schedule, last_step: int | None) -> dict:
