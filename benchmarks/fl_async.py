@@ -3,6 +3,7 @@ one virtual clock (issue 51 item 7).
 
     python benchmarks/fl_async.py [--rounds 300] [--seeds 0,1,2] [--target 0.9]
         [--data-dir DIR] [--workers 1] [--json auto|PATH|none] [--cache DIR [--cached-only]]
+        [--rows NAME,...]
 
 MNIST 2NN on ``shards:2`` (100 clients, 10 a round, 1 local epoch of batch 10, lr 0.1:
 McMahan et al.'s pathological non-IID setting), FedScale's lognormal device speeds
@@ -154,9 +155,12 @@ def main() -> None:
     parser.add_argument("--json", default="auto")
     parser.add_argument("--cache", help="a folder keeping each finished run")
     parser.add_argument("--cached-only", action="store_true")
+    parser.add_argument("--rows", help="run only these rows, comma separated (e.g. "
+                        "fedbuff-10-5,fedbuff-10-10); the others are read from --cache")
     args = parser.parse_args()
-    if args.cached_only and not args.cache:
-        parser.error("--cached-only reads the runs kept under --cache DIR: give --cache")
+    if (args.cached_only or args.rows) and not args.cache:
+        parser.error("--cached-only and --rows read the runs kept under --cache DIR: give "
+                     "--cache")
     args.data, data_said = data_flags(args.data_dir)
     seeds = [int(s) for s in args.seeds.split(",")]
     cache = Path(args.cache) if args.cache else None
@@ -177,7 +181,9 @@ def main() -> None:
             deadline = deadline_s(args.deadline_quantile, seed, samples, model_bytes)
             flags = [f.format(deadline=f"{deadline:.3f}") for f in template]
             key = f"{name}_seed{seed}_r{args.rounds}_{args.data[1]}"
-            run = kept_run(cache, key, lambda: run_cell(flags, seed, args), args.cached_only)
+            only_kept = args.cached_only or (args.rows is not None
+                                             and name not in args.rows.split(","))
+            run = kept_run(cache, key, lambda: run_cell(flags, seed, args), only_kept)
             run.update(row=name, seed=seed)
             cell_runs.append(run)
             print(f"{name} seed {seed}: {'ok' if run.get('ok') else run.get('error')}",
