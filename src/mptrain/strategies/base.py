@@ -197,11 +197,12 @@ class Strategy(ABC):
         """Refuse, in the parent and before anything starts, what this strategy cannot do
         with this data and model (a ``UserError``). Changes nothing."""
 
-    def check_resume(self, resume) -> None:
+    def resuming_from(self, resume) -> None:
         """Refuse a checkpoint this run cannot continue (a ``UserError``), in the parent
         before any process starts -- here, or in ``check`` where the data is needed:
         fedbuff's updates in flight, when the settings that shape its schedule changed. By
-        default every checkpoint of the strategy resumes."""
+        default every checkpoint of the strategy resumes. (Not ``check_resume``: the RL
+        algorithms' classmethod of that name takes the config too.)"""
 
     def prepare(self, model: nn.Module, data=None, plan=None) -> None:
         """Called before any worker starts (in the parent; under torchrun in every rank):

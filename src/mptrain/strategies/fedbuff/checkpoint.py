@@ -28,7 +28,7 @@ def check_in_flight(saved: dict | None, schedule, last_step: int) -> list:
     """The updates pending after ``last_step`` in this run's schedule, refused (in one line)
     when ``saved`` (a checkpoint's ``fedbuff`` part) does not hold exactly those: a setting
     that shapes the schedule was changed on resume. The parent asks before any worker
-    starts (``FedBuffStrategy.check_resume``)."""
+    starts (``FedBuffStrategy.resuming_from``)."""
     pending = schedule.pending_after(last_step)
     if saved is None or int(saved["step"]) != last_step + 1 \
             or saved["numbers"].tolist() != [u.number for u in pending]:

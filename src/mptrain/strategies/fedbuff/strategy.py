@@ -39,7 +39,7 @@ class FedBuffStrategy(FedAvgStrategy):
         #: the summary's staleness histogram and virtual time.
         self.schedule = None
         self.last_step: int | None = None   # the last step reported (0-based)
-        #: A resumed checkpoint's updates in flight and its last step (``check_resume``).
+        #: A resumed checkpoint's updates in flight and its last step (``resuming_from``).
         self.resumed_in_flight: tuple | None = None
 
     @classmethod
@@ -70,7 +70,7 @@ class FedBuffStrategy(FedAvgStrategy):
             check, self.chosen_path = cohorts.choose_path(per_step, model, data, plan.workers)
             self.client_bytes = check.client_bytes if check is not None else None
 
-    def check_resume(self, resume) -> None:
+    def resuming_from(self, resume) -> None:
         """Kept for ``check``, which has the data to compute the schedule with: the
         checkpoint's updates in flight must be the ones the schedule has after its last
         step."""
