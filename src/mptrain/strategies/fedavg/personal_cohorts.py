@@ -68,6 +68,22 @@ def keep_personal(trainer, outcomes) -> list:
     return outcomes
 
 
+def from_personal_starts(cohort, clients: list[int], round_index: int, shared,
+                         frozen=()) -> list:
+    """``clients`` trained as one cohort from their rows of the store (Ditto's models,
+    FedRep's heads), the shared parameters from the global model; ``frozen``: positions
+    held. ``cohort``: a DittoCohort or FedRepCohort (its trainer, work, cohort trainer)."""
+    from ...federated.cohorts.clients import train_cohort
+
+    trainer = cohort.trainer
+    trainer.load_global()
+    feed, rows = trainer.feed.for_rows([shared.client_indices(k) for k in clients])
+    return list(train_cohort(
+        cohort.cohort_trainer, clients, round_index, cohort.work, rows, feed.batch,
+        [p.detach() for p in trainer.params], trainer.client_lr(round_index),
+        starts=personal_starts(trainer, clients, cohort.setup.device), frozen=frozen))
+
+
 class DittoCohort:
     """A worker's stacked personal step of Ditto (see the module's docstring)."""
 
@@ -86,16 +102,8 @@ class DittoCohort:
         """Train ``clients``' personal models together and store them (only once every
         one has trained: a cohort that raises leaves the store as it was, and its clients
         are trained again one at a time)."""
-        from ...federated.cohorts.clients import train_cohort
-
         trainer = self.trainer
-        trainer.load_global()
-        feed, rows = trainer.feed.for_rows([shared.client_indices(k) for k in clients])
-        outcomes = list(train_cohort(
-            self.cohort_trainer, clients, round_index, self.work, rows, feed.batch,
-            [p.detach() for p in trainer.params],
-            trainer.client_lr(round_index),
-            starts=personal_starts(trainer, clients, self.setup.device)))
+        outcomes = from_personal_starts(self, clients, round_index, shared)
         for outcome in outcomes:
             trainer.store.put(outcome.client, torch.cat([p.cpu() for p in outcome.pieces]))
 
@@ -120,15 +128,7 @@ class FedRepCohort:
     def train_heads(self, clients: list[int], round_index: int, shared) -> dict:
         """The clients' heads after the head phase, ``{position: [K, *shape]}``: the body
         cohort's starts."""
-        from ...federated.cohorts.clients import train_cohort
-
         trainer = self.trainer
-        trainer.load_global()
-        feed, rows = trainer.feed.for_rows([shared.client_indices(k) for k in clients])
-        outcomes = list(train_cohort(
-            self.cohort_trainer, clients, round_index, self.work, rows, feed.batch,
-            [p.detach() for p in trainer.params],
-            trainer.client_lr(round_index),
-            starts=personal_starts(trainer, clients, self.setup.device), frozen=self.body))
+        outcomes = from_personal_starts(self, clients, round_index, shared, frozen=self.body)
         return {i: torch.stack([o.pieces[i].view_as(trainer.params[i]) for o in outcomes])
                 for i in self.heads}
