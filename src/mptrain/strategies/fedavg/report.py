@@ -112,6 +112,18 @@ def round_line(metrics) -> list[str]:
     return parts + metric_parts(metrics)
 
 
+def client_and_server_extras(f) -> list[str]:
+    """The banner's words for FedProx's pull and a server optimizer other than plain
+    averaging -- said alike by fedavg and fedbuff."""
+    extras = []
+    if f.prox_mu:
+        extras.append(f"FedProx mu {f.prox_mu:g}")
+    optimizer = server_optimizer(f)
+    if f.server_optimizer != "sgd" or optimizer.lr != 1.0 or f.server_momentum:
+        extras.append(optimizer.describe())
+    return extras
+
+
 def client_notes(metrics, planned: str | None, unit: str) -> list[str]:
     """What the clients of a round (fedbuff: a server step, ``unit``) did that the user must
     know: the path they trained on where it is not the banner's, stacked training that fell
@@ -192,12 +204,7 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
     lines = [f"{f.clients} clients ({f.partition}), {sample}, "
              f"{count(f.local_epochs, 'local epoch')} of batch {c.batch_size}, "
              f"{count(f.rounds, 'round')}"]
-    extras = []
-    if f.prox_mu:
-        extras.append(f"FedProx mu {f.prox_mu:g}")
-    optimizer = server_optimizer(f)
-    if f.server_optimizer != "sgd" or optimizer.lr != 1.0 or f.server_momentum:
-        extras.append(optimizer.describe())
+    extras = client_and_server_extras(f)
     if f.scaffold:
         place, need = controls_placement(c, model, out_dir)
         where = "in shared memory" if place == "shm" else \

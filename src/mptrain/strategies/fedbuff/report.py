@@ -88,12 +88,7 @@ def describe(config) -> list[str]:
              f"{staleness_weight_of(f).describe()}{dropped}; {f.clients} clients "
              f"({f.partition}), {count(f.local_epochs, 'local epoch')} of batch "
              f"{c.batch_size}, {count(f.rounds, 'server step')}"]
-    extras = []
-    if f.prox_mu:
-        extras.append(f"FedProx mu {f.prox_mu:g}")
-    optimizer = server_optimizer(f)
-    if f.server_optimizer != "sgd" or optimizer.lr != 1.0 or f.server_momentum:
-        extras.append(optimizer.describe())
+    extras = fedavg_report.client_and_server_extras(f)
     extras.append(f"virtual clock: speeds {f.client_speeds}" if f.client_speeds else
                   f"virtual clock: the default speeds ({DEFAULT_SPEEDS}: FedScale's "
                   f"lognormal(1, 0.6) x 5 ms a sample; {named('client_speeds')} to choose)")
