@@ -12,6 +12,7 @@ import torch.nn.functional as F
 import mptrain
 from mptrain.errors import UserError
 from mptrain.strategies.fedavg import server as fedavg_server
+from mptrain.strategies.fedavg.clients import ClientTrainer
 
 from fedavg_workload import RUN, make_data, make_model, make_test_data
 
@@ -51,6 +52,27 @@ def test_dropping_stragglers_keeps_only_the_clients_that_finished():
     assert all(r["dropped"] == r["partial"] and r["reported"] + r["dropped"] == 4
                for r in rows)
     assert sum(r["dropped"] for r in rows) > 0
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("vectorize", ["off", "on"])
+def test_dropped_stragglers_are_not_trained_and_the_model_is_the_same(monkeypatch, vectorize):
+    initial = make_model()
+    run = dict(rounds=3, straggler_rate=0.5, drop_stragglers=True, start_method="fork",
+               vectorize_clients=vectorize)
+    skipped = fit(copy.deepcopy(initial), **run)
+    # What a dropped straggler cost before: trained, then thrown away.
+    monkeypatch.setattr(ClientTrainer, "unheard", lambda self, client, round_index: False)
+    trained = fit(copy.deepcopy(initial), **run)
+    for name, tensor in skipped.model.state_dict().items():
+        assert torch.equal(tensor, trained.model.state_dict()[name]), name
+    for fast, slow in zip(skipped.rounds, trained.rounds):
+        counts = ("reported", "dropped", "partial")
+        assert [fast.extras[k] for k in counts] == [slow.extras[k] for k in counts]
+        # only the clients that report are trained: 20 samples x 2 local epochs each
+        assert fast.train_samples == 40 * fast.extras["reported"]
+        assert slow.train_samples > fast.train_samples or not fast.extras["dropped"]
+    assert sum(r.extras["dropped"] for r in skipped.rounds) > 0
 
 
 @pytest.mark.timeout(120)

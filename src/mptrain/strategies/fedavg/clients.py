@@ -82,6 +82,22 @@ class ClientTrainer:
         return full_steps(self.sizes[client], self.config.batch_size,
                           self.config.fedavg.local_epochs)
 
+    def budget(self, client: int, round_index: int) -> int:
+        """The local steps ``client`` takes in round ``round_index``: all of them, or a
+        straggler's part (seeded: the same in every process, trained or not)."""
+        f = self.config.fedavg
+        return availability.step_budget(
+            self.config.seed, round_index, client, self.full_steps(client), f.straggler_rate,
+            f.straggler_mode, f.local_epochs, self.round_sample.for_stragglers(round_index))
+
+    def unheard(self, client: int, round_index: int) -> bool:
+        """Whether the server drops ``client``'s update unread -- a straggler under
+        ``--drop-stragglers`` -- so that it need not be trained: its row weighs 0 either
+        way and nothing it computes reaches the model or any state (a personal trainer,
+        whose client keeps what it trained, says no)."""
+        return self.config.fedavg.drop_stragglers and \
+            self.budget(client, round_index) < self.full_steps(client)
+
     def client_lr(self, round_index: int) -> float:
         c = self.config
         return learning_rate(c.lr_schedule, c.lr, c.lr_decay, round_index, 0, 1)
@@ -96,9 +112,7 @@ class ClientTrainer:
         feed, (indices,) = self.feed.for_rows([shared.client_indices(client)])
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
         seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
-        budget = availability.step_budget(
-            c.seed, round_index, client, self.full_steps(client), f.straggler_rate,
-            f.straggler_mode, f.local_epochs, self.round_sample.for_stragglers(round_index))
+        budget = self.budget(client, round_index)
         self.optimizer.state.clear()  # a fresh optimizer for every client
         for group in self.optimizer.param_groups:
             group["lr"] = self.client_lr(round_index)

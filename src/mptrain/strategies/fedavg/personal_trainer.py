@@ -60,6 +60,9 @@ class PersonalTrainer(ClientTrainer):
             [torch.empty_like(p) for p in self.params]
         self.scratch = [torch.empty_like(p) for p in self.params]
 
+    def unheard(self, client: int, round_index: int) -> bool:
+        return False   # a dropped straggler still trains its personal layers
+
     def load_personal(self, client: int) -> bool:
         """Put ``client``'s personal tensors into the model (on top of the global model,
         loaded first); False when it has none yet (it keeps the global model's)."""

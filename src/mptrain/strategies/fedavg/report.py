@@ -32,7 +32,7 @@ def round_row(reports, watch: "DivergenceWatch") -> dict:
     failed = sorted(c for e in extras for c in e.get("failed_clients", ()))
     nonfinite = sorted(c for e in extras for c in e.get("nonfinite_clients", ()))
     loss_sum = sum(e.get("client_loss_sum", 0.0) for e in extras)
-    trained = clients - len(failed)
+    trained = clients - len(failed) - sum(e.get("untrained", 0) for e in extras)
     row = {"round": reports[0].index + 1, "clients": clients,
            "mean_client_loss": loss_sum / trained if trained else None,
            "failed_clients": failed, "reported": sum(e.get("reported", 0) for e in extras),

@@ -11,6 +11,8 @@ class RoundTally:
 
     def __init__(self):
         self.steps = self.samples = self.reported = self.dropped = self.partial = 0
+        #: Dropped stragglers not trained at all (``ClientTrainer.unheard``).
+        self.untrained = 0
         self.loss_sum = self.client_loss_sum = 0.0
         self.failed: list[int] = []
         self.nonfinite: list[int] = []
@@ -25,6 +27,13 @@ class RoundTally:
         self.client_loss_sum += loss_sum / max(1, samples)
         self.partial += int(partial)
 
+    def unheard(self) -> float:
+        """A straggler the server will drop, left untrained; its weight (0)."""
+        self.dropped += 1
+        self.partial += 1
+        self.untrained += 1
+        return 0.0
+
     def unstack(self, clients: int, err: Exception) -> None:
         """A stacked cohort of ``clients`` raised ``err``: they train one at a time."""
         self.unstacked += clients
@@ -35,7 +44,7 @@ class RoundTally:
         extras = {"failed_clients": self.failed + self.nonfinite,
                   "nonfinite_clients": self.nonfinite, "reported": self.reported,
                   "dropped": self.dropped, "partial": self.partial,
-                  "client_loss_sum": self.client_loss_sum}
+                  "client_loss_sum": self.client_loss_sum, "untrained": self.untrained}
         if self.unstacked:
             extras.update(unstacked_clients=self.unstacked,
                           unstacked_reason=self.unstacked_reason)

@@ -11,8 +11,8 @@ would weigh 0, so it is not computed at all. The clock reads seeds, data sizes a
 speeds, never the wall clock, so every rank and every ``--workers`` gets the same rounds;
 a resumed run replays the clock from round 1 (cheap: no training).
 
-Dropouts (``--dropout-rate``) and, with ``--drop-stragglers``, stragglers train and never
-report, as without a clock; the round waits for them as for anyone (the server learns they
+Dropouts (``--dropout-rate``) train and never report, and with ``--drop-stragglers``
+stragglers never report (untrained: ``ClientTrainer.unheard``), as without a clock; the round waits for them as for anyone (the server learns they
 will not report when their connection closes) but they do not count towards the
 ``clients_per_round`` reports that close an over-selected round.
 """

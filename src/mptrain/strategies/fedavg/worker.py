@@ -154,9 +154,10 @@ class FedAvgProgram(WorkerProgram):
         if path.vectorized:
             robust = self.robust
             attackers = [c for c in mine if robust is not None and robust.is_malicious(c)]
-            honest = [c for c in mine if c not in attackers]
+            unheard = [c for c in mine if robust is None and self.trainer.unheard(c, round_index)]
+            honest = [c for c in mine if c not in attackers and c not in unheard]
             order = [(cohort, True) for cohort in split_into_cohorts(honest, path.cohort_size)]
-            order += [([c], False) for c in attackers]
+            order += [([c], False) for c in attackers + unheard]
         else:
             order = [([c], False) for c in mine]
         for clients, stacked in order:
@@ -210,6 +211,8 @@ class FedAvgProgram(WorkerProgram):
         """Train ``client``, put its result in ``row``; returns its weight in the aggregate
         (0: it dropped out, failed or sent a non-finite update)."""
         f, trainer, robust = self.config.fedavg, self.trainer, self.robust
+        if robust is None and trainer.unheard(client, round_index):
+            return tally.unheard()
         trainer.load_global()
         if robust is not None and not robust.trains(client):
             return robust.forge(client, row, self.shared.global_flat, round_index, tally,
