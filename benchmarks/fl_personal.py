@@ -127,10 +127,11 @@ def pathological_clients(bundle, clients: int, classes: int, seed: int):
     train_rows, test_rows = torch.cat(parts), torch.cat(tests)
     natural = NaturalClients.from_sizes([len(p) for p in parts], [len(t) for t in tests])
     return replace(bundle, name=f"{bundle.name} pathological:{classes}",
+                   # the rows as stored (MNIST: uint8 pixels), decoded as the source's
                    train=SharedTensorDataset(bundle.train.inputs[train_rows],
-                                             train_targets[train_rows]),
+                                             train_targets[train_rows], bundle.train.decode),
                    test=SharedTensorDataset(bundle.test.inputs[test_rows],
-                                            test_targets[test_rows]),
+                                            test_targets[test_rows], bundle.test.decode),
                    clients=natural)
 
 
