@@ -169,10 +169,19 @@ def free_device_bytes(device: torch.device) -> int:
 
 
 def feed_for(data: SharedTensorDataset, device: torch.device, sharers: int = 1,
-             free_bytes: Callable[[torch.device], int] = free_device_bytes) -> DeviceFeed:
+             free_bytes: Callable[[torch.device], int] = free_device_bytes, *,
+             rank: int = 0, beat: Callable[[], None] | None = None) -> DeviceFeed:
     """The feed a worker on ``device`` reads ``data`` through (see the module doc);
     ``sharers``: the ranks that may keep a copy on the same GPU (the run's ranks: an upper
-    bound, exact where they all train on one GPU as hogwild's do)."""
+    bound, exact where they all train on one GPU as hogwild's do). Data not stacked
+    (``--loader stream``) is read by loader threads (``data.stream_feed``): ``rank`` names
+    the worker in their errors, ``beat`` keeps its heartbeat while it waits for them."""
+    from .stream import StreamDataset
+
+    if isinstance(data, StreamDataset):
+        from .stream_feed import StreamFeed
+
+        return StreamFeed(data, device, rank, beat)
     if device.type != "cuda":
         return DeviceFeed(data)
     if hasattr(data, "collate"):   # sequences of different lengths: collated on the host

@@ -152,7 +152,8 @@ class EpochProgram(WorkerProgram):
                                     else forward_in_its_layout(self.model),
                                     strategy.config.precision, setup.device)
         self.optimizer = strategy.optimizer(self.model)
-        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
+        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size,
+                             rank=setup.group.rank, beat=getattr(setup.progress, "beat", None))
         self.transform = batch_transform_for(strategy.config)   # None: batches as gathered
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)
