@@ -118,8 +118,16 @@ class StreamDataset:
     def gathered(self, pieces) -> tuple:
         """The rows of ``pieces`` (each a client's indices) read once, in this thread, into
         one block, and each piece's positions in it (see ``DeviceFeed.for_rows``)."""
+        from .device_feed import piece_positions
+
         indices = [int(i) for piece in pieces for i in piece]
-        return self.block([self.read(i) for i in indices]), _positions(pieces)
+        return self.block([self.read(i) for i in indices]), piece_positions(pieces)
+
+    def feed_on(self, device, rank: int = 0, beat=None):
+        """The feed a worker reads this set through: loader threads (``data.stream_feed``)."""
+        from .stream_feed import StreamFeed
+
+        return StreamFeed(self, device, rank, beat)
 
     @property
     def nbytes(self) -> int:
@@ -158,14 +166,6 @@ class StreamDataset:
 
     def __setstate__(self, state):
         self.__dict__.update({**state, "dataset": pickle.loads(state["dataset"])})
-
-
-def _positions(pieces) -> list[torch.Tensor]:
-    positions, start = [], 0
-    for piece in pieces:
-        positions.append(torch.arange(start, start + len(piece)))
-        start += len(piece)
-    return positions
 
 
 def _all_targets(dataset, size: int, what: str) -> torch.Tensor:

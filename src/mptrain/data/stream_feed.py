@@ -23,13 +23,16 @@ import queue
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 
 import torch
 
 from ..errors import setting_name
-from .device_feed import DeviceFeed, _moved, feed_for
-from .stream import StreamDataset, _positions
+from .device_feed import DeviceFeed, _moved, feed_for, piece_positions
+
+if TYPE_CHECKING:
+    from .stream import StreamDataset
 
 #: How often a worker waiting for its loader beats its heartbeat.
 BEAT_S = 0.25
@@ -139,7 +142,7 @@ class StreamFeed(DeviceFeed):
             if pieces else torch.empty(0, dtype=torch.int64)
         chunks = [(None, chunk) for chunk in torch.split(indices, 64)]
         samples = [sample for *_, read in self._raw_batches(chunks) for sample in read]
-        return feed_for(self.data.block(samples), self.device), _positions(pieces)
+        return feed_for(self.data.block(samples), self.device), piece_positions(pieces)
 
     # -- reading ----------------------------------------------------------------------------
     def _raw_batches(self, pairs):
