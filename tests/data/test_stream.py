@@ -144,13 +144,16 @@ def test_a_raising_sample_in_a_worker_names_rank_and_index_and_leaves_nothing(tm
     assert "RaisesAt" in message or "__getitem__" in message   # the user's frame
 
 
-@pytest.mark.timeout(180)
-def test_ddp_workers_read_the_mapped_file_in_place(tmp_path):
+@pytest.mark.timeout(240)
+def test_spawned_ddp_workers_read_the_mapped_file_in_place(tmp_path):
+    """Spawn is the hard case (fork inherits the mapping): the set reaches each worker as a
+    plain pickle, which maps the file again, and every read checks the mapping is there."""
     path = tmp_path / "rows.bin"
     write_rows(path, 40)
     model = small_net()
     result = mptrain.fit(model, MappedRows(path, 40, in_place=True), strategy="ddp",
-                         workers=2, epochs=1, batch_size=4, loader="stream")
+                         workers=2, epochs=1, batch_size=4, loader="stream",
+                         start_method="spawn")
     assert result.summary["loader"] == "stream"
 
 
