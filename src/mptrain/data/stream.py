@@ -23,6 +23,7 @@ import hashlib
 import pickle
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
@@ -173,8 +174,9 @@ def _all_targets(dataset, size: int, what: str) -> torch.Tensor:
     it has one of the right length, else read sample by sample (inputs dropped at once)."""
     given = getattr(dataset, "targets", None)
     if given is not None:
-        try:
-            targets = torch.as_tensor(given)
+        try:   # a copy: a read-only memory-mapped array is no tensor's storage
+            targets = given.clone() if isinstance(given, torch.Tensor) else \
+                torch.from_numpy(np.array(given))
         except (TypeError, ValueError, RuntimeError):
             targets = None
         if targets is not None and len(targets) == size:
@@ -198,8 +200,6 @@ def stacked_bytes(dataset) -> int:
 @contextmanager
 def _generators_kept():
     import random
-
-    import numpy as np
 
     states = random.getstate(), np.random.get_state(), torch.get_rng_state()
     try:
