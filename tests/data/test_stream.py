@@ -164,3 +164,38 @@ def test_bad_loader_settings_are_one_line_errors(capsys):
         ["run", "--data", "stream_sets:make_endless", "--loader", "stream"], capsys)
     with pytest.raises(UserError, match="loader_workers must be a non-negative integer"):
         mptrain.fit(small_net(), Sequences(), loader="stream", loader_workers=-2)
+
+
+def feed_of(dataset, loader_workers=2):
+    from mptrain.data.stream import StreamDataset
+
+    data = StreamDataset(dataset, "training data")
+    data.loader_workers = loader_workers
+    return data, data.feed_on(torch.device("cpu"), rank=3)
+
+
+def test_ctrl_c_in_the_training_loop_stops_the_loader_threads(rows):
+    _, feed = feed_of(rows)
+    batches = feed.batches(enumerate(torch.arange(60).split(4)))
+    next(batches)
+    assert not no_loader_threads()   # reading ahead
+    with pytest.raises(KeyboardInterrupt):
+        batches.throw(KeyboardInterrupt)
+    assert no_loader_threads()
+
+
+def refuse_to_collate(sequences, targets):
+    raise RuntimeError("no padding today")
+
+
+def test_a_collate_that_raises_is_named_with_rank_and_batch():
+    from mptrain.data.ragged import given_collate
+    from mptrain.data.stream_feed import LoaderFailed
+
+    data, feed = feed_of(Sequences())
+    data.collate = given_collate(refuse_to_collate)
+    with pytest.raises(LoaderFailed, match=r"rank 3: collating the batch of samples 8\.\.\. "
+                                           r"of the training data raised RuntimeError: no "
+                                           r"padding today"):
+        list(feed.batches([(0, torch.tensor([8, 9]))]))
+    assert no_loader_threads()

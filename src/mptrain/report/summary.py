@@ -85,7 +85,7 @@ def stream_line(bundle, config) -> str | None:
     how = f"{threads} loader thread{'s' * (threads != 1)} per worker, up to " \
           f"{2 * threads} batches ahead" if threads else "read in the training thread"
     why = f" (instead of {bundle.loader_reason})" if bundle.loader_reason else ""
-    return f"loader stream: each worker reads its shard where the data lies, {how}{why}"
+    return f"loader stream: each worker reads its own samples where the data lies, {how}{why}"
 
 
 def optimizer_terms(config) -> str:
