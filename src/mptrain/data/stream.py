@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
-from .shared import SHM_PATH, _floats32, _read, _sample, shm_free_bytes
+from .shared import SHM_PATH, _as_tensor, _floats32, _read, _sample, shm_free_bytes
 
 STACKED, STREAM, AUTO = "stacked", "stream", "auto"
 LOADERS = (STACKED, STREAM, AUTO)
@@ -78,8 +78,6 @@ class StreamDataset:
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
             raise TypeError(f"{self.what}[{index}] is a {type(item).__name__}; each sample "
                             "must be an (input, target) pair")
-        from .shared import _as_tensor
-
         return _as_tensor(item[0], self.what, index), _as_tensor(item[1], self.what, index)
 
     def collated(self, samples: list) -> tuple:
@@ -187,12 +185,12 @@ def _all_targets(dataset, size: int, what: str) -> torch.Tensor:
     return targets.long() if targets.dtype == torch.bool else targets
 
 
-def stacked_bytes(dataset) -> int:
+def stacked_bytes(dataset, what: str) -> int:
     """What stacking ``dataset`` would put in shared memory, from its first sample (read
     with the random generators put back after: a ``__getitem__`` that draws gives the same
     data under ``--seed`` whichever loader is chosen)."""
     with _generators_kept():
-        inputs, targets = _sample(dataset, 0, "the data")
+        inputs, targets = _sample(dataset, 0, what)
     size = 4 if inputs.dtype == torch.float64 else inputs.element_size()
     return len(dataset) * (inputs.numel() * size + max(targets.numel(), 1) * 8)
 
@@ -217,7 +215,8 @@ def choose_loader(loader: str, train, test, path: str = SHM_PATH) -> tuple[str, 
         return loader, None
     if not (hasattr(train, "__len__") and hasattr(train, "__getitem__")):
         return STACKED, None   # refused as stacking refuses it, in its words
-    need = stacked_bytes(train) + (stacked_bytes(test) if test is not None else 0)
+    need = stacked_bytes(train, "training data") + \
+        (stacked_bytes(test, "test data") if test is not None else 0)
     free = shm_free_bytes(path)
     if free is None or need <= free:
         return STACKED, None

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 BEAT_S = 0.25
 #: How long closing a pool waits for a thread that is still reading (it is a daemon).
 CLOSE_WAIT_S = 1.0
+#: Rows of a fedavg client's one read job: a client's rows are split so that the threads
+#: read them side by side (all of them are held afterwards anyway, as the client's block).
+ROWS_PER_READ = 64
 
 
 class LoaderFailed(RuntimeError):
@@ -140,7 +143,7 @@ class StreamFeed(DeviceFeed):
         pieces = list(pieces)
         indices = torch.cat([torch.as_tensor(p, dtype=torch.int64) for p in pieces]) \
             if pieces else torch.empty(0, dtype=torch.int64)
-        chunks = [(None, chunk) for chunk in torch.split(indices, 64)]
+        chunks = [(None, chunk) for chunk in torch.split(indices, ROWS_PER_READ)]
         samples = [sample for *_, read in self._raw_batches(chunks) for sample in read]
         return feed_for(self.data.block(samples), self.device), piece_positions(pieces)
 
