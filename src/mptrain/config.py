@@ -106,6 +106,7 @@ class TrainConfig:
     #: where it lies by loader threads (``data.stream``); auto: stacked where that fits.
     loader: str = "auto"
     loader_workers: int = 2                 # loader threads per worker (stream; 0: inline)
+    drop_last: bool = False                 # sync, ddp: cut each epoch's tail, never pad
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
     fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
@@ -395,7 +396,7 @@ _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_s
                   "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk",
                   "personal_head_epochs", "concurrency", "buffer_size")
 _FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
-          "compile", "drop_stragglers", "eval_train")
+          "compile", "drop_stragglers", "eval_train", "drop_last")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,

@@ -99,6 +99,10 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--loader-workers", type=int,
               help="--loader stream: loader threads per worker, counted in its thread "
                    "budget (default 2; 0: read in the training thread).")
+@click.option("--drop-last/--no-drop-last", default=None,
+              help="sync, ddp: cut each epoch's shuffled order to a multiple of the workers "
+                   "(DistributedSampler's drop_last) instead of padding it by repeating "
+                   "samples so that every rank has as many.")
 @click.option("--augment", metavar="OPS",
               help="Augment each training batch in the workers, drawn afresh per batch: "
                    "crop:PAD, hflip, shift:PX, comma-separated (image data only).")
