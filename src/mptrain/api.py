@@ -10,8 +10,8 @@ import torch.nn as nn
 from .checkpoint import Checkpoint, check_folder_argument, resolve_resume, user_code_in
 from .callbacks import EVENTS as CALLBACK_EVENTS
 from .config import TrainConfig, TrainingDefaults
-from .data.shared import materialize
-from .data.sources import DataBundle, user_bundle, with_collate, with_data_dtype
+from .data.sources import (DataBundle, user_datasets, with_collate, with_data_dtype,
+                           with_loader)
 from .errors import UserError, as_keyword, python_caller, setting_name, spelled
 from .launch.launchers import Launcher, choose_launcher
 from .launch.preflight import GUARD_HELP
@@ -30,7 +30,8 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
 
     ``train_data``/``test_data`` are map-style datasets of ``(input, target)`` pairs (or a
     :class:`~mptrain.data.sources.DataBundle`); they are stacked into tensors and put in
-    shared memory once. Integer targets train a classifier, float targets a regressor.
+    shared memory once, or with ``loader="stream"`` (and ``"auto"`` where stacking would
+    not fit there) read where they lie by each worker's loader threads. Integer targets train a classifier, float targets a regressor.
     ``settings`` are those of :class:`~mptrain.config.TrainConfig` (``strategy``,
     ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
     ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,
@@ -83,10 +84,10 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
                                  defaults, resume)
         launcher = launcher_for(config, given)
         telling = telling_whom(loggers, tb_dir, callbacks)
-        bundle = with_collate(with_data_dtype(
+        bundle = with_collate(with_loader(with_data_dtype(
             train_data if isinstance(train_data, DataBundle) else
-            bundle_from_datasets(train_data, test_data, config.seed), config.data_dtype),
-            config.collate)
+            bundle_from_datasets(train_data, test_data, config.seed, config.loader),
+            config.data_dtype), config), config.collate)
         return train(config, bundle, model, type(model).__name__, launcher, out=out,
                      checkpoint=checkpoint, **telling)
 
@@ -159,16 +160,16 @@ def train(config: TrainConfig, bundle: DataBundle, model: nn.Module, model_name:
                           callbacks=list(callbacks or [])))
 
 
-def bundle_from_datasets(train_data, test_data, seed: int = 0) -> DataBundle:
+def bundle_from_datasets(train_data, test_data, seed: int = 0,
+                         loader: str = "stacked") -> DataBundle:
     """The user's data sets stacked under ``seed`` (``data.seeding``): a ``__getitem__``
-    that draws random numbers gives the same data for the same seed."""
+    that draws random numbers gives the same data for the same seed; or read where they lie
+    (``loader``: ``--loader``, ``data.stream``)."""
     from .data.seeding import seeded
 
     with seeded(seed):
-        train = materialize(train_data, "training data")
-        test = materialize(test_data, "test data") if test_data is not None else None
-    return user_bundle(type(train_data).__name__, train, test, default_model="(given)",
-                       defaults=TrainingDefaults())
+        return user_datasets(type(train_data).__name__, train_data, test_data,
+                             "(given)", TrainingDefaults(), loader)
 
 
 def refuse_inside_spawned_import() -> None:

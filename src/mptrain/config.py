@@ -102,6 +102,11 @@ class TrainConfig:
     transform: str | None = None
     data_dtype: str = "auto"                # images in shared memory: uint8 where so given
     collate: str | None = None              # samples of different lengths: pad, or a function
+    #: How workers read the data: stacked in shared memory once, or each its shard read
+    #: where it lies by loader threads (``data.stream``); auto: stacked where that fits.
+    loader: str = "auto"
+    loader_workers: int = 2                 # loader threads per worker (stream; 0: inline)
+    drop_last: bool = False                 # sync, ddp: cut each epoch's tail, never pad
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).
     fedavg: FedAvgSettings = dataclasses.field(default_factory=FedAvgSettings)
@@ -391,13 +396,14 @@ _POSITIVE_INTS = ("workers", "epochs", "batch_size", "sync_every", "eval_batch_s
                   "clients_per_round", "local_epochs", "client_eval_every", "vectorize_chunk",
                   "personal_head_epochs", "concurrency", "buffer_size")
 _FLAGS = ("share_optimizer_state", "quiet", "overwrite", "accept_failures", "scaffold",
-          "compile", "drop_stragglers", "eval_train")
+          "compile", "drop_stragglers", "eval_train", "drop_last")
 _CHOICES = {"optimizer": OPTIMIZERS, "lr_schedule": LR_SCHEDULES, "ddp_backend": DDP_BACKENDS,
             "device": DEVICES, "precision": PRECISIONS, "start_method": START_METHODS,
             "sharing_strategy": SHARING_STRATEGIES, "server_optimizer": SERVER_OPTIMIZERS,
             "sampling": CLIENT_SAMPLING, "accountant": ACCOUNTANTS,
             "vectorize_clients": VECTORIZE_CLIENTS, "straggler_mode": STRAGGLER_MODES,
-            "data_dtype": ("auto", "uint8", "float32")}
+            "data_dtype": ("auto", "uint8", "float32"),
+            "loader": ("stacked", "stream", "auto")}
 #: Settings that may be None (left to the run or off).
 _OPTIONAL = frozenset({"start_method", "client_fraction", "target_accuracy", "server_lr",
                        "server_tau", "dp_clip", "dp_noise", "dp_delta", "target_epsilon",
@@ -449,7 +455,8 @@ def check_setting(name: str, value) -> None:
         if value is not None or name not in _OPTIONAL:
             low, high, low_open, high_open = _NUMBERS[name]
             check_number(value, name, low, high, low_open, high_open)
-    elif name == "max_restarts" or (name == "max_staleness" and value is not None):
+    elif name in ("max_restarts", "loader_workers") or \
+            (name == "max_staleness" and value is not None):
         check_kind(name, value, "a whole number")
         if value < 0:
             raise UserError(f"{said} must be a non-negative integer, got {value!r}")

@@ -87,3 +87,24 @@ def test_steps_per_epoch(n, world, batch, steps):
 def test_batches_keep_order_and_last_is_smaller():
     parts = batches(torch.arange(7), 3)
     assert [p.tolist() for p in parts] == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+@pytest.mark.parametrize("n, world", SIZES)
+def test_drop_last_cuts_the_tail_instead_of_padding(n, world):
+    """DistributedSampler(drop_last=True): equal shards of n // world, disjoint, every one
+    of them from the epoch's permutation, the same order as without it up to the cut."""
+    shards = [shard_indices(n, world, rank, 3, 2, drop_last=True) for rank in range(world)]
+    assert all(len(shard) == n // world for shard in shards)
+    flat = torch.cat(shards).tolist()
+    assert len(set(flat)) == len(flat) == n - n % world
+    padded = all_shards(n, world, seed=3, epoch=2)
+    assert all(torch.equal(cut, whole[:len(cut)]) for cut, whole in zip(shards, padded))
+
+
+def test_drop_last_is_refused_where_no_shard_is_padded():
+    import mptrain
+    from mptrain.errors import UserError
+
+    mptrain.TrainConfig(strategy="ddp", drop_last=True)
+    with pytest.raises(UserError, match="drop-last does nothing with --strategy single; use --strategy sync or ddp"):
+        mptrain.TrainConfig.from_settings({"strategy": "single", "drop_last": True})

@@ -91,6 +91,18 @@ class GroupedHelp(NonEmptyValues):
               help="Samples of different lengths (1-D token sequences): pad (each batch "
                    "padded to its longest, the model given (tokens, mask)) or a function "
                    "fn(sequences, targets) -> (inputs, targets).")
+@click.option("--loader", type=Choice(("stacked", "stream", "auto")),
+              help="stacked: the data read once and held in shared memory; stream: each "
+                   "worker reads its shard where it lies (a memory-mapped file stays on "
+                   "disk), a few batches ahead; auto (default): stacked unless that would "
+                   "not fit in /dev/shm.")
+@click.option("--loader-workers", type=int,
+              help="--loader stream: loader threads per worker, counted in its thread "
+                   "budget (default 2; 0: read in the training thread).")
+@click.option("--drop-last/--no-drop-last", default=None,
+              help="sync, ddp: cut each epoch's shuffled order to a multiple of the workers "
+                   "(DistributedSampler's drop_last) instead of padding it by repeating "
+                   "samples so that every rank has as many.")
 @click.option("--augment", metavar="OPS",
               help="Augment each training batch in the workers, drawn afresh per batch: "
                    "crop:PAD, hflip, shift:PX, comma-separated (image data only).")
@@ -313,7 +325,7 @@ def _prepare(layers, where: dict, resume):
     from ..checkpoint import load as load_checkpoint
     from ..checkpoint import user_code_in
     from ..data.recipes import recipe_for
-    from ..data.sources import load_data, with_collate, with_data_dtype
+    from ..data.sources import load_data, with_collate, with_data_dtype, with_loader
     from ..launch import warmup
     from ..models import build_model
     from ..settings import run_locations
@@ -330,8 +342,9 @@ def _prepare(layers, where: dict, resume):
     launcher = launcher_for(config, said)
     bundle = load_data(locations["data"] or "digits", locations["data_dir"],
                        clients=devices_asked(config), seed=config.seed,
-                       **{k: locations[k] for k in DATA_COLUMNS})
-    bundle = with_collate(with_data_dtype(bundle, config.data_dtype), config.collate)
+                       loader=config.loader, **{k: locations[k] for k in DATA_COLUMNS})
+    bundle = with_collate(with_loader(with_data_dtype(bundle, config.data_dtype), config),
+                          config.collate)
     if bundle.clients is not None:   # natural data: its recipe knows its clients now
         config = resolved_config(layers, checkpoint, bundle.defaults, resume)
     model = build_model(locations["model"] or bundle.default_model, bundle.input_shape,

@@ -163,16 +163,31 @@ def _decoded(data, inputs):
     return inputs if decoded is None else decoded(inputs)
 
 
+def piece_positions(pieces) -> list[torch.Tensor]:
+    """Where each of ``pieces`` (index tensors) lies in the block they make end to end."""
+    positions, start = [], 0
+    for piece in pieces:
+        positions.append(torch.arange(start, start + len(piece)))
+        start += len(piece)
+    return positions
+
+
 def free_device_bytes(device: torch.device) -> int:
     free, _ = torch.cuda.mem_get_info(device)
     return free
 
 
 def feed_for(data: SharedTensorDataset, device: torch.device, sharers: int = 1,
-             free_bytes: Callable[[torch.device], int] = free_device_bytes) -> DeviceFeed:
+             free_bytes: Callable[[torch.device], int] = free_device_bytes, *,
+             rank: int = 0, beat: Callable[[], None] | None = None) -> DeviceFeed:
     """The feed a worker on ``device`` reads ``data`` through (see the module doc);
     ``sharers``: the ranks that may keep a copy on the same GPU (the run's ranks: an upper
-    bound, exact where they all train on one GPU as hogwild's do)."""
+    bound, exact where they all train on one GPU as hogwild's do). Data not stacked
+    (``--loader stream``) is read by loader threads (``data.stream_feed``): ``rank`` names
+    the worker in their errors, ``beat`` keeps its heartbeat while it waits for them."""
+    streamed = getattr(data, "feed_on", None)   # data.stream: it knows its own feed
+    if streamed is not None:
+        return streamed(device, rank, beat)
     if device.type != "cuda":
         return DeviceFeed(data)
     if hasattr(data, "collate"):   # sequences of different lengths: collated on the host

@@ -48,6 +48,8 @@ class DataBundle:
     #: Which rows each natural client owns (LEAF's users, a Hub data set's client column,
     #: FedProx's devices); None for pooled data, which ``--partition`` cuts.
     clients: "NaturalClients | None" = None
+    #: Why the data is streamed rather than stacked when ``--loader auto`` chose so.
+    loader_reason: str | None = None
 
     @property
     def input_shape(self) -> tuple:
@@ -81,7 +83,8 @@ class DataBundle:
 
 def load_data(name: str, data_dir: str | None = None, seed: int = 0, *,
               clients: int | None = None, client_column: str | None = None,
-              features: str | None = None, label: str | None = None) -> DataBundle:
+              features: str | None = None, label: str | None = None,
+              loader: str = "stacked") -> DataBundle:
     """Build the data set ``name``: a built-in, natural data (``leaf:DIR``, ``hf:NAME``,
     ``synthetic:ALPHA,BETA``, ``synthetic-iid``) or ``module:factory`` (called, and its data
     sets stacked, under ``seed``: see ``data.seeding``). The built-ins draw from their own
@@ -114,7 +117,7 @@ def load_data(name: str, data_dir: str | None = None, seed: int = 0, *,
                             "IDX files (train-images-idx3-ubyte[.gz], ...)")
         return mnist(data_dir)
     if is_import_string(name):
-        return from_factory(name, seed)
+        return from_factory(name, seed, loader)
     hint = colon_hint(name) or did_you_mean(name, BUILTIN_SOURCES)
     raise UserError(f"unknown data set {name!r}{hint}; choose one of: "
                     f"{', '.join(BUILTIN_SOURCES)}, leaf:DIR, hf:NAME, synthetic:ALPHA,BETA, "
@@ -259,7 +262,10 @@ def with_collate(bundle: DataBundle, collate: str | None) -> DataBundle:
     without, in one line); 1-D samples of one length are held as sequences for it; other
     samples cannot take it."""
     from .ragged import RaggedDataset
+    from .stream import StreamDataset
 
+    if isinstance(bundle.train, StreamDataset):
+        return _stream_collated(bundle, collate)
     ragged = isinstance(bundle.train, RaggedDataset)
     if collate is None:
         if ragged:
@@ -283,6 +289,25 @@ def with_collate(bundle: DataBundle, collate: str | None) -> DataBundle:
         return data
 
     return replace(bundle, train=collated(bundle.train), test=collated(bundle.test))
+
+
+def _stream_collated(bundle: DataBundle, collate: str | None) -> DataBundle:
+    """A streamed bundle told ``--collate`` (each batch collated by the loader threads), or
+    refused as a stacked one is: sequences of different lengths without it, samples that
+    are not 1-D with it."""
+    if collate is None:
+        if bundle.train.varied_lengths:
+            raise UserError(f"the training data's samples have different shapes: for 1-D "
+                            f"sequences give {setting_name('collate')} pad (padded to the "
+                            f"longest of each batch, with a mask) or a function of yours")
+        return bundle
+    if len(bundle.input_shape) != 1:
+        raise UserError(f"{setting_name('collate')} {collate} takes 1-D samples (token "
+                        f"sequences); this data's samples are {list(bundle.input_shape)}")
+    for data in (bundle.train, bundle.test):
+        if data is not None:
+            data.collate = collate
+    return bundle
 
 
 #: ``--data-dtype``: how images are held in shared memory.
@@ -312,17 +337,47 @@ def with_data_dtype(bundle: DataBundle, data_dtype: str) -> DataBundle:
     return replace(bundle, train=as_floats(bundle.train), test=as_floats(bundle.test))
 
 
-def from_factory(spec: str, seed: int = 0) -> DataBundle:
+def from_factory(spec: str, seed: int = 0, loader: str = "stacked") -> DataBundle:
     """Call a user factory that returns ``(train_dataset, test_dataset_or_None)``, seeded:
-    the same ``seed`` gives the same data, which a resume must have."""
+    the same ``seed`` gives the same data, which a resume must have. ``loader``:
+    ``--loader`` (``data.stream``)."""
     with seeded(seed):
         produced = call_factory(spec, "--data")
         if not (isinstance(produced, (tuple, list)) and len(produced) == 2):
             raise UserError(f"--data {spec!r} returned {type(produced).__name__}; the factory "
                             "must return a pair (train_dataset, test_dataset), test may be None")
-        train = materialize(produced[0], "training data")
-        test = materialize(produced[1], "test data") if produced[1] is not None else None
-    return user_bundle(spec, train, test, default_model="mlp", defaults=GENERIC_DEFAULTS)
+        return user_datasets(spec, produced[0], produced[1], "mlp", GENERIC_DEFAULTS, loader)
+
+
+def user_datasets(name: str, train, test, default_model: str, defaults: TrainingDefaults,
+                  loader: str) -> DataBundle:
+    """The user's data sets stacked, or read where they lie (``--loader``; auto: stacked
+    where that fits in shared memory, ``data.stream.choose_loader``)."""
+    from .stream import STREAM, choose_loader, streamed
+
+    kind, why = choose_loader(loader, train, test)
+    prepare = streamed if kind == STREAM else materialize
+    bundle = user_bundle(name, prepare(train, "training data"),
+                         prepare(test, "test data") if test is not None else None,
+                         default_model=default_model, defaults=defaults)
+    bundle.loader_reason = why
+    return bundle
+
+
+def with_loader(bundle: DataBundle, config) -> DataBundle:
+    """``bundle`` as ``--loader`` reads it: data stacked by its source (the built-ins,
+    natural data) wrapped to be streamed when ``stream`` is said; a streamed set told the
+    run's loader threads and patience (``--loader-workers``, ``--worker-timeout``)."""
+    from .stream import STREAM, StreamDataset, streamed
+
+    if config.loader == STREAM and not isinstance(bundle.train, StreamDataset):
+        bundle = replace(bundle, train=streamed(bundle.train, "training data"),
+                         test=None if bundle.test is None else
+                         streamed(bundle.test, "test data"))
+    for data in (bundle.train, bundle.test):
+        if isinstance(data, StreamDataset):
+            data.loader_workers, data.patience_s = config.loader_workers, config.worker_timeout
+    return bundle
 
 
 def user_bundle(name: str, train: SharedTensorDataset, test: SharedTensorDataset | None,

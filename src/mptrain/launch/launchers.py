@@ -82,7 +82,7 @@ class InProcessLauncher(Launcher):
     """``single``: the run trains in the calling process."""
 
     def plan(self, config, strategy, model, data):
-        return plan_in_process(config)
+        return plan_in_process(config, data)
 
     def place_data(self, bundle):
         bundle.materialize_()
@@ -125,7 +125,7 @@ class TorchrunLauncher(Launcher):
         self.world = world
 
     def plan(self, config, strategy, model, data):
-        return plan_under_launcher(config, strategy, self.world)
+        return plan_under_launcher(config, strategy, self.world, data)
 
     def refuse_settings(self, given):
         from ..config import in_callers_words

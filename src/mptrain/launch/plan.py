@@ -54,9 +54,10 @@ class RunPlan:
         return [list(range(start, start + size)) for start in range(0, self.workers, size)]
 
 
-def plan_in_process(config: TrainConfig) -> RunPlan:
+def plan_in_process(config: TrainConfig, data=None) -> RunPlan:
     cores = usable_cores()
-    threads = threads_per_worker(1, config.threads_per_worker, cores)
+    threads = without_loader_threads(threads_per_worker(1, config.threads_per_worker, cores),
+                                     config, data)
     return RunPlan(1, threads, None, "in this process", CommKind.NONE, cores=cores)
 
 
@@ -66,7 +67,8 @@ def plan_workers(config, strategy, model, data) -> RunPlan:
     threads = threads_per_worker(workers, config.threads_per_worker, cores)
     comm = strategy.comm_kind(config, None)
     processes = turn_taking_processes(config, strategy, comm, workers, cores, threads)
-    threads = thread_cap(threads, processes or workers, cores)
+    threads = without_loader_threads(thread_cap(threads, processes or workers, cores),
+                                     config, data)
     method, reason = choose_start_method(config.start_method, config.device, threads)
     plan = RunPlan(workers, threads, method, reason, comm, cores=cores, processes=processes)
     needs = strategy.needs(model, data, plan)
@@ -75,13 +77,23 @@ def plan_workers(config, strategy, model, data) -> RunPlan:
     return replace(plan, sharing=sharing, sharing_reason=why)
 
 
-def plan_under_launcher(config, strategy, world: ExternalWorld) -> RunPlan:
+def without_loader_threads(threads: int, config, data) -> int:
+    """A worker's thread budget less its loader threads (``--loader stream``): they read
+    and collate beside the training thread, on the same cores (one left to torch at
+    least)."""
+    from ..data.stream import loader_threads
+
+    return max(1, threads - loader_threads(config, data))
+
+
+def plan_under_launcher(config, strategy, world: ExternalWorld, data=None) -> RunPlan:
     """Ranks an external launcher (torchrun) started, this process one of them."""
     check_device(config.device)   # before joining: nccl without a GPU is a traceback
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
     cores = usable_cores()
-    threads = thread_cap(threads_per_worker(local, config.threads_per_worker, cores), local,
-                         cores)
+    threads = without_loader_threads(thread_cap(
+        threads_per_worker(local, config.threads_per_worker, cores), local, cores),
+        config, data)
     return RunPlan(world.world_size, threads, None, f"started by {world.launcher}",
                    strategy.comm_kind(config, local), cores=cores,
                    local_workers=local, rank_zero_here=world.node == 0)

@@ -54,6 +54,9 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
         lines.append(f"batches: each data set resident on the GPU where every rank's copy "
                      f"together takes at most {RESIDENT_SHARE:.0%} of its free memory, else "
                      "gathered in pinned memory and copied one batch ahead on a side stream")
+    stream = stream_line(bundle, config)
+    if stream:
+        lines.append(stream)
     if config.augment or config.transform:
         done = [f"augment {config.augment}"] * bool(config.augment) + \
             [f"transform {config.transform}"] * bool(config.transform)
@@ -69,6 +72,20 @@ def banner_lines(config, bundle, model, model_name, plan) -> list[str]:
     if plan.sharing:
         lines.append(f"sharing strategy {plan.sharing} ({plan.sharing_reason})")
     return lines
+
+
+def stream_line(bundle, config) -> str | None:
+    """What the banner says of data read where it lies (``--loader stream``), and why
+    ``auto`` chose it."""
+    from ..data.stream import StreamDataset
+
+    if not isinstance(bundle.train, StreamDataset):
+        return None
+    threads = config.loader_workers
+    how = f"{threads} loader thread{'s' * (threads != 1)} per worker, up to " \
+          f"{2 * threads} batches ahead" if threads else "read in the training thread"
+    why = f" (instead of {bundle.loader_reason})" if bundle.loader_reason else ""
+    return f"loader stream: each worker reads its own samples where the data lies, {how}{why}"
 
 
 def optimizer_terms(config) -> str:
@@ -97,6 +114,8 @@ def build_summary(config, bundle, model, model_name, plan, epochs, wall_s,
         "transform": config.transform,
         "collate": config.collate,
         "data_dtype": config.data_dtype,
+        "loader": "stream" if stream_line(bundle, config) else "stacked",
+        "loader_reason": bundle.loader_reason,
         "epochs": config.epochs if config.unit == "epoch" else None,
         "unit": config.unit,
         "rounds_done": len(epochs),

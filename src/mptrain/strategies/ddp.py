@@ -123,7 +123,7 @@ def gradients(replica: nn.Module) -> list[torch.Tensor]:
 class DDPStrategy(EpochStrategy):
     name = "ddp"
     no_cuda_graphs = "gradients are averaged from hooks while backward runs"
-    settings = EpochStrategy.settings | {"ddp_backend"}
+    settings = EpochStrategy.settings | {"ddp_backend", "drop_last"}
     runs_under_torchrun = True
     ranks_take_turns = True
 

@@ -71,7 +71,8 @@ class EpochStrategy(Strategy):
         return True
 
     def samples_per_round(self, data, workers):
-        shard = len(shard_indices(len(data.train), workers, 0, 0, 0, shuffle=False))
+        shard = len(shard_indices(len(data.train), workers, 0, 0, 0, shuffle=False,
+                                  drop_last=self.config.drop_last))
         if self.config.steps_per_epoch is not None:
             shard = min(shard, self.config.steps_per_epoch * self.config.batch_size)
         return shard * workers
@@ -90,7 +91,8 @@ class EpochStrategy(Strategy):
         batches. Every rank takes as many steps as every other, which synchronous strategies
         need."""
         config = self.config
-        shard = shard_indices(num_samples, group.world_size, group.rank, config.seed, epoch)
+        shard = shard_indices(num_samples, group.world_size, group.rank, config.seed, epoch,
+                              drop_last=config.drop_last)
         if config.steps_per_epoch is not None:
             shard = shard[:config.steps_per_epoch * config.batch_size]
         return EpochBatches(steps=-(-len(shard) // config.batch_size),
@@ -152,7 +154,8 @@ class EpochProgram(WorkerProgram):
                                     else forward_in_its_layout(self.model),
                                     strategy.config.precision, setup.device)
         self.optimizer = strategy.optimizer(self.model)
-        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
+        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size,
+                             rank=setup.group.rank, beat=getattr(setup.progress, "beat", None))
         self.transform = batch_transform_for(strategy.config)   # None: batches as gathered
         self.after_backward = functools.partial(strategy.after_backward, self.model,
                                                 self.group)

@@ -18,7 +18,7 @@ from .model_state import floating_state
 
 class SyncStrategy(EpochStrategy):
     name = "sync"
-    settings = EpochStrategy.settings | {"sync_every"}
+    settings = EpochStrategy.settings | {"sync_every", "drop_last"}
     runs_under_torchrun = True
     ranks_take_turns = True
 

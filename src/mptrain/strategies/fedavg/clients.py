@@ -36,7 +36,8 @@ class ClientTrainer:
         # Private to this worker: it may change layout (the global model stays as it is).
         self.layout = ChannelsLastTraining(self.model, setup.device)
         self.forward = in_precision(self.layout.forward, config.precision, setup.device)
-        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size)
+        self.feed = feed_for(setup.data.train, setup.device, setup.group.world_size,
+                             rank=setup.group.rank, beat=getattr(setup.progress, "beat", None))
         self.transform = batch_transform_for(config)   # None: batches as gathered
         self.tensors = floating_state(self.model)
         # The server averages floating state only and never changes integer buffers

@@ -1,0 +1,221 @@
+"""The stream loader (issue 56, ``--loader stream``): each worker reads its shard of the
+user's data set where it lies, through loader threads; the same samples in the same order as
+the stacked path, a memory-mapped file never copied, failures named by rank and sample."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+
+import mptrain
+from mptrain.api import bundle_from_datasets
+from mptrain.data.stream import StreamDataset
+from mptrain.data.stream_feed import LoaderHung
+from mptrain.errors import UserError, WorkerFailedError
+from stream_sets import (CLASSES, FEATURES, RELEASE, HangsAt, MappedRows, RaisesAt,
+                         Sequences, write_rows)
+from user_errors import fail
+
+
+def small_net():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(FEATURES, 8), nn.ReLU(), nn.Linear(8, CLASSES))
+
+
+class BagOfTokens(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.out = nn.Embedding(8, 8), nn.Linear(8, 2)
+
+    def forward(self, batch):
+        tokens, mask = batch
+        return self.out((self.embed(tokens) * mask.unsqueeze(-1)).sum(1))
+
+
+@pytest.fixture
+def rows(tmp_path):
+    path = tmp_path / "rows.bin"
+    write_rows(path, 60)
+    return MappedRows(path, 60)
+
+
+def parameters(model):
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def same(a, b) -> bool:
+    return all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def no_loader_threads() -> bool:
+    return not any(t.name.startswith("mptrain-loader") and t.is_alive()
+                   for t in threading.enumerate())
+
+
+@pytest.mark.parametrize("strategy, options", [
+    ("single", {"epochs": 2}),
+    ("fedavg", {"rounds": 2, "clients": 4, "clients_per_round": 3, "workers": 1}),
+])
+def test_stream_trains_the_same_samples_in_the_same_order_as_stacked(rows, strategy, options):
+    def run(loader):
+        model = small_net()
+        mptrain.fit(model, rows, strategy=strategy, batch_size=8, loader=loader,
+                    threads_per_worker=1, **options)
+        return parameters(model)
+
+    assert same(run("stacked"), run("stream"))
+    assert no_loader_threads()
+
+
+def test_a_resumed_stream_run_continues_the_epoch_order(rows, tmp_path):
+    straight = small_net()
+    mptrain.fit(straight, rows, strategy="single", epochs=2, batch_size=8, loader="stream")
+    first = small_net()
+    mptrain.fit(first, rows, strategy="single", epochs=1, batch_size=8, loader="stream",
+                out=tmp_path / "run", checkpoint_every=1)
+    resumed = mptrain.fit(small_net(), rows, strategy="single", epochs=2, batch_size=8,
+                          loader="stream", resume=tmp_path / "run", out=tmp_path / "run")
+    assert same(parameters(straight), parameters(resumed.model))
+
+
+def test_collate_pad_works_with_the_stream_loader():
+    def run(loader):
+        model = BagOfTokens()
+        mptrain.fit(model, Sequences(), strategy="single", epochs=1, batch_size=8,
+                    collate="pad", loader=loader, threads_per_worker=1)
+        return parameters(model)
+
+    assert same(run("stacked"), run("stream"))
+
+
+def test_augment_runs_on_streamed_batches_as_on_stacked_ones():
+    from mptrain.data.sources import digits
+
+    def run(loader):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(1, 4, 3), nn.ReLU(), nn.Flatten(),
+                              nn.Linear(4 * 36, 10))
+        # One torch thread both ways (the loader threads come out of stream's budget): a
+        # conv's sums in another order would differ in the last bits.
+        mptrain.fit(model, digits(), strategy="single", epochs=1, steps_per_epoch=3,
+                    batch_size=16, augment="shift:1,hflip", loader=loader,
+                    threads_per_worker=1)
+        return parameters(model)
+
+    assert same(run("stacked"), run("stream"))
+
+
+def test_the_memory_mapped_rows_stay_in_their_file(rows):
+    bundle = bundle_from_datasets(rows, None, loader="stream").share_memory_()
+    assert isinstance(bundle.train, StreamDataset)
+    assert isinstance(rows.rows, np.memmap) and not rows.rows.flags.owndata
+    # What goes to /dev/shm is one target per sample, not the rows (60 x 4 float32).
+    assert bundle.nbytes == 60 * 8
+
+
+def test_auto_streams_when_stacking_would_not_fit_in_shared_memory(rows, monkeypatch):
+    assert not isinstance(bundle_from_datasets(rows, None, loader="auto").train,
+                          StreamDataset)
+    monkeypatch.setenv("MPTRAIN_SHM_FREE_MIB", "0.0001")   # ~100 bytes: the rows need 1 kB
+    bundle = bundle_from_datasets(rows, None, loader="auto")
+    assert isinstance(bundle.train, StreamDataset)
+    assert "MiB free" in bundle.loader_reason
+    from mptrain.report.summary import stream_line
+
+    config = mptrain.TrainConfig(loader="auto")
+    assert "instead of stacked" in stream_line(bundle, config)
+
+
+def test_a_hanging_loader_is_named_within_the_worker_timeout(tmp_path):
+    path = tmp_path / "rows.bin"
+    write_rows(path, 20)
+    RELEASE.clear()
+    try:
+        with pytest.raises(LoaderHung, match=r"rank 0: the loader made no progress for 1 s, "
+                                             r"reading sample 5 of the training data"):
+            mptrain.fit(small_net(), HangsAt(path, 20), strategy="single", epochs=1,
+                        batch_size=4, loader="stream", worker_timeout=1)
+    finally:
+        RELEASE.set()   # the stuck thread returns, and is told to stop
+    for thread in threading.enumerate():
+        if thread.name.startswith("mptrain-loader"):
+            thread.join(timeout=60)
+    assert no_loader_threads()
+
+
+@pytest.mark.timeout(180)
+def test_a_raising_sample_in_a_worker_names_rank_and_index_and_leaves_nothing(tmp_path):
+    path = tmp_path / "rows.bin"
+    write_rows(path, 40)
+    with pytest.raises(WorkerFailedError) as caught:
+        mptrain.fit(small_net(), RaisesAt(path, 40), strategy="ddp", workers=2, epochs=1,
+                    batch_size=4, loader="stream")
+    message = str(caught.value)
+    assert "LoaderFailed: rank" in message
+    assert "reading sample 13 of the training data raised ValueError: sample 13 is " \
+           "corrupt" in message
+    assert "RaisesAt" in message or "__getitem__" in message   # the user's frame
+    assert multiprocessing.active_children() == []   # every worker reaped
+
+
+@pytest.mark.timeout(240)
+def test_spawned_ddp_workers_read_the_mapped_file_in_place(tmp_path):
+    """Spawn is the hard case (fork inherits the mapping): the set reaches each worker as a
+    plain pickle, which maps the file again, and every read checks the mapping is there."""
+    path = tmp_path / "rows.bin"
+    write_rows(path, 40)
+    model = small_net()
+    result = mptrain.fit(model, MappedRows(path, 40, in_place=True), strategy="ddp",
+                         workers=2, epochs=1, batch_size=4, loader="stream",
+                         start_method="spawn")
+    assert result.summary["loader"] == "stream"
+
+
+def test_bad_loader_settings_are_one_line_errors(capsys):
+    assert "--loader-workers must be a non-negative integer, got -1" in fail(
+        ["run", "--loader-workers", "-1", "--epochs", "1"], capsys)
+    assert "--loader stream reads a map-style Dataset; training data is a Endless" in fail(
+        ["run", "--data", "stream_sets:make_endless", "--loader", "stream"], capsys)
+    with pytest.raises(UserError, match="loader_workers must be a non-negative integer"):
+        mptrain.fit(small_net(), Sequences(), loader="stream", loader_workers=-2)
+
+
+def feed_of(dataset, loader_workers=2):
+    from mptrain.data.stream import StreamDataset
+
+    data = StreamDataset(dataset, "training data")
+    data.loader_workers = loader_workers
+    return data, data.feed_on(torch.device("cpu"), rank=3)
+
+
+def test_ctrl_c_in_the_training_loop_stops_the_loader_threads(rows):
+    _, feed = feed_of(rows)
+    batches = feed.batches(enumerate(torch.arange(60).split(4)))
+    next(batches)
+    assert not no_loader_threads()   # reading ahead
+    with pytest.raises(KeyboardInterrupt):
+        batches.throw(KeyboardInterrupt)
+    assert no_loader_threads()
+
+
+def refuse_to_collate(sequences, targets):
+    raise RuntimeError("no padding today")
+
+
+def test_a_collate_that_raises_is_named_with_rank_and_batch():
+    from mptrain.data.ragged import given_collate
+    from mptrain.data.stream_feed import LoaderFailed
+
+    data, feed = feed_of(Sequences())
+    data.collate = given_collate(refuse_to_collate)
+    with pytest.raises(LoaderFailed, match=r"rank 3: collating the batch of samples 8\.\.\. "
+                                           r"of the training data raised RuntimeError: no "
+                                           r"padding today"):
+        list(feed.batches([(0, torch.tensor([8, 9]))]))
+    assert no_loader_threads()
