@@ -109,8 +109,10 @@ def test_a_config_file_names_the_columns(femnist_folder, tmp_path, capsys):
     config = tmp_path / "run.toml"
     config.write_text(f'data = "hf:{folder}"\nclient-column = "writer_id"\n'
                       'features = "image"\nlabel = "character"\nmodel = "mclr"\n')
+    # One thread: a forked worker, not the fork server's (seconds that prove nothing here).
     assert main(["run", "--config", str(config), "--strategy", "fedavg", "--workers", "1",
-                 "--rounds", "1", "--local-epochs", "1", "--clients-per-round", "2"]) == 0
+                 "--threads-per-worker", "1", "--rounds", "1", "--local-epochs", "1",
+                 "--clients-per-round", "2"]) == 0
     assert "4 clients (natural)" in capsys.readouterr().out
 
 
