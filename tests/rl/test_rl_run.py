@@ -38,7 +38,9 @@ def random_policy_return(episodes: int = EVAL_EPISODES) -> float:
 
 @pytest.mark.timeout(120)
 def test_a3c_learns_and_is_deterministic_with_one_actor():
-    first = fit("CartPole-v1", "a3c", workers=1, steps=20_000, round_steps=10_000, seed=3,
+    # 10,000 steps: seed 3's greedy return is ~105 over the 10 episodes (random: ~22);
+    # test_rl_learning's slow a3c run shows it reaching 400 at 20,000.
+    first = fit("CartPole-v1", "a3c", workers=1, steps=10_000, round_steps=5_000, seed=3,
                 eval_episodes=EVAL_EPISODES)
     baseline = random_policy_return()
     assert baseline < 30
