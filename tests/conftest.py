@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from mptrain.signals import STOP_SIGNALS
+from xdist_groups import name_groups
 
 
 def pytest_configure(config):
     children_take_the_stop_signals()
+
+
+@pytest.hookimpl(trylast=True)   # after --deselect and -k have matched the plain node ids
+def pytest_collection_modifyitems(config, items):
+    name_groups(config, items)   # the "nodes" group of the torchrun tests, among others
 
 
 def children_take_the_stop_signals() -> None:

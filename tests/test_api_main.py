@@ -102,6 +102,12 @@ def spawned_unguarded_run(tmp_path_factory):
     return run_script(tmp_path_factory.mktemp("unguarded"), "spawn", UNGUARDED_MENTIONING_NAME)
 
 
+#: The two readers of ``spawned_unguarded_run`` run in one xdist worker: a module fixture is
+#: made once per worker, and the suite's two workers each ran the spawn run (19 s apiece).
+ONE_SPAWN_RUN = pytest.mark.xdist_group("api-main-unguarded-spawn")
+
+
+@ONE_SPAWN_RUN
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_spawn_without_guard_fails_in_the_workers_with_an_explanation(spawned_unguarded_run):
@@ -112,6 +118,7 @@ def test_spawn_without_guard_fails_in_the_workers_with_an_explanation(spawned_un
     assert "WorkerFailedError" in output
 
 
+@ONE_SPAWN_RUN
 @pytest.mark.slow
 @pytest.mark.timeout(150)
 def test_spawn_without_guard_is_explained_by_mptrain_in_the_workers(spawned_unguarded_run):

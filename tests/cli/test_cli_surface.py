@@ -112,8 +112,10 @@ def test_linreg_runs_fedavg_on_its_defaults(tmp_path, capsys):
 
 
 def test_the_banner_counts_in_words_and_shows_adams_betas(capsys):
+    # One thread: a forked worker, not the fork server's (seconds that prove nothing here).
     assert main(["run", "--data", "linreg", "--epochs", "1", "--optimizer", "adam",
-                 "--strategy", "sync", "--workers", "1", "--sync-every", "1"]) == 0
+                 "--strategy", "sync", "--workers", "1", "--sync-every", "1",
+                 "--threads-per-worker", "1"]) == 0
     out = capsys.readouterr().out
     assert "1 epoch ·" in out and "1 epochs" not in out
     assert "optimizer adam lr 0.005 betas 0.9,0.999" in out and "momentum" not in out

@@ -88,11 +88,18 @@ def test_string_labels_with_images_are_refused(tmp_path):
 
 
 def test_an_unknown_name_offline_is_one_line(monkeypatch):
+    """datasets and huggingface_hub read HF_*_OFFLINE when imported (this module's import):
+    the variables alone left the load asking the Hub, 20 s of timeouts without a network."""
+    import huggingface_hub.constants
+
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_OFFLINE", True)
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(UserError) as info:
         load_data("hf:nobody/no-such-set-mptrain")
-    assert "\n" not in str(info.value)
+    assert "\n" not in str(info.value) and "OfflineModeIsEnabled" in str(info.value)
 
 
 def test_a_config_file_names_the_columns(femnist_folder, tmp_path, capsys):
@@ -102,8 +109,10 @@ def test_a_config_file_names_the_columns(femnist_folder, tmp_path, capsys):
     config = tmp_path / "run.toml"
     config.write_text(f'data = "hf:{folder}"\nclient-column = "writer_id"\n'
                       'features = "image"\nlabel = "character"\nmodel = "mclr"\n')
+    # One thread: a forked worker, not the fork server's (seconds that prove nothing here).
     assert main(["run", "--config", str(config), "--strategy", "fedavg", "--workers", "1",
-                 "--rounds", "1", "--local-epochs", "1", "--clients-per-round", "2"]) == 0
+                 "--threads-per-worker", "1", "--rounds", "1", "--local-epochs", "1",
+                 "--clients-per-round", "2"]) == 0
     assert "4 clients (natural)" in capsys.readouterr().out
 
 

@@ -27,8 +27,10 @@ SMALL = {
                 eps_steps=1_000, buffer_size=4_000, batch_size=32, train_every=4),
     "ppo": dict(workers=2, steps=1_024, round_steps=256, seed=3, envs_per_actor=2),
 }
-#: dqn with seed 3 climbs to its best greedy return at 4,000 steps and falls after.
-FORGETTING_DQN = dict(workers=1, steps=6_000, round_steps=1_000, seed=3, learning_starts=500,
+#: dqn with seed 0, evaluated every 500 steps, climbs to a greedy return of 302.5 at 2,000
+#: steps and falls to 202.0 at 2,500: one round past the best keeps the best apart from the
+#: final. (Seed 3 needed 5,000 steps: its best came at 4,000 in rounds of 1,000.)
+FORGETTING_DQN = dict(workers=1, steps=2_500, round_steps=500, seed=0, learning_starts=500,
                       eps_steps=3_000, eval_episodes=2, eval_every=1)
 
 
@@ -162,8 +164,8 @@ def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path
     from mptrain.cli import main
 
     capsys.readouterr()
-    assert main(["rl", "--algo", "dqn", "--workers", "1", "--steps", "6000", "--round-steps",
-                 "1000", "--seed", "3", "--learning-starts", "500", "--eps-steps", "3000",
+    assert main(["rl", "--algo", "dqn", "--workers", "1", "--steps", "2500", "--round-steps",
+                 "500", "--seed", "0", "--learning-starts", "500", "--eps-steps", "3000",
                  "--eval-episodes", "2", "--eval-every", "1", "--keep", "final", "--out",
                  str(tmp_path / "final")]) == 0
     summary = json.loads((tmp_path / "final" / "summary.json").read_text())
@@ -197,7 +199,7 @@ def test_keep_final_hands_back_the_final_network_and_names_the_best():
 
 @pytest.mark.timeout(240)
 def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
-    settings = {**FORGETTING_DQN, "steps": 4_000}
+    settings = {**FORGETTING_DQN, "steps": 2_000}
     first = fit("CartPole-v1", "dqn", out=tmp_path / "run", checkpoint_every=1, **settings)
     checkpoint = load(tmp_path / "run")
     assert [part["best_return"] for part in checkpoint.ranks] == [first.best_eval_return]
@@ -214,16 +216,17 @@ def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
     (tmp_path / "old").mkdir()
     save(tmp_path / "old", checkpoint)
 
-    resumed = fit(resume=tmp_path / "run", steps=6_000, eval_every=0, out=tmp_path / "run")
+    resumed = fit(resume=tmp_path / "run", steps=2_500, eval_every=0, out=tmp_path / "run")
     # One evaluation after the resume, at the end; this seed's final policy does worse
-    # (106.5 against 327.5 at 4,000 steps), so the best is still the first run's.
+    # (202.0 at 2,500 steps uninterrupted, against 302.5 at 2,000), so the best is still
+    # the first run's.
     assert resumed.rounds[-1].extras["eval_return"] < first.best_eval_return
     assert resumed.summary["best_at_round"] == first.summary["best_at_round"] == 4
     assert resumed.best_eval_return == first.best_eval_return
     assert same_tensors(resumed.best_model, first.best_model)
     assert resumed.model is resumed.best_model
 
-    from_old = fit(resume=tmp_path / "old", steps=5_000, out=tmp_path / "old")
+    from_old = fit(resume=tmp_path / "old", steps=2_500, out=tmp_path / "old")
     assert from_old.summary["best_at_round"] == 5
     assert from_old.best_model is from_old.final_model
 
@@ -236,4 +239,4 @@ def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
     save(tmp_path / "damaged", checkpoint)
     with pytest.raises(UserError, match="is damaged .the best evaluated policy of rank 0: "
                                         "tensor 1 of .* has shape .3,."):
-        fit(resume=tmp_path / "damaged", steps=7_000, out=tmp_path / "damaged")
+        fit(resume=tmp_path / "damaged", steps=3_000, out=tmp_path / "damaged")

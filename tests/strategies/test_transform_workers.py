@@ -41,9 +41,12 @@ def test_ddp_ranks_augment_reproducibly():
 @pytest.mark.timeout(180)
 def test_fedavg_clients_transform_one_at_a_time_reproducibly():
     def run():
+        # One thread: a forked worker (with two, the fork server's, seconds a run that
+        # prove nothing here; test_spawned_workers_import_the_transform_by_its_name
+        # covers workers that import the transform afresh).
         return mptrain.fit(tiny_cnn(), digits(), strategy="fedavg", workers=1, rounds=1,
-                           clients=8, clients_per_round=2, local_epochs=1, batch_size=32,
-                           transform=flip_signs)
+                           threads_per_worker=1, clients=8, clients_per_round=2,
+                           local_epochs=1, batch_size=32, transform=flip_signs)
 
     assert same(run().model, run().model)
 

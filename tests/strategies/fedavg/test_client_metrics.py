@@ -107,8 +107,10 @@ def test_leaf_users_are_named_in_the_rows(tmp_path):
     write_leaf(tmp_path / "leaf", synthetic_user)
     bundle = mptrain.load_data(f"leaf:{tmp_path / 'leaf'}")
     model = build_model("mclr", bundle.input_shape, bundle.output_size)
+    # One thread: a forked worker (two would come from the fork server, seconds a run).
     mptrain.fit(model, bundle, out=tmp_path / "out", strategy="fedavg", workers=1,
-                rounds=1, local_epochs=1, clients_per_round=2, client_eval_every=1)
+                threads_per_worker=1, rounds=1, local_epochs=1, clients_per_round=2,
+                client_eval_every=1)
     rows = rows_of(tmp_path / "out" / FILE_NAME)
     assert [r["name"] for r in rows] == list(bundle.clients.names)
     assert all(r["samples"] == 2 for r in rows)   # each user's own 2 test samples

@@ -179,7 +179,8 @@ def test_the_command_line_and_a_config_file_set_the_path(tmp_path, monkeypatch):
 
     config = tmp_path / "run.toml"
     config.write_text('strategy = "fedavg"\nvectorize-clients = "on"\nmodel = "mlp"\n'
-                      'rounds = 1\nclients = 12\nclients-per-round = 6\nworkers = 1\n')
+                      'rounds = 1\nclients = 12\nclients-per-round = 6\nworkers = 1\n'
+                      'threads-per-worker = 1\n')   # a forked worker, not the fork server's
     monkeypatch.chdir(tmp_path)
     try:
         code = main(["run", "--config", str(config), "--vectorize-chunk", "3", "--quiet",

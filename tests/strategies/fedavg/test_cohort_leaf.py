@@ -25,8 +25,12 @@ def test_shakespeare_clients_train_stacked_as_one_at_a_time(tmp_path):
     data = load_data(f"leaf:{tmp_path}")
     assert data.train.inputs.dtype == torch.uint8
     initial = build_model("leaf-shakespeare-lstm", data.input_shape, data.output_size)
+    # One thread: the worker is forked. With two, after this process ran the LSTM on
+    # OpenMP threads, each run's worker came from the fork server and set itself up afresh
+    # (three times this test's time under load, none of its proof).
     settings = dict(strategy="fedavg", workers=1, rounds=2, clients_per_round=2,
-                    local_epochs=1, batch_size=4, lr=0.5, optimizer="sgd", seed=0)
+                    local_epochs=1, batch_size=4, lr=0.5, optimizer="sgd", seed=0,
+                    threads_per_worker=1)
     runs = {mode: mptrain.fit(copy.deepcopy(initial), data, vectorize_clients=mode,
                               **settings) for mode in ("off", "on", "auto")}
     assert runs["on"].summary["client_path"] == "vectorized x2"
