@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
-from .shared import SHM_PATH, _as_tensor, _floats32, _read, _sample, shm_free_bytes
+from .samples import as_targets, as_tensor, floats32, read_user, user_sample
+from .seeding import generators_kept
+from .shm_space import SHM_PATH, shm_free_bytes
 
 STACKED, STREAM, AUTO = "stacked", "stream", "auto"
 LOADERS = (STACKED, STREAM, AUTO)
@@ -49,11 +50,11 @@ class StreamDataset:
                             f"{what} is a {type(dataset).__name__} (it needs __len__ and "
                             "__getitem__)")
         self.dataset, self.what = dataset, what
-        size = _read(len, dataset, f"len({what})")
+        size = read_user(len, dataset, f"len({what})")
         if size == 0:
             raise UserError(f"{what} is empty")
-        first = _sample(dataset, 0, what)
-        last = _sample(dataset, size - 1, what) if size > 1 else first
+        first = user_sample(dataset, 0, what)
+        last = user_sample(dataset, size - 1, what) if size > 1 else first
         self._size = size
         self.input_shape = tuple(first[0].shape)
         #: Whether the first and the last sample have inputs of other shapes (token
@@ -78,15 +79,13 @@ class StreamDataset:
         if not (isinstance(item, (tuple, list)) and len(item) == 2):
             raise TypeError(f"{self.what}[{index}] is a {type(item).__name__}; each sample "
                             "must be an (input, target) pair")
-        return _as_tensor(item[0], self.what, index), _as_tensor(item[1], self.what, index)
+        return as_tensor(item[0], self.what, index), as_tensor(item[1], self.what, index)
 
     def collated(self, samples: list) -> tuple:
         """A batch's samples as the model takes them: stacked, or ``--collate``'s."""
-        targets = _floats32(torch.stack([target for _, target in samples]))
-        if targets.dtype == torch.bool:
-            targets = targets.long()
+        targets = as_targets(torch.stack([target for _, target in samples]))
         if self.collate is None:
-            return _floats32(torch.stack([inputs for inputs, _ in samples])), targets
+            return floats32(torch.stack([inputs for inputs, _ in samples])), targets
         from .ragged import ragged_from
 
         block = ragged_from([inputs for inputs, _ in samples], targets, self.what)
@@ -178,34 +177,19 @@ def _all_targets(dataset, size: int, what: str) -> torch.Tensor:
         except (TypeError, ValueError, RuntimeError):
             targets = None
         if targets is not None and len(targets) == size:
-            targets = _floats32(targets)
-            return targets.long() if targets.dtype == torch.bool else targets
-    targets = torch.stack([_sample(dataset, index, what)[1] for index in range(size)])
-    targets = _floats32(targets)
-    return targets.long() if targets.dtype == torch.bool else targets
+            return as_targets(targets)
+    return as_targets(torch.stack([user_sample(dataset, index, what)[1]
+                                   for index in range(size)]))
 
 
 def stacked_bytes(dataset, what: str) -> int:
     """What stacking ``dataset`` would put in shared memory, from its first sample (read
     with the random generators put back after: a ``__getitem__`` that draws gives the same
     data under ``--seed`` whichever loader is chosen)."""
-    with _generators_kept():
-        inputs, targets = _sample(dataset, 0, what)
+    with generators_kept():
+        inputs, targets = user_sample(dataset, 0, what)
     size = 4 if inputs.dtype == torch.float64 else inputs.element_size()
     return len(dataset) * (inputs.numel() * size + max(targets.numel(), 1) * 8)
-
-
-@contextmanager
-def _generators_kept():
-    import random
-
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
 
 
 def choose_loader(loader: str, train, test, path: str = SHM_PATH) -> tuple[str, str | None]:
