@@ -94,3 +94,56 @@ class Endless(torch.utils.data.IterableDataset):
 
 def make_endless():
     return Endless(), None
+
+
+class Rescaled(Dataset):
+    """A ``targets`` attribute that says other things than the samples (torchvision's
+    ``target_transform``: the raw classes kept, halves given to the model)."""
+
+    targets = [0, 1, 2, 0]
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        return torch.zeros(FEATURES), self.targets[index] * 0.5
+
+
+class TargetsOfTwoShapes(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.zeros(FEATURES), torch.zeros(1 + index % 2)
+
+
+class RowsWithTheirLabel(Dataset):
+    """Each sample one array, its label a view of its last number (which keeps the whole
+    row alive while the label is held); ``alive`` counts the rows not yet freed."""
+
+    def __init__(self, count: int):
+        self.count, self.alive, self.most_alive = count, 0, 0
+
+    def __len__(self):
+        return self.count
+
+    def _freed(self):
+        self.alive -= 1
+
+    def __getitem__(self, index):
+        import weakref
+
+        row = np.full(FEATURES + 1, index % CLASSES, dtype=np.float32)
+        self.alive += 1
+        self.most_alive = max(self.most_alive, self.alive)
+        weakref.finalize(row, self._freed)
+        tensor = torch.from_numpy(row)
+        return tensor[:-1], tensor[-1]
+
+
+class Empty(Dataset):
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, index):
+        raise IndexError(index)

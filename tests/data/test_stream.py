@@ -219,3 +219,40 @@ def test_a_collate_that_raises_is_named_with_rank_and_batch():
                                            r"padding today"):
         list(feed.batches([(0, torch.tensor([8, 9]))]))
     assert no_loader_threads()
+
+
+def test_a_targets_attribute_that_disagrees_with_the_samples_is_not_trusted():
+    from stream_sets import Rescaled
+
+    stacked = bundle_from_datasets(Rescaled(), None, loader="stacked").train.targets
+    streamed = bundle_from_datasets(Rescaled(), None, loader="stream").train.targets
+    assert streamed.dtype == stacked.dtype and torch.equal(streamed, stacked)
+
+
+def test_targets_of_two_shapes_are_one_line_with_the_stream_loader():
+    from stream_sets import TargetsOfTwoShapes
+
+    with pytest.raises(UserError, match="training data: targets cannot be stacked into one "
+                                        "tensor .*all targets must have the same shape"):
+        bundle_from_datasets(TargetsOfTwoShapes(), None, loader="stream")
+
+
+def test_targets_are_read_a_chunk_at_a_time_never_every_sample_held(monkeypatch):
+    from mptrain.data import stream
+    from stream_sets import RowsWithTheirLabel
+
+    monkeypatch.setattr(stream, "TARGETS_PER_READ", 8, raising=False)
+    rows = RowsWithTheirLabel(64)
+    targets = StreamDataset(rows, "training data").targets
+    assert targets.tolist() == [float(i % CLASSES) for i in range(64)]
+    assert rows.most_alive <= 8 + 2   # a chunk's rows, and the first and last samples
+
+
+@pytest.mark.parametrize("loader", ["auto", "stream", "stacked"])
+def test_an_empty_set_says_so_whichever_loader(loader):
+    from stream_sets import Empty
+
+    with pytest.raises(UserError, match="^training data is empty$"):
+        bundle_from_datasets(Empty(), None, loader=loader)
+    with pytest.raises(UserError, match="^test data is empty$"):
+        bundle_from_datasets(Sequences(), Empty(), loader=loader)

@@ -14,7 +14,7 @@ import numbers
 import numpy as np
 import torch
 
-from ..errors import UserError, raised_by_users_code
+from ..errors import UserError, brief, raised_by_users_code
 
 
 def read_user(call, argument, what: str):
@@ -44,6 +44,16 @@ def as_targets(tensor: torch.Tensor) -> torch.Tensor:
     labels) as the classes 0 and 1."""
     tensor = floats32(tensor)
     return tensor.long() if tensor.dtype == torch.bool else tensor
+
+
+def stacked_targets(targets: list, what: str, join=torch.stack) -> torch.Tensor:
+    """``targets`` joined into one tensor (``join``: ``torch.stack`` for samples' targets,
+    ``torch.cat`` for stacked chunks of them), in one line if their shapes differ."""
+    try:
+        return join(targets)
+    except RuntimeError as err:
+        raise UserError(f"{what}: targets cannot be stacked into one tensor "
+                        f"({brief(str(err))}); all targets must have the same shape") from None
 
 
 def as_tensor(value, what, index) -> torch.Tensor:

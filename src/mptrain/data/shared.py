@@ -17,7 +17,8 @@ import torch
 from torch.utils.data import Dataset, TensorDataset
 
 from ..errors import UserError, brief
-from .samples import as_targets, dense, floats32, read_user, user_sample
+from .samples import (as_targets, dense, floats32, read_user, stacked_targets,
+                      user_sample)
 
 
 class RowSource:
@@ -219,25 +220,21 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
         raise UserError(f"{what} is empty")
     samples = [user_sample(dataset, index, what) for index in range(size)]
     varied = _first_varied(dataset, samples, what)
-    try:
-        stacked_targets = torch.stack([targets for _, targets in samples])
-    except RuntimeError as err:
-        raise UserError(f"{what}: targets cannot be stacked into one tensor "
-                        f"({brief(str(err))}); all targets must have the same shape") from None
+    targets = stacked_targets([targets for _, targets in samples], what)
     try:
         stacked_inputs = torch.stack([inputs for inputs, _ in samples])
     except RuntimeError as err:
         if all(inputs.dim() == 1 for inputs, _ in samples):   # token sequences: collated
             from .ragged import ragged_from
 
-            ragged = ragged_from([inputs for inputs, _ in samples], as_targets(stacked_targets),
+            ragged = ragged_from([inputs for inputs, _ in samples], as_targets(targets),
                                  what)
             ragged.varied_sample = varied
             return ragged
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
                         "all inputs must have the same shape (1-D sequences of different "
                         "lengths are collated: --collate pad)") from None
-    stacked = SharedTensorDataset(floats32(stacked_inputs), as_targets(stacked_targets))
+    stacked = SharedTensorDataset(floats32(stacked_inputs), as_targets(targets))
     stacked.varied_sample = varied
     return stacked
 

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
-from .samples import as_targets, as_tensor, floats32, read_user, user_sample
+from .samples import (as_targets, as_tensor, floats32, read_user, stacked_targets,
+                      user_sample)
 from .seeding import generators_kept
 from .shm_space import SHM_PATH, shm_free_bytes
 
@@ -60,7 +61,7 @@ class StreamDataset:
         #: Whether the first and the last sample have inputs of other shapes (token
         #: sequences of different lengths: ``--collate`` is needed).
         self.varied_lengths = first[0].shape != last[0].shape
-        self.targets = _all_targets(dataset, size, what)
+        self.targets = _all_targets(dataset, size, (first[1], last[1]), what)
         self.collate: str | None = None
         #: Set for the run (``with_loader``): loader threads per worker, and how long a
         #: batch may take before the loader counts as hung (``--worker-timeout``).
@@ -166,30 +167,70 @@ class StreamDataset:
         self.__dict__.update({**state, "dataset": pickle.loads(state["dataset"])})
 
 
-def _all_targets(dataset, size: int, what: str) -> torch.Tensor:
-    """Every sample's target: the data set's ``targets`` (torchvision's sets have one) when
-    it has one of the right length, else read sample by sample (inputs dropped at once)."""
-    given = getattr(dataset, "targets", None)
-    if given is not None:
-        try:   # a copy: a read-only memory-mapped array is no tensor's storage
-            targets = given.clone() if isinstance(given, torch.Tensor) else \
-                torch.from_numpy(np.array(given))
-        except (TypeError, ValueError, RuntimeError):
-            targets = None
-        if targets is not None and len(targets) == size:
-            return as_targets(targets)
-    return as_targets(torch.stack([user_sample(dataset, index, what)[1]
-                                   for index in range(size)]))
+#: Samples read at a time for their targets when a set has no ``targets`` of its own: each
+#: chunk's targets are stacked (copied) before the next is read, so that a target that is a
+#: view of its sample (``row[-1]``) never keeps more than a chunk of samples alive.
+TARGETS_PER_READ = 4096
+
+
+def _all_targets(dataset, size: int, ends: tuple, what: str) -> torch.Tensor:
+    """Every sample's target, as stacking would give them: the data set's own ``targets``
+    where they agree with its samples (:func:`_own_targets`), else read from its samples a
+    chunk at a time -- one pass over the set, in the parent, through the page cache for a
+    mapped file, holding no more than a chunk (give the set a ``targets`` to skip it)."""
+    own = _own_targets(dataset, size, ends)
+    if own is not None:
+        return own
+    chunks = []
+    for start in range(0, size, TARGETS_PER_READ):
+        chunks.append(stacked_targets([user_sample(dataset, index, what)[1] for index in
+                                       range(start, min(size, start + TARGETS_PER_READ))],
+                                      what))
+    return as_targets(stacked_targets(chunks, what, torch.cat))
+
+
+def _own_targets(dataset, size: int, ends: tuple) -> torch.Tensor | None:
+    """The data set's ``targets`` (torchvision's sets have one), or None unless there are
+    ``size`` of them, and those of the first and last samples are the targets these samples
+    give (``ends``), of the same kind: a ``target_transform`` (the raw classes in
+    ``targets``, other values given to the model) or float labels beside integer ``targets``
+    would otherwise choose the task and the classes from other values than those trained on."""
+    try:
+        given = getattr(dataset, "targets", None)
+        if given is None:
+            return None
+        # A copy: a read-only memory-mapped array is no tensor's storage.
+        targets = given.clone() if isinstance(given, torch.Tensor) else \
+            torch.from_numpy(np.array(given))
+    except Exception:   # noqa: BLE001 - a targets that cannot be read is read sample by sample
+        return None
+    if targets.dim() == 0 or len(targets) != size or targets.shape[1:] != ends[0].shape:
+        return None
+    for own, given_by_sample in zip((targets[0], targets[-1]), ends):
+        if _kind(own) != _kind(given_by_sample) or \
+                not torch.equal(own.to(given_by_sample.dtype), given_by_sample):
+            return None
+    return as_targets(targets.to(ends[0].dtype))
+
+
+def _kind(tensor: torch.Tensor) -> str:
+    """Classes, labels of a mask, or values to regress: what the task is chosen from."""
+    return "bool" if tensor.dtype == torch.bool else \
+        "float" if tensor.is_floating_point() else "int"
 
 
 def stacked_bytes(dataset, what: str) -> int:
     """What stacking ``dataset`` would put in shared memory, from its first sample (read
     with the random generators put back after: a ``__getitem__`` that draws gives the same
-    data under ``--seed`` whichever loader is chosen)."""
+    data under ``--seed`` whichever loader is chosen); 0 for an empty set, which stacking
+    refuses in its words."""
+    count = read_user(len, dataset, f"len({what})")
+    if count == 0:
+        return 0
     with generators_kept():
         inputs, targets = user_sample(dataset, 0, what)
     size = 4 if inputs.dtype == torch.float64 else inputs.element_size()
-    return len(dataset) * (inputs.numel() * size + max(targets.numel(), 1) * 8)
+    return count * (inputs.numel() * size + max(targets.numel(), 1) * 8)
 
 
 def choose_loader(loader: str, train, test, path: str = SHM_PATH) -> tuple[str, str | None]:
