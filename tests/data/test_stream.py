@@ -256,3 +256,27 @@ def test_an_empty_set_says_so_whichever_loader(loader):
         bundle_from_datasets(Empty(), None, loader=loader)
     with pytest.raises(UserError, match="^test data is empty$"):
         bundle_from_datasets(Sequences(), Empty(), loader=loader)
+
+
+def test_an_evaluation_waiting_for_its_loader_keeps_the_heartbeat(tmp_path):
+    """The test set's feed beats as the training feed does: the watchdog, whose bound is
+    the loader's patience, would otherwise stop a slow evaluation with no word of the
+    sample. The beat here lets the stuck read go, so the batch comes."""
+    from types import SimpleNamespace
+
+    from mptrain.engine.evaluation import TestSetEvaluation
+
+    path = tmp_path / "rows.bin"
+    write_rows(path, 20)
+    test = StreamDataset(HangsAt(path, 20), "test data")
+    test.patience_s = 10.0   # before the fix: LoaderHung then
+    RELEASE.clear()
+    setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(test=test),
+                            group=SimpleNamespace(world_size=1, rank=0),
+                            progress=SimpleNamespace(beat=RELEASE.set))
+    try:
+        feed = TestSetEvaluation(setup).feed
+        (_, _, inputs, _), = feed.batches([(0, torch.tensor([HangsAt.bad]))])
+    finally:
+        RELEASE.set()
+    assert inputs.shape == (1, FEATURES)
