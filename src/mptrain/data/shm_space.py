@@ -7,6 +7,7 @@ set being read, ``--loader auto`` choosing between stacking and streaming -- ask
 
 from __future__ import annotations
 
+import math
 import os
 
 from ..errors import UserError
@@ -43,10 +44,13 @@ def shm_free_bytes(path: str = SHM_PATH) -> int | None:
     pretend = os.environ.get(SHM_FREE_MIB_VARIABLE)
     if pretend:
         try:
-            free = min(free, int(float(pretend) * 2**20))
+            mib = float(pretend)
         except ValueError:
-            raise UserError(f"{SHM_FREE_MIB_VARIABLE} must be a number of MiB, got "
-                            f"{pretend!r}") from None
+            mib = math.nan
+        if not 0 <= mib < math.inf:   # nan, inf and below 0 too: no size
+            raise UserError(f"{SHM_FREE_MIB_VARIABLE} must be a non-negative number of "
+                            f"MiB, got {pretend!r}")
+        free = min(free, int(mib * 2**20))
     return free
 
 
