@@ -280,3 +280,17 @@ def test_an_evaluation_waiting_for_its_loader_keeps_the_heartbeat(tmp_path):
     finally:
         RELEASE.set()
     assert inputs.shape == (1, FEATURES)
+
+
+def test_a_memory_mapped_array_is_not_pickled_whole_for_spawned_workers(tmp_path):
+    import pickle
+
+    from stream_sets import RowsPickledWhole
+
+    path = tmp_path / "rows.bin"
+    write_rows(path, 20)
+    data = StreamDataset(RowsPickledWhole(path, 20), "training data")
+    with pytest.raises(UserError, match=r"^the training data holds an np\.memmap .*"
+                                        r"__setstate__.*start.method fork"):
+        pickle.dumps(data)
+    assert pickle.loads(pickle.dumps(StreamDataset(MappedRows(path, 20), "training data")))

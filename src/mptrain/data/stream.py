@@ -20,6 +20,7 @@ Which samples a rank reads in an epoch is the stacked path's choice, ``data.shar
 from __future__ import annotations
 
 import hashlib
+import io
 import pickle
 
 import numpy as np
@@ -160,11 +161,31 @@ class StreamDataset:
     def __getstate__(self):
         # A plain pickle: torch's reducers (spawn's) would copy a tensor's storage into
         # /dev/shm. A data set that maps a file should reopen it in its __setstate__.
-        return {**self.__dict__, "dataset": pickle.dumps(self.dataset,
-                                                         protocol=pickle.HIGHEST_PROTOCOL)}
+        buffer = io.BytesIO()
+        _MappingsRefused(buffer, self.what).dump(self.dataset)
+        return {**self.__dict__, "dataset": buffer.getvalue()}
 
     def __setstate__(self, state):
         self.__dict__.update({**state, "dataset": pickle.loads(state["dataset"])})
+
+
+class _MappingsRefused(pickle.Pickler):
+    """The plain pickler, refusing an ``np.memmap``: pickled, a mapping is its file's whole
+    contents, which every spawned worker would then hold in private memory -- the copy the
+    stream loader exists not to make."""
+
+    def __init__(self, file, what: str):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.what = what
+
+    def reducer_override(self, obj):
+        if isinstance(obj, np.memmap):
+            raise UserError(
+                f"the {self.what} holds an np.memmap ({obj.nbytes / 2**20:,.1f} MiB), which "
+                "a spawned worker would receive whole: give the data set a __getstate__ "
+                "that leaves the array out and a __setstate__ that maps the file again "
+                f"(docs/usage.md), or {setting_name('start_method')} fork")
+        return NotImplemented
 
 
 #: Samples read at a time for their targets when a set has no ``targets`` of its own: each
