@@ -294,3 +294,15 @@ def test_a_memory_mapped_array_is_not_pickled_whole_for_spawned_workers(tmp_path
                                         r"__setstate__.*start.method fork"):
         pickle.dumps(data)
     assert pickle.loads(pickle.dumps(StreamDataset(MappedRows(path, 20), "training data")))
+
+
+def test_a_resume_under_the_other_loader_says_which_loader_to_give(rows, tmp_path):
+    """``auto`` may choose otherwise on a resume (/dev/shm's free space changed): the data is
+    the same, only read otherwise, and the fingerprints cannot be compared."""
+    mptrain.fit(small_net(), rows, strategy="single", epochs=1, batch_size=8,
+                loader="stacked", out=tmp_path / "run", checkpoint_every=1)
+    with pytest.raises(UserError, match=r"^the checkpoint's run held the training data "
+                                        r"stacked, this one streams it: resume with "
+                                        r"loader stacked$"):
+        mptrain.fit(small_net(), rows, strategy="single", epochs=2, batch_size=8,
+                    loader="stream", resume=tmp_path / "run", out=tmp_path / "run")

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
+from .fingerprint import STREAMED
 from .samples import (as_targets, as_tensor, floats32, read_user, stacked_targets,
                       user_sample)
 from .seeding import generators_kept
@@ -144,7 +145,7 @@ class StreamDataset:
                 digest.update(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())
         digest.update(self.targets.contiguous().view(torch.uint8).numpy())
         said = {"sha256": digest.hexdigest()}
-        return {"inputs": {**said, "dtype": "stream", "shape": [len(self), *self.input_shape]},
+        return {"inputs": {**said, "dtype": STREAMED, "shape": [len(self), *self.input_shape]},
                 "targets": {**said, "dtype": str(self.targets.dtype).removeprefix("torch."),
                             "shape": list(self.targets.shape)}}
 
