@@ -306,3 +306,20 @@ def test_a_resume_under_the_other_loader_says_which_loader_to_give(rows, tmp_pat
                                         r"loader stacked$"):
         mptrain.fit(small_net(), rows, strategy="single", epochs=2, batch_size=8,
                     loader="stream", resume=tmp_path / "run", out=tmp_path / "run")
+
+
+def test_auto_sizes_the_stacked_data_by_its_larger_end_not_its_first_sample(monkeypatch):
+    from stream_sets import Lengthening
+
+    monkeypatch.setenv("MPTRAIN_SHM_FREE_MIB", "0.1")   # 10 first samples fit, 10 last don't
+    assert isinstance(bundle_from_datasets(Lengthening(), None, loader="auto").train,
+                      StreamDataset)
+
+
+def test_stacked_data_too_large_for_shared_memory_is_told_of_the_stream_loader(
+        rows, monkeypatch):
+    monkeypatch.setenv("MPTRAIN_SHM_FREE_MIB", "0.0001")
+    with pytest.raises(UserError, match=r"MiB free; .*or loader stream \(the data read "
+                                        r"where it lies\)"):
+        mptrain.fit(small_net(), rows, strategy="hogwild", workers=2, batch_size=8,
+                    loader="stacked")

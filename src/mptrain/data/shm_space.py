@@ -15,9 +15,11 @@ from ..errors import UserError
 SHM_PATH = "/dev/shm"
 
 
-def check_shm_space(nbytes: int, path: str = SHM_PATH, what: str = "the run") -> None:
+def check_shm_space(nbytes: int, path: str = SHM_PATH, what: str = "the run",
+                    other_fix: str | None = None) -> None:
     """Refuse now, with the fix, rather than die of SIGBUS when /dev/shm runs out later
-    (``what``: who needs it, ``the run`` or the data being read)."""
+    (``what``: who needs it, ``the run`` or the data being read; ``other_fix``: one that
+    needs no more of it, said last)."""
     free = shm_free_bytes(path)
     if free is None:
         return  # no /dev/shm (not Linux): torch uses other mechanisms
@@ -25,7 +27,8 @@ def check_shm_space(nbytes: int, path: str = SHM_PATH, what: str = "the run") ->
         raise UserError(
             f"{what} needs {nbytes / 2**20:,.0f} MiB of shared memory but {path} has only "
             f"{free / 2**20:,.0f} MiB free; free space there, or in Docker start the "
-            f"container with a larger --shm-size (e.g. --shm-size={_suggest_size(nbytes)})")
+            f"container with a larger --shm-size (e.g. --shm-size={_suggest_size(nbytes)})"
+            + (f", or {other_fix}" if other_fix else ""))
 
 
 #: A documented synthetic limit for benchmarks and tests: pretend ``/dev/shm`` has this many

@@ -242,17 +242,24 @@ def _kind(tensor: torch.Tensor) -> str:
 
 
 def stacked_bytes(dataset, what: str) -> int:
-    """What stacking ``dataset`` would put in shared memory, from its first sample (read
-    with the random generators put back after: a ``__getitem__`` that draws gives the same
-    data under ``--seed`` whichever loader is chosen); 0 for an empty set, which stacking
-    refuses in its words."""
+    """What stacking ``dataset`` would put in shared memory, sized by the larger of its first
+    and last samples (sample 0 alone may be the shortest of sequences that grow); read with
+    the random generators put back after: a ``__getitem__`` that draws gives the same data
+    under ``--seed`` whichever loader is chosen. 0 for an empty set, which stacking refuses
+    in its words."""
     count = read_user(len, dataset, f"len({what})")
     if count == 0:
         return 0
     with generators_kept():
-        inputs, targets = user_sample(dataset, 0, what)
+        ends = [user_sample(dataset, index, what) for index in sorted({0, count - 1})]
+    return count * max(_stacked_sample_bytes(*sample) for sample in ends)
+
+
+def _stacked_sample_bytes(inputs: torch.Tensor, targets: torch.Tensor) -> int:
+    """One sample's share of the stacked tensors (float64 held as float32; a target as 8
+    bytes at least)."""
     size = 4 if inputs.dtype == torch.float64 else inputs.element_size()
-    return count * (inputs.numel() * size + max(targets.numel(), 1) * 8)
+    return inputs.numel() * size + max(targets.numel(), 1) * 8
 
 
 def choose_loader(loader: str, train, test, path: str = SHM_PATH) -> tuple[str, str | None]:
