@@ -323,3 +323,25 @@ def test_stacked_data_too_large_for_shared_memory_is_told_of_the_stream_loader(
                                         r"where it lies\)"):
         mptrain.fit(small_net(), rows, strategy="hogwild", workers=2, batch_size=8,
                     loader="stacked")
+
+
+COLLATED_SIZES: list = []
+
+
+def recording_pad(sequences, targets):
+    COLLATED_SIZES.append(len(sequences))
+    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True), targets
+
+
+def test_a_fedavg_clients_rows_are_held_without_collating_them_all_at_once():
+    """A client's block keeps its sequences as they are; the collate runs per batch of its
+    local epochs (it ran once on all the client's rows, only for their targets)."""
+    from mptrain.data.ragged import given_collate
+
+    data, feed = feed_of(Sequences())
+    data.collate = given_collate(recording_pad)
+    COLLATED_SIZES.clear()
+    block_feed, positions = feed.for_rows([torch.arange(10), torch.arange(20, 26)])
+    assert COLLATED_SIZES == [] and [len(p) for p in positions] == [10, 6]
+    assert block_feed.data.targets.tolist() == [Sequences()[i][1] for i in
+                                                [*range(10), *range(20, 26)]]

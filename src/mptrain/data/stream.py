@@ -86,14 +86,10 @@ class StreamDataset:
 
     def collated(self, samples: list) -> tuple:
         """A batch's samples as the model takes them: stacked, or ``--collate``'s."""
-        targets = as_targets(torch.stack([target for _, target in samples]))
+        targets = _targets_of(samples)
         if self.collate is None:
             return floats32(torch.stack([inputs for inputs, _ in samples])), targets
-        from .ragged import ragged_from
-
-        block = ragged_from([inputs for inputs, _ in samples], targets, self.what)
-        block.collate = self.collate
-        return block.batch(torch.arange(len(samples)))
+        return self._sequences(samples, targets).batch(torch.arange(len(samples)))
 
     def batch(self, indices: torch.Tensor):
         return self.collated([self.read(int(i)) for i in indices])
@@ -103,18 +99,21 @@ class StreamDataset:
 
     def block(self, samples: list):
         """Samples held in private memory as a data set the stacked path's feeds read (a
-        fedavg client's rows for its local epochs)."""
+        fedavg client's rows for its local epochs); sequences kept as they are, collated a
+        batch at a time as the client trains."""
         from .shared import SharedTensorDataset
 
         if self.collate is None:
-            inputs, targets = self.collated(samples)
-            return SharedTensorDataset(inputs, targets)
+            return SharedTensorDataset(*self.collated(samples))
+        return self._sequences(samples, _targets_of(samples) if samples else torch.empty(0))
+
+    def _sequences(self, samples: list, targets: torch.Tensor):
+        """``samples``' inputs held as sequences of different lengths (``data.ragged``)."""
         from .ragged import ragged_from
 
-        targets = self.collated(samples)[1] if samples else torch.empty(0)
-        block = ragged_from([inputs for inputs, _ in samples], targets, self.what)
-        block.collate = self.collate
-        return block
+        sequences = ragged_from([inputs for inputs, _ in samples], targets, self.what)
+        sequences.collate = self.collate
+        return sequences
 
     def gathered(self, pieces) -> tuple:
         """The rows of ``pieces`` (each a client's indices) read once, in this thread, into
@@ -168,6 +167,10 @@ class StreamDataset:
 
     def __setstate__(self, state):
         self.__dict__.update({**state, "dataset": pickle.loads(state["dataset"])})
+
+
+def _targets_of(samples: list) -> torch.Tensor:
+    return as_targets(torch.stack([target for _, target in samples]))
 
 
 class _MappingsRefused(pickle.Pickler):
