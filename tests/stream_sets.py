@@ -166,3 +166,17 @@ class Lengthening(Dataset):
 
     def __getitem__(self, index):
         return torch.zeros(1 + 1000 * index), index % 2
+
+
+class DictAt(Dataset):
+    """Pairs, but a dict at sample 5 (the first and last looked at before training are fine,
+    and the targets are its own: the parent reads no other sample)."""
+
+    targets = [index % CLASSES for index in range(10)]
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        pair = (torch.zeros(FEATURES), index % CLASSES)
+        return dict(zip("xy", pair)) if index == 5 else pair

@@ -345,3 +345,14 @@ def test_a_fedavg_clients_rows_are_held_without_collating_them_all_at_once():
     assert COLLATED_SIZES == [] and [len(p) for p in positions] == [10, 6]
     assert block_feed.data.targets.tolist() == [Sequences()[i][1] for i in
                                                 [*range(10), *range(20, 26)]]
+
+
+def test_a_sample_that_is_no_pair_is_named_by_the_loader_as_stacking_names_it():
+    from mptrain.data.stream_feed import LoaderFailed
+    from stream_sets import DictAt
+
+    _, feed = feed_of(DictAt())
+    with pytest.raises(LoaderFailed, match=r"rank 3: reading sample 5 of the training data "
+                                           r"raised UserError: training data\[5\] is a dict; "
+                                           r"each sample must be an \(input, target\) pair"):
+        list(feed.batches([(0, torch.arange(4, 8))]))

@@ -27,7 +27,11 @@ def read_user(call, argument, what: str):
 
 def user_sample(dataset, index: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
     """``dataset[index]`` as an (input, target) pair of tensors."""
-    item = read_user(dataset.__getitem__, index, f"{what}[{index}]")
+    return as_pair(read_user(dataset.__getitem__, index, f"{what}[{index}]"), what, index)
+
+
+def as_pair(item, what: str, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What ``dataset[index]`` gave (``item``) as an (input, target) pair of tensors."""
     if not (isinstance(item, (tuple, list)) and len(item) == 2):
         raise UserError(f"{what}[{index}] is a {type(item).__name__}; each sample must be "
                         "an (input, target) pair")

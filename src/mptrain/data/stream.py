@@ -28,7 +28,7 @@ import torch
 
 from ..errors import UserError, setting_name
 from .fingerprint import STREAMED
-from .samples import (as_targets, as_tensor, floats32, read_user, stacked_targets,
+from .samples import (as_pair, as_targets, floats32, read_user, stacked_targets,
                       user_sample)
 from .seeding import generators_kept
 from .shm_space import SHM_PATH, shm_free_bytes
@@ -78,11 +78,7 @@ class StreamDataset:
     def read(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Sample ``index`` as an (input, target) pair of tensors; what the user's code
         raises goes on as it is (the loader names rank and index)."""
-        item = self.dataset[index]
-        if not (isinstance(item, (tuple, list)) and len(item) == 2):
-            raise TypeError(f"{self.what}[{index}] is a {type(item).__name__}; each sample "
-                            "must be an (input, target) pair")
-        return as_tensor(item[0], self.what, index), as_tensor(item[1], self.what, index)
+        return as_pair(self.dataset[index], self.what, index)
 
     def collated(self, samples: list) -> tuple:
         """A batch's samples as the model takes them: stacked, or ``--collate``'s."""
