@@ -69,23 +69,6 @@ class HangsAt(MappedRows):
         return super().__getitem__(index)
 
 
-class Sequences(Dataset):
-    """Token sequences of lengths 1 to 6; the class is whether token 1 occurs."""
-
-    def __init__(self, count=40):
-        generator = torch.Generator().manual_seed(0)
-        self.items = []
-        for index in range(count):
-            tokens = torch.randint(1, 8, (1 + index % 6,), generator=generator)
-            self.items.append((tokens, int((tokens == 1).any())))
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        return self.items[index]
-
-
 class Endless(torch.utils.data.IterableDataset):
     def __iter__(self):
         while True:
@@ -180,3 +163,17 @@ class DictAt(Dataset):
     def __getitem__(self, index):
         pair = (torch.zeros(FEATURES), index % CLASSES)
         return dict(zip("xy", pair)) if index == 5 else pair
+
+
+class TensorMappedWhole(Dataset):
+    """Rows mapped with ``torch.from_file(shared=True)``, with no ``__getstate__``."""
+
+    def __init__(self, path, count: int):
+        self.rows = torch.from_file(str(path), shared=True, size=count * FEATURES,
+                                    dtype=torch.float32).view(count, FEATURES)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index].clone(), index % CLASSES

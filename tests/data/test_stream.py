@@ -17,25 +17,15 @@ from mptrain.api import bundle_from_datasets
 from mptrain.data.stream import StreamDataset
 from mptrain.data.stream_feed import LoaderHung
 from mptrain.errors import UserError, WorkerFailedError
+from sequence_sets import BagOfTokens, Sequences
 from stream_sets import (CLASSES, FEATURES, RELEASE, HangsAt, MappedRows, RaisesAt,
-                         Sequences, write_rows)
+                         write_rows)
 from user_errors import fail
 
 
 def small_net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(FEATURES, 8), nn.ReLU(), nn.Linear(8, CLASSES))
-
-
-class BagOfTokens(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed, self.out = nn.Embedding(8, 8), nn.Linear(8, 2)
-
-    def forward(self, batch):
-        tokens, mask = batch
-        return self.out((self.embed(tokens) * mask.unsqueeze(-1)).sum(1))
 
 
 @pytest.fixture
@@ -285,14 +275,16 @@ def test_an_evaluation_waiting_for_its_loader_keeps_the_heartbeat(tmp_path):
 def test_a_memory_mapped_array_is_not_pickled_whole_for_spawned_workers(tmp_path):
     import pickle
 
-    from stream_sets import RowsPickledWhole
+    from stream_sets import RowsPickledWhole, TensorMappedWhole
 
     path = tmp_path / "rows.bin"
     write_rows(path, 20)
-    data = StreamDataset(RowsPickledWhole(path, 20), "training data")
-    with pytest.raises(UserError, match=r"^the training data holds an np\.memmap .*"
-                                        r"__setstate__.*start.method fork"):
-        pickle.dumps(data)
+    for mapped, kind in ((RowsPickledWhole, r"an np\.memmap"),
+                         (TensorMappedWhole, r"a tensor mapped from .*rows\.bin")):
+        data = StreamDataset(mapped(path, 20), "training data")
+        with pytest.raises(UserError, match=rf"^the training data holds {kind} .*"
+                                            r"__setstate__.*start.method fork"):
+            pickle.dumps(data)
     assert pickle.loads(pickle.dumps(StreamDataset(MappedRows(path, 20), "training data")))
 
 

@@ -170,9 +170,10 @@ def _targets_of(samples: list) -> torch.Tensor:
 
 
 class _MappingsRefused(pickle.Pickler):
-    """The plain pickler, refusing an ``np.memmap``: pickled, a mapping is its file's whole
-    contents, which every spawned worker would then hold in private memory -- the copy the
-    stream loader exists not to make."""
+    """The plain pickler, refusing a mapped file (``np.memmap``, a shared
+    ``torch.from_file``): pickled, a mapping is its file's whole contents, which every
+    spawned worker would then hold in private memory -- the copy the stream loader exists
+    not to make."""
 
     def __init__(self, file, what: str):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
@@ -180,12 +181,17 @@ class _MappingsRefused(pickle.Pickler):
 
     def reducer_override(self, obj):
         if isinstance(obj, np.memmap):
-            raise UserError(
-                f"the {self.what} holds an np.memmap ({obj.nbytes / 2**20:,.1f} MiB), which "
-                "a spawned worker would receive whole: give the data set a __getstate__ "
-                "that leaves the array out and a __setstate__ that maps the file again "
-                f"(docs/usage.md), or {setting_name('start_method')} fork")
+            self._refuse(f"an np.memmap ({obj.nbytes / 2**20:,.1f} MiB)")
+        if isinstance(obj, torch.Tensor) and obj.untyped_storage().filename is not None:
+            self._refuse(f"a tensor mapped from {obj.untyped_storage().filename} "
+                         "(torch.from_file)")
         return NotImplemented
+
+    def _refuse(self, mapping: str):
+        raise UserError(f"the {self.what} holds {mapping}, which a spawned worker would "
+                        "receive whole: give the data set a __getstate__ that leaves it out "
+                        "and a __setstate__ that maps the file again (docs/usage.md), or "
+                        f"{setting_name('start_method')} fork")
 
 
 #: Samples read at a time for their targets when a set has no ``targets`` of its own: each
