@@ -348,3 +348,10 @@ def test_a_sample_that_is_no_pair_is_named_by_the_loader_as_stacking_names_it():
                                            r"raised UserError: training data\[5\] is a dict; "
                                            r"each sample must be an \(input, target\) pair"):
         list(feed.batches([(0, torch.arange(4, 8))]))
+
+
+def test_an_iterable_test_set_under_auto_is_refused_as_stacking_refuses_it(rows):
+    from stream_sets import Endless
+
+    with pytest.raises(UserError, match=r"^test data is a Endless, not a map-style Dataset"):
+        bundle_from_datasets(rows, Endless(), loader="auto")

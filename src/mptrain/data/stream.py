@@ -48,7 +48,7 @@ class StreamDataset:
     is_shared = True       # the targets are shared when the bundle is; the rest stays put
 
     def __init__(self, dataset, what: str):
-        if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        if not _map_style(dataset):
             raise UserError(f"{setting_name('loader')} stream reads a map-style Dataset; "
                             f"{what} is a {type(dataset).__name__} (it needs __len__ and "
                             "__getitem__)")
@@ -272,7 +272,7 @@ def choose_loader(loader: str, train, test, path: str = SHM_PATH) -> tuple[str, 
     sets would not fit in ``/dev/shm``'s free space (``shm_free_bytes``)."""
     if loader != AUTO:
         return loader, None
-    if not (hasattr(train, "__len__") and hasattr(train, "__getitem__")):
+    if not all(_map_style(data) for data in (train, test) if data is not None):
         return STACKED, None   # refused as stacking refuses it, in its words
     need = stacked_bytes(train, "training data") + \
         (stacked_bytes(test, "test data") if test is not None else 0)
@@ -281,6 +281,10 @@ def choose_loader(loader: str, train, test, path: str = SHM_PATH) -> tuple[str, 
         return STACKED, None
     return STREAM, (f"stacked, the data would take {need / 2**20:,.0f} MiB of shared memory "
                     f"and {path} has {free / 2**20:,.0f} MiB free")
+
+
+def _map_style(dataset) -> bool:
+    return hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")
 
 
 def streamed(dataset, what: str) -> StreamDataset:
