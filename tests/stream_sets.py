@@ -69,23 +69,6 @@ class HangsAt(MappedRows):
         return super().__getitem__(index)
 
 
-class Sequences(Dataset):
-    """Token sequences of lengths 1 to 6; the class is whether token 1 occurs."""
-
-    def __init__(self, count=40):
-        generator = torch.Generator().manual_seed(0)
-        self.items = []
-        for index in range(count):
-            tokens = torch.randint(1, 8, (1 + index % 6,), generator=generator)
-            self.items.append((tokens, int((tokens == 1).any())))
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        return self.items[index]
-
-
 class Endless(torch.utils.data.IterableDataset):
     def __iter__(self):
         while True:
@@ -94,3 +77,103 @@ class Endless(torch.utils.data.IterableDataset):
 
 def make_endless():
     return Endless(), None
+
+
+class Rescaled(Dataset):
+    """A ``targets`` attribute that says other things than the samples (torchvision's
+    ``target_transform``: the raw classes kept, halves given to the model)."""
+
+    targets = [0, 1, 2, 0]
+
+    def __len__(self):
+        return len(self.targets)
+
+    def __getitem__(self, index):
+        return torch.zeros(FEATURES), self.targets[index] * 0.5
+
+
+class TargetsOfTwoShapes(Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.zeros(FEATURES), torch.zeros(1 + index % 2)
+
+
+class RowsWithTheirLabel(Dataset):
+    """Each sample one array, its label a view of its last number (which keeps the whole
+    row alive while the label is held); ``alive`` counts the rows not yet freed."""
+
+    def __init__(self, count: int):
+        self.count, self.alive, self.most_alive = count, 0, 0
+
+    def __len__(self):
+        return self.count
+
+    def _freed(self):
+        self.alive -= 1
+
+    def __getitem__(self, index):
+        import weakref
+
+        row = np.full(FEATURES + 1, index % CLASSES, dtype=np.float32)
+        self.alive += 1
+        self.most_alive = max(self.most_alive, self.alive)
+        weakref.finalize(row, self._freed)
+        tensor = torch.from_numpy(row)
+        return tensor[:-1], tensor[-1]
+
+
+class Empty(Dataset):
+    def __len__(self):
+        return 0
+
+    def __getitem__(self, index):
+        raise IndexError(index)
+
+
+class RowsPickledWhole(MappedRows):
+    """A mapped file with no ``__getstate__`` of its own: pickled, its rows would go whole."""
+
+    __getstate__ = object.__getstate__
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+
+class Lengthening(Dataset):
+    """1-D samples growing from 1 to 9,001 numbers: the first tells nothing of the rest."""
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        return torch.zeros(1 + 1000 * index), index % 2
+
+
+class DictAt(Dataset):
+    """Pairs, but a dict at sample 5 (the first and last looked at before training are fine,
+    and the targets are its own: the parent reads no other sample)."""
+
+    targets = [index % CLASSES for index in range(10)]
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        pair = (torch.zeros(FEATURES), index % CLASSES)
+        return dict(zip("xy", pair)) if index == 5 else pair
+
+
+class TensorMappedWhole(Dataset):
+    """Rows mapped with ``torch.from_file(shared=True)``, with no ``__getstate__``."""
+
+    def __init__(self, path, count: int):
+        self.rows = torch.from_file(str(path), shared=True, size=count * FEATURES,
+                                    dtype=torch.float32).view(count, FEATURES)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, index):
+        return self.rows[index].clone(), index % CLASSES

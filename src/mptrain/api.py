@@ -31,7 +31,8 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     ``train_data``/``test_data`` are map-style datasets of ``(input, target)`` pairs (or a
     :class:`~mptrain.data.sources.DataBundle`); they are stacked into tensors and put in
     shared memory once, or with ``loader="stream"`` (and ``"auto"`` where stacking would
-    not fit there) read where they lie by each worker's loader threads. Integer targets train a classifier, float targets a regressor.
+    not fit there) read where they lie by each worker's loader threads. Integer targets
+    train a classifier, float targets a regressor.
     ``settings`` are those of :class:`~mptrain.config.TrainConfig` (``strategy``,
     ``workers``, ``epochs``, ``lr``, ..., for fedavg ``rounds``, ``clients``,
     ``clients_per_round``, ``partition``, ``server_optimizer``, ``scaffold``,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .data.fingerprint import difference, fingerprint, well_formed
+from .data.fingerprint import difference, fingerprint, loader_difference, well_formed
 from .data.sources import DataBundle
 from .engine.evaluation import TestSetEvaluation
 from .errors import UserError, python_caller, setting_name
@@ -59,6 +59,9 @@ class SupervisedFamily:
             if not well_formed(resume.data):   # read from the file like its other parts
                 raise UserError(f"{resume.source or 'the checkpoint'} is damaged: its 'data' "
                                 "is not the fingerprint of a data set; use another checkpoint")
+            differs = loader_difference(resume.data, now)
+            if differs is not None:
+                raise UserError(differs)
             differs = difference(resume.data, now)
             if differs is not None:
                 raise UserError(f"this is not the data the checkpoint was trained on: "

@@ -136,3 +136,13 @@ def test_a_damaged_fingerprint_is_a_damaged_checkpoint_in_one_line(tmp_path, rec
     torch.save(damaged, tmp_path / "checkpoint.pt")
     with pytest.raises(UserError, match="is damaged: its 'data'"):
         mptrain.fit(copy.deepcopy(model), classified(), resume=tmp_path, epochs=2)
+
+
+def test_a_checkpoint_recording_no_training_data_is_compared_not_crashed_on():
+    """``well_formed`` lets a set be None: the loader check must read such a record too."""
+    from mptrain.data.fingerprint import loader_difference
+
+    now = fingerprint(bundle(torch.zeros(2, 2), torch.tensor([0, 1])))
+    recorded = {"train": None, "test": None}
+    assert loader_difference(recorded, now) is None
+    assert "had no training data" in difference(recorded, now)

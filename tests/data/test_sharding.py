@@ -108,3 +108,19 @@ def test_drop_last_is_refused_where_no_shard_is_padded():
     mptrain.TrainConfig(strategy="ddp", drop_last=True)
     with pytest.raises(UserError, match="drop-last does nothing with --strategy single; use --strategy sync or ddp"):
         mptrain.TrainConfig.from_settings({"strategy": "single", "drop_last": True})
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_the_shards_are_distributed_samplers_to_the_index(drop_last):
+    """What the docs promise, checked against torch's own sampler: a user moving a
+    ``DistributedSampler`` loop to mptrain trains on the same samples in the same order."""
+    from torch.utils.data import DistributedSampler
+
+    for samples, world in ((17, 4), (10, 3), (5, 1), (8, 2)):
+        for rank in range(world):
+            for epoch in (0, 3):
+                theirs = DistributedSampler(range(samples), num_replicas=world, rank=rank,
+                                            seed=7, drop_last=drop_last)
+                theirs.set_epoch(epoch)
+                assert shard_indices(samples, world, rank, 7, epoch,
+                                     drop_last=drop_last).tolist() == list(theirs)

@@ -17,25 +17,15 @@ from mptrain.api import bundle_from_datasets
 from mptrain.data.stream import StreamDataset
 from mptrain.data.stream_feed import LoaderHung
 from mptrain.errors import UserError, WorkerFailedError
+from sequence_sets import BagOfTokens, Sequences
 from stream_sets import (CLASSES, FEATURES, RELEASE, HangsAt, MappedRows, RaisesAt,
-                         Sequences, write_rows)
+                         write_rows)
 from user_errors import fail
 
 
 def small_net():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(FEATURES, 8), nn.ReLU(), nn.Linear(8, CLASSES))
-
-
-class BagOfTokens(nn.Module):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed, self.out = nn.Embedding(8, 8), nn.Linear(8, 2)
-
-    def forward(self, batch):
-        tokens, mask = batch
-        return self.out((self.embed(tokens) * mask.unsqueeze(-1)).sum(1))
 
 
 @pytest.fixture
@@ -219,3 +209,149 @@ def test_a_collate_that_raises_is_named_with_rank_and_batch():
                                            r"padding today"):
         list(feed.batches([(0, torch.tensor([8, 9]))]))
     assert no_loader_threads()
+
+
+def test_a_targets_attribute_that_disagrees_with_the_samples_is_not_trusted():
+    from stream_sets import Rescaled
+
+    stacked = bundle_from_datasets(Rescaled(), None, loader="stacked").train.targets
+    streamed = bundle_from_datasets(Rescaled(), None, loader="stream").train.targets
+    assert streamed.dtype == stacked.dtype and torch.equal(streamed, stacked)
+
+
+def test_targets_of_two_shapes_are_one_line_with_the_stream_loader():
+    from stream_sets import TargetsOfTwoShapes
+
+    with pytest.raises(UserError, match="training data: targets cannot be stacked into one "
+                                        "tensor .*all targets must have the same shape"):
+        bundle_from_datasets(TargetsOfTwoShapes(), None, loader="stream")
+
+
+def test_targets_are_read_a_chunk_at_a_time_never_every_sample_held(monkeypatch):
+    from mptrain.data import stream
+    from stream_sets import RowsWithTheirLabel
+
+    monkeypatch.setattr(stream, "TARGETS_PER_READ", 8, raising=False)
+    rows = RowsWithTheirLabel(64)
+    targets = StreamDataset(rows, "training data").targets
+    assert targets.tolist() == [float(i % CLASSES) for i in range(64)]
+    assert rows.most_alive <= 8 + 2   # a chunk's rows, and the first and last samples
+
+
+@pytest.mark.parametrize("loader", ["auto", "stream", "stacked"])
+def test_an_empty_set_says_so_whichever_loader(loader):
+    from stream_sets import Empty
+
+    with pytest.raises(UserError, match="^training data is empty$"):
+        bundle_from_datasets(Empty(), None, loader=loader)
+    with pytest.raises(UserError, match="^test data is empty$"):
+        bundle_from_datasets(Sequences(), Empty(), loader=loader)
+
+
+def test_an_evaluation_waiting_for_its_loader_keeps_the_heartbeat(tmp_path):
+    """The test set's feed beats as the training feed does: the watchdog, whose bound is
+    the loader's patience, would otherwise stop a slow evaluation with no word of the
+    sample. The beat here lets the stuck read go, so the batch comes."""
+    from types import SimpleNamespace
+
+    from mptrain.engine.evaluation import TestSetEvaluation
+
+    path = tmp_path / "rows.bin"
+    write_rows(path, 20)
+    test = StreamDataset(HangsAt(path, 20), "test data")
+    test.patience_s = 10.0   # before the fix: LoaderHung then
+    RELEASE.clear()
+    setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(test=test),
+                            group=SimpleNamespace(world_size=1, rank=0),
+                            progress=SimpleNamespace(beat=RELEASE.set))
+    try:
+        feed = TestSetEvaluation(setup).feed
+        (_, _, inputs, _), = feed.batches([(0, torch.tensor([HangsAt.bad]))])
+    finally:
+        RELEASE.set()
+    assert inputs.shape == (1, FEATURES)
+
+
+def test_a_memory_mapped_array_is_not_pickled_whole_for_spawned_workers(tmp_path):
+    import pickle
+
+    from stream_sets import RowsPickledWhole, TensorMappedWhole
+
+    path = tmp_path / "rows.bin"
+    write_rows(path, 20)
+    for mapped, kind in ((RowsPickledWhole, r"an np\.memmap"),
+                         (TensorMappedWhole, r"a tensor mapped from .*rows\.bin")):
+        data = StreamDataset(mapped(path, 20), "training data")
+        with pytest.raises(UserError, match=rf"^the training data holds {kind} .*"
+                                            r"__setstate__.*start.method fork"):
+            pickle.dumps(data)
+    assert pickle.loads(pickle.dumps(StreamDataset(MappedRows(path, 20), "training data")))
+
+
+def test_a_resume_under_the_other_loader_says_which_loader_to_give(rows, tmp_path):
+    """``auto`` may choose otherwise on a resume (/dev/shm's free space changed): the data is
+    the same, only read otherwise, and the fingerprints cannot be compared."""
+    mptrain.fit(small_net(), rows, strategy="single", epochs=1, batch_size=8,
+                loader="stacked", out=tmp_path / "run", checkpoint_every=1)
+    with pytest.raises(UserError, match=r"^the checkpoint's run held the training data "
+                                        r"stacked, this one streams it: resume with "
+                                        r"loader stacked$"):
+        mptrain.fit(small_net(), rows, strategy="single", epochs=2, batch_size=8,
+                    loader="stream", resume=tmp_path / "run", out=tmp_path / "run")
+
+
+def test_auto_sizes_the_stacked_data_by_its_larger_end_not_its_first_sample(monkeypatch):
+    from stream_sets import Lengthening
+
+    monkeypatch.setenv("MPTRAIN_SHM_FREE_MIB", "0.1")   # 10 first samples fit, 10 last don't
+    assert isinstance(bundle_from_datasets(Lengthening(), None, loader="auto").train,
+                      StreamDataset)
+
+
+def test_stacked_data_too_large_for_shared_memory_is_told_of_the_stream_loader(
+        rows, monkeypatch):
+    monkeypatch.setenv("MPTRAIN_SHM_FREE_MIB", "0.0001")
+    with pytest.raises(UserError, match=r"MiB free; .*or loader stream \(the data read "
+                                        r"where it lies\)"):
+        mptrain.fit(small_net(), rows, strategy="hogwild", workers=2, batch_size=8,
+                    loader="stacked")
+
+
+COLLATED_SIZES: list = []
+
+
+def recording_pad(sequences, targets):
+    COLLATED_SIZES.append(len(sequences))
+    return torch.nn.utils.rnn.pad_sequence(sequences, batch_first=True), targets
+
+
+def test_a_fedavg_clients_rows_are_held_without_collating_them_all_at_once():
+    """A client's block keeps its sequences as they are; the collate runs per batch of its
+    local epochs (it ran once on all the client's rows, only for their targets)."""
+    from mptrain.data.ragged import given_collate
+
+    data, feed = feed_of(Sequences())
+    data.collate = given_collate(recording_pad)
+    COLLATED_SIZES.clear()
+    block_feed, positions = feed.for_rows([torch.arange(10), torch.arange(20, 26)])
+    assert COLLATED_SIZES == [] and [len(p) for p in positions] == [10, 6]
+    assert block_feed.data.targets.tolist() == [Sequences()[i][1] for i in
+                                                [*range(10), *range(20, 26)]]
+
+
+def test_a_sample_that_is_no_pair_is_named_by_the_loader_as_stacking_names_it():
+    from mptrain.data.stream_feed import LoaderFailed
+    from stream_sets import DictAt
+
+    _, feed = feed_of(DictAt())
+    with pytest.raises(LoaderFailed, match=r"rank 3: reading sample 5 of the training data "
+                                           r"raised UserError: training data\[5\] is a dict; "
+                                           r"each sample must be an \(input, target\) pair"):
+        list(feed.batches([(0, torch.arange(4, 8))]))
+
+
+def test_an_iterable_test_set_under_auto_is_refused_as_stacking_refuses_it(rows):
+    from stream_sets import Endless
+
+    with pytest.raises(UserError, match=r"^test data is a Endless, not a map-style Dataset"):
+        bundle_from_datasets(rows, Endless(), loader="auto")

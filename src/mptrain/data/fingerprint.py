@@ -23,6 +23,8 @@ import torch
 
 from .shared import RowSource, SharedTensorDataset
 
+#: The inputs' dtype a streamed set records (``data.stream``): its rows are not hashed.
+STREAMED = "stream"
 #: Rows hashed at a time from a RowSource (its own chunking's order of magnitude).
 _ROWS = 10_000
 _PARTS = (("train", "training"), ("test", "test"))
@@ -64,6 +66,24 @@ def difference(recorded: dict, now: dict) -> str | None:
             if said is not None:
                 return f"the {words} {part} {said}"
     return None
+
+
+def loader_difference(recorded: dict, now: dict) -> str | None:
+    """What to give when the checkpoint's run held the training data otherwise than this one
+    (stacked, or streamed: ``--loader``), or None: the same data has fingerprints that cannot
+    be compared then (a streamed set hashes its ends only, ``StreamDataset.fingerprint``),
+    and ``auto`` chooses anew on a resume, from /dev/shm's free space at that moment."""
+    from ..errors import setting_name
+
+    if recorded.get("train") is None:   # read from the file: ``difference`` names it
+        return None
+    theirs = recorded["train"]["inputs"]["dtype"] == STREAMED
+    ours = now["train"]["inputs"]["dtype"] == STREAMED
+    if theirs == ours:
+        return None
+    return (f"the checkpoint's run held the training data {'streamed' if theirs else 'stacked'}, "
+            f"this one {'streams' if ours else 'stacks'} it: resume with "
+            f"{setting_name('loader')} {'stream' if theirs else 'stacked'}")
 
 
 def _tensor_difference(theirs: dict, ours: dict) -> str | None:

@@ -30,18 +30,26 @@ def data_seed(seed: int) -> int:
 
 
 @contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Within the block torch's (CPU), numpy's and ``random``'s global generators start
-    from ``data_seed(seed)``; after it, each is where it was."""
+def generators_kept() -> Iterator[None]:
+    """Within the block the global generators (torch's CPU one, numpy's, ``random``'s) may
+    draw; after it, each is where it was."""
     torch_state, numpy_state, python_state = \
         torch.get_rng_state(), np.random.get_state(), random.getstate()
-    value = data_seed(seed)
-    torch.default_generator.manual_seed(value)  # the CPU's only: data is built on the CPU
-    np.random.seed(value)
-    random.seed(value)
     try:
         yield
     finally:
         torch.set_rng_state(torch_state)
         np.random.set_state(numpy_state)
         random.setstate(python_state)
+
+
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Within the block torch's (CPU), numpy's and ``random``'s global generators start
+    from ``data_seed(seed)``; after it, each is where it was."""
+    with generators_kept():
+        value = data_seed(seed)
+        torch.default_generator.manual_seed(value)  # the CPU's only: data is built on the CPU
+        np.random.seed(value)
+        random.seed(value)
+        yield

@@ -10,15 +10,15 @@ descriptor), so N workers cost one copy of the data, and batches are gathered wi
 from __future__ import annotations
 
 import math
-import numbers
-import os
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, TensorDataset
 
-from ..errors import UserError, brief, raised_by_users_code
+from ..errors import UserError, brief
+from .samples import (as_targets, dense, floats32, read_user, stacked_targets,
+                      user_sample)
 
 
 class RowSource:
@@ -210,48 +210,33 @@ def materialize(dataset, what: str) -> SharedTensorDataset:
         return _non_empty(dataset, what)
     if isinstance(dataset, TensorDataset) and len(dataset.tensors) == 2:
         inputs, targets = dataset.tensors
-        return _non_empty(_checked(_floats32(_dense(inputs, what)),
-                                   _floats32(_dense(targets, what)), what), what)
+        return _non_empty(SharedTensorDataset(floats32(dense(inputs, what)),
+                                              as_targets(dense(targets, what))), what)
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         raise UserError(f"{what} is a {type(dataset).__name__}, not a map-style Dataset "
                         "(it needs __len__ and __getitem__)")
-    size = _read(len, dataset, f"len({what})")
+    size = read_user(len, dataset, f"len({what})")
     if size == 0:
         raise UserError(f"{what} is empty")
-    samples = [_sample(dataset, index, what) for index in range(size)]
+    samples = [user_sample(dataset, index, what) for index in range(size)]
     varied = _first_varied(dataset, samples, what)
-    try:
-        stacked_targets = torch.stack([targets for _, targets in samples])
-    except RuntimeError as err:
-        raise UserError(f"{what}: targets cannot be stacked into one tensor "
-                        f"({brief(str(err))}); all targets must have the same shape") from None
+    targets = stacked_targets([targets for _, targets in samples], what)
     try:
         stacked_inputs = torch.stack([inputs for inputs, _ in samples])
     except RuntimeError as err:
         if all(inputs.dim() == 1 for inputs, _ in samples):   # token sequences: collated
             from .ragged import ragged_from
 
-            targets = _floats32(stacked_targets)
-            ragged = ragged_from([inputs for inputs, _ in samples],
-                                 targets.long() if targets.dtype == torch.bool else targets,
+            ragged = ragged_from([inputs for inputs, _ in samples], as_targets(targets),
                                  what)
             ragged.varied_sample = varied
             return ragged
         raise UserError(f"{what}: samples cannot be stacked into one tensor ({brief(str(err))}); "
                         "all inputs must have the same shape (1-D sequences of different "
                         "lengths are collated: --collate pad)") from None
-    stacked = _checked(_floats32(stacked_inputs), _floats32(stacked_targets), what)
+    stacked = SharedTensorDataset(floats32(stacked_inputs), as_targets(targets))
     stacked.varied_sample = varied
     return stacked
-
-
-def _sample(dataset, index: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """``dataset[index]`` as an (input, target) pair of tensors."""
-    item = _read(dataset.__getitem__, index, f"{what}[{index}]")
-    if not (isinstance(item, (tuple, list)) and len(item) == 2):
-        raise UserError(f"{what}[{index}] is a {type(item).__name__}; each sample must be "
-                        "an (input, target) pair")
-    return _as_tensor(item[0], what, index), _as_tensor(item[1], what, index)
 
 
 def _first_varied(dataset, samples: list, what: str) -> int | None:
@@ -263,7 +248,7 @@ def _first_varied(dataset, samples: list, what: str) -> int | None:
     fresh ones, is not told. Two more reads find it (the global generators have moved on
     since the first; in one stacking, under one seed, so a seeded build still tells)."""
     for index in sorted({0, len(samples) - 1}):
-        again = _sample(dataset, index, what)
+        again = user_sample(dataset, index, what)
         if not all(_same_bits(a, b) for a, b in zip(samples[index], again)):
             return index
     return None
@@ -273,14 +258,6 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal shape, dtype and bytes (NaN included: a missing value read twice is the same)."""
     return a.shape == b.shape and a.dtype == b.dtype and \
         torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-
-
-def _checked(inputs: torch.Tensor, targets: torch.Tensor, what: str) -> SharedTensorDataset:
-    """The user's tensors as a data set: boolean targets (a mask as labels) as the classes
-    0 and 1, which the loss takes."""
-    if targets.dtype == torch.bool:
-        targets = targets.long()
-    return SharedTensorDataset(inputs, targets)
 
 
 def first_non_finite(tensor: torch.Tensor, rows: int = 10_000) -> int | None:
@@ -295,55 +272,10 @@ def first_non_finite(tensor: torch.Tensor, rows: int = 10_000) -> int | None:
     return None
 
 
-def _read(call, argument, what: str):
-    """``call(argument)`` on the user's data set: what it raises is one line naming the
-    sample (mptrain reads every sample once, in the parent, before training starts)."""
-    with raised_by_users_code(f"reading {what}",
-                              "the data set must give every sample from 0 to len - 1"):
-        return call(argument)
-
-
 def _non_empty(dataset: SharedTensorDataset, what: str) -> SharedTensorDataset:
     if len(dataset) == 0:
         raise UserError(f"{what} is empty")
     return dataset
-
-
-def _floats32(tensor: torch.Tensor) -> torch.Tensor:
-    """float64 (numpy's default) becomes float32, the dtype models are built with."""
-    return tensor.float() if tensor.dtype == torch.float64 else tensor
-
-
-def _as_tensor(value, what, index) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return _dense(value, f"{what}[{index}]")
-    if isinstance(value, bool):
-        return torch.tensor(int(value))
-    if isinstance(value, numbers.Integral):
-        return torch.tensor(int(value), dtype=torch.int64)
-    if isinstance(value, numbers.Real):
-        return torch.tensor(float(value), dtype=torch.float32)
-    if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray)
-                                          and value.dtype.kind in "USO"):
-        # Labels as class names ("cat"): the loss takes class indices.
-        raise UserError(f"{what}[{index}] holds a {type(value).__name__} ({value!r:.40}); "
-                        "samples must be tensors, numpy arrays or numbers: map class names "
-                        "to integers (e.g. {name: i for i, name in "
-                        "enumerate(sorted(set(names)))})")
-    if isinstance(value, np.ndarray):
-        return torch.from_numpy(np.ascontiguousarray(value))
-    raise UserError(f"{what}[{index}] holds a {type(value).__name__}; samples must be "
-                    "tensors, numpy arrays or numbers")
-
-
-def _dense(tensor: torch.Tensor, what: str) -> torch.Tensor:
-    if tensor.layout != torch.strided:
-        raise UserError(f"{what} holds a {tensor.layout} tensor; shared memory takes dense "
-                        "tensors only: call .to_dense() in your data factory")
-    if tensor.device.type != "cpu":
-        raise UserError(f"{what} lives on {tensor.device}; give mptrain CPU tensors, it moves "
-                        "batches to the training device itself")
-    return tensor.contiguous()
 
 
 def shared_zeros(shape, dtype=torch.float32) -> torch.Tensor:
@@ -362,47 +294,3 @@ def shared_zeros(shape, dtype=torch.float32) -> torch.Tensor:
     numel = math.prod(shape)
     storage = new_shared(numel * torch.empty(0, dtype=dtype).element_size())
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
-
-
-SHM_PATH = "/dev/shm"
-
-
-def check_shm_space(nbytes: int, path: str = SHM_PATH, what: str = "the run") -> None:
-    """Refuse now, with the fix, rather than die of SIGBUS when /dev/shm runs out later
-    (``what``: who needs it, ``the run`` or the data being read)."""
-    free = shm_free_bytes(path)
-    if free is None:
-        return  # no /dev/shm (not Linux): torch uses other mechanisms
-    if nbytes > free:
-        raise UserError(
-            f"{what} needs {nbytes / 2**20:,.0f} MiB of shared memory but {path} has only "
-            f"{free / 2**20:,.0f} MiB free; free space there, or in Docker start the "
-            f"container with a larger --shm-size (e.g. --shm-size={_suggest_size(nbytes)})")
-
-
-#: A documented synthetic limit for benchmarks and tests: pretend ``/dev/shm`` has this many
-#: MiB free (``benchmarks/data_pipeline.py``'s stream part: data twice that size).
-SHM_FREE_MIB_VARIABLE = "MPTRAIN_SHM_FREE_MIB"
-
-
-def shm_free_bytes(path: str = SHM_PATH) -> int | None:
-    """The bytes free in ``path`` (None where there is none), or the synthetic limit
-    ``MPTRAIN_SHM_FREE_MIB`` where it is set and smaller."""
-    try:
-        stats = os.statvfs(path)
-    except OSError:
-        return None
-    free = stats.f_bavail * stats.f_frsize
-    pretend = os.environ.get(SHM_FREE_MIB_VARIABLE)
-    if pretend:
-        try:
-            free = min(free, int(float(pretend) * 2**20))
-        except ValueError:
-            raise UserError(f"{SHM_FREE_MIB_VARIABLE} must be a number of MiB, got "
-                            f"{pretend!r}") from None
-    return free
-
-
-def _suggest_size(nbytes: int) -> str:
-    gib = max(1, -(-int(nbytes * 1.5) // 2**30))
-    return f"{gib}g"

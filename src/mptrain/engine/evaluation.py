@@ -71,7 +71,8 @@ class TestSetEvaluation(RoundEvaluation):
         super().__init__(setup)
         self.layout = ChannelsLastEvaluation(setup.device)
         self.feed = feed_for(setup.data.test, setup.device, setup.group.world_size,
-                             rank=setup.group.rank) if setup.data.test is not None else None
+                             rank=setup.group.rank, beat=setup.progress.beat) \
+            if setup.data.test is not None else None
 
     def due(self, index: int, last: bool) -> bool:
         return self.setup.data.test is not None and \

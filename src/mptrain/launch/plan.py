@@ -16,6 +16,7 @@ from ..comm.shm import ShmGroupState
 from ..comm.solo import SoloSpec
 from ..config import TrainConfig
 from ..engine.precision import precision_warnings
+from ..errors import setting_name
 from ..models import model_bytes
 from ..data.batch_transform import check_batch_transform
 from ..data.ragged import check_collated
@@ -144,7 +145,19 @@ def check_shared_memory(data, model, strategy, plan: RunPlan) -> None:
     needs = strategy.needs(model, data, plan)
     comm_bytes = 2 * plan.workers * needs.comm_numel * 8
     check_shm_space(data.nbytes + model_bytes(model) * 3 + comm_bytes
-                    + needs.extra_shared_bytes)
+                    + needs.extra_shared_bytes, other_fix=_streaming_fix(data))
+
+
+def _streaming_fix(data) -> str | None:
+    """The other way out for stacked data (``--loader auto`` may have sized it by a sample
+    that was no measure of the rest): read it where it lies, and /dev/shm holds its targets
+    only."""
+    from ..data.stream import StreamDataset
+
+    train = getattr(data, "train", None)   # RL has no data set
+    if train is None or isinstance(train, StreamDataset) or getattr(train, "on_demand", False):
+        return None
+    return f"{setting_name('loader')} stream (the data read where it lies)"
 
 
 def make_comm(config, strategy, model, data, plan: RunPlan):

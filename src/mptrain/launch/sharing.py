@@ -21,7 +21,7 @@ import torch.multiprocessing as torch_mp
 
 # The check that /dev/shm holds what will be written there lives with the shared data (the
 # natural data readers, below this room, check it as they load); the plan imports it here.
-from ..data.shared import SHM_PATH, check_shm_space  # noqa: F401
+from ..data.shm_space import SHM_PATH, check_shm_space  # noqa: F401
 from ..errors import UserError
 from ..errors import setting_name as named   # as the caller spelled the setting
 

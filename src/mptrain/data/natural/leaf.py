@@ -22,7 +22,8 @@ import torch
 
 from ...errors import UserError
 from ..classes import class_count
-from ..shared import SharedTensorDataset, check_shm_space, shared_zeros
+from ..shared import SharedTensorDataset, shared_zeros
+from ..shm_space import check_shm_space
 from .clients import NaturalClients, NaturalData
 from .json_stream import leading_lists, read_text, walk
 from .progress import loading_bar
