@@ -105,7 +105,7 @@ class TrainConfig:
     #: How workers read the data: stacked in shared memory once, or each its shard read
     #: where it lies by loader threads (``data.stream``); auto: stacked where that fits.
     loader: str = "auto"
-    loader_workers: int = 2                 # loader threads per worker (stream; 0: inline)
+    loader_workers: int = 1                 # loader threads per worker (stream; 0: inline)
     drop_last: bool = False                 # sync, ddp: cut each epoch's tail, never pad
     #: fedavg's own section (``strategies.fedavg.settings``); its settings are given by
     #: their flat names like every other (``TrainConfig(rounds=5)``, ``--rounds 5``).

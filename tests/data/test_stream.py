@@ -355,3 +355,39 @@ def test_an_iterable_test_set_under_auto_is_refused_as_stacking_refuses_it(rows)
 
     with pytest.raises(UserError, match=r"^test data is a Endless, not a map-style Dataset"):
         bundle_from_datasets(rows, Endless(), loader="auto")
+
+
+class OneReadingPosition(torch.utils.data.Dataset):
+    """A set with one reading position, as one file handle seeked then read: a read of
+    sample 0 waits (bounded) to see whether another read starts while it is inside."""
+
+    def __init__(self):
+        self.lock, self.inside, self.most = threading.Lock(), 0, 0
+        self.second_read = threading.Event()
+
+    def __len__(self):
+        return 16
+
+    def __getitem__(self, index):
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+            if self.inside > 1:
+                self.second_read.set()
+        if index == 0:
+            self.second_read.wait(timeout=1.0)   # bounded: one reader waits it out
+        with self.lock:
+            self.inside -= 1
+        return torch.zeros(FEATURES), torch.tensor(index % CLASSES)
+
+
+def test_by_default_a_data_set_is_read_one_sample_at_a_time():
+    """A set written for DataLoader's worker processes need not be thread-safe: the default
+    loader reads it from one thread, ahead of the step."""
+    from mptrain.config import TrainConfig
+
+    dataset = OneReadingPosition()
+    _, feed = feed_of(dataset, loader_workers=TrainConfig().loader_workers)
+    batches = list(feed.batches(enumerate(torch.arange(16).split(4))))
+    assert len(batches) == 4
+    assert dataset.most == 1

@@ -98,7 +98,8 @@ class GroupedHelp(NonEmptyValues):
                    "not fit in /dev/shm.")
 @click.option("--loader-workers", type=int,
               help="--loader stream: loader threads per worker, counted in its thread "
-                   "budget (default 2; 0: read in the training thread).")
+                   "budget (default 1: reads one at a time, safe for any data set; more read "
+                   "in parallel, for a thread-safe set; 0: read in the training thread).")
 @click.option("--drop-last/--no-drop-last", default=None,
               help="sync, ddp: cut each epoch's shuffled order to a multiple of the workers "
                    "(DistributedSampler's drop_last) instead of padding it by repeating "

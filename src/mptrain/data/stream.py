@@ -67,7 +67,7 @@ class StreamDataset:
         self.collate: str | None = None
         #: Set for the run (``with_loader``): loader threads per worker, and how long a
         #: batch may take before the loader counts as hung (``--worker-timeout``).
-        self.loader_workers, self.patience_s = 2, 300.0
+        self.loader_workers, self.patience_s = 1, 300.0
 
     def __len__(self) -> int:
         return self._size
