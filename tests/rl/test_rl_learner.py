@@ -117,3 +117,12 @@ def test_the_target_follows_the_online_network_by_target_tau_every_target_every_
     online = learner.model.weight.detach()
     assert torch.allclose(learner.target.weight, start + 0.25 * (online - start))
     assert not torch.allclose(learner.target.weight, online)
+
+
+def test_the_banner_says_how_the_target_follows():
+    from mptrain.rl.config import RLConfig
+    from mptrain.rl.dqn import target_words
+
+    assert target_words(RLConfig(algo="dqn")) == "target copied every 128 updates"
+    assert target_words(RLConfig(algo="dqn", target_tau=0.005, target_every=1)) == \
+        "target moved 0.005 of the way every update"
