@@ -11,8 +11,9 @@ default evaluations (every 2 rounds, 2 episodes, the best kept), plus ``--flags`
 ``final.pt`` and ``best.pt`` then play ``--test-episodes`` (10) greedy episodes each, on
 episode seeds none of the run's evaluations used (``acting.EVAL_SEED + 1000 + i``), so
 the best policy is not scored on the episodes it was chosen on. A policy "holds" when its
-mean is >= 475. Rows: per algorithm, how many seeds' final and best policies hold, and the
-medians of their means.
+mean is >= 475. Rows: per algorithm, how many seeds' final and best policies hold, the
+medians of their means, and the median steps to the run's first evaluation >= 475 (each
+cell also keeps its evaluations, and how many from the run's second half held).
 
 Seeds: tune on 100-109, report on 200-209 (docs/rl.md names both; the benchmark's
 ``rl.py`` seeds 0-9 and earlier sittings' 1-49 are neither). Returns do not depend on the
@@ -24,6 +25,7 @@ writes JSON.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -73,6 +75,22 @@ def greedy_mean(algo: str, summary: dict, state_path: Path, episodes: int) -> fl
     return statistics.fmean(returns)
 
 
+def evaluation_curve(out: Path) -> list[tuple[int, float]]:
+    """(environment steps, greedy mean) of each of the run's evaluations, in order."""
+    rounds = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [(r["env_steps"], r["eval_return"]) for r in rounds
+            if r.get("eval_return") is not None]
+
+
+def curve_figures(curve: list[tuple[int, float]]) -> dict:
+    """Steps to the first evaluation >= 475, and how many of the evaluations from the
+    run's second half on hold: a steadier sign of holding than the final draw."""
+    first = next((steps for steps, value in curve if value >= SOLVED), None)
+    late = [value for steps, value in curve if steps >= curve[-1][0] // 2] if curve else []
+    return {"first_solved_at_steps": first, "late_evals": len(late),
+            "late_evals_holding": sum(value >= SOLVED for value in late)}
+
+
 def hold_cell(algo: str, seed: int, flags: list[str], episodes: int, folder: Path) -> dict:
     out = folder / f"{algo}-{seed}"
     summary = rl_run(["--algo", algo, "--workers", "2", "--steps", str(STEPS[algo]),
@@ -83,26 +101,31 @@ def hold_cell(algo: str, seed: int, flags: list[str], episodes: int, folder: Pat
     final = greedy_mean(algo, summary, out / "final.pt", episodes)
     best = greedy_mean(algo, summary, out / ("best.pt" if (out / "best.pt").is_file()
                                               else "final.pt"), episodes)
+    curve = evaluation_curve(out)
     cell = {"algo": algo, "seed": seed, "final_return": final, "best_return": best,
             "final_holds": final >= SOLVED, "best_holds": best >= SOLVED,
             "final_eval_return": summary["eval_return"],
             "best_eval_return": summary.get("best_eval_return"),
             "best_at_steps": summary.get("best_at_steps"),
-            "evaluations": summary.get("rounds_done"), "wall_s": summary["wall_s"]}
+            "evaluations": curve, **curve_figures(curve), "wall_s": summary["wall_s"]}
     print(f"{algo} seed {seed}: final {final:.1f}, best {best:.1f} (kept at "
-          f"{cell['best_at_steps'] or 0:,} steps, {cell['best_eval_return']} in the run)",
+          f"{cell['best_at_steps'] or 0:,} steps, {cell['best_eval_return']} in the run; "
+          f"first >= {SOLVED:g} at {cell['first_solved_at_steps']}, "
+          f"{cell['late_evals_holding']}/{cell['late_evals']} of the second half's)",
           flush=True)
     return cell
 
 
 def table_row(algo: str, cells: list[dict]) -> dict:
     done = [c for c in cells if "error" not in c]
+    firsts = [c["first_solved_at_steps"] for c in done if c["first_solved_at_steps"]]
     return {"algo": algo, "seeds": len(cells),
             "final_holds": sum(c["final_holds"] for c in done),
             "best_holds": sum(c["best_holds"] for c in done),
             "median_final": statistics.median(c["final_return"] for c in done)
             if done else None,
-            "median_best": statistics.median(c["best_return"] for c in done) if done else None}
+            "median_best": statistics.median(c["best_return"] for c in done) if done else None,
+            "median_first_solved_at_steps": statistics.median(firsts) if firsts else None}
 
 
 def main(argv=None) -> int:
@@ -130,10 +153,11 @@ def main(argv=None) -> int:
     rows = [table_row(algo, [c for c in cells if c["algo"] == algo]) for algo in algos]
     results.update(cells=cells, table=rows)
     print(f"{'':6} {'final >= 475':>13} {'best >= 475':>12} {'median final':>13} "
-          f"{'median best':>12}")
+          f"{'median best':>12} {'median first 475':>17}")
     for r in rows:
         print(f"{r['algo']:6} {r['final_holds']:>6}/{r['seeds']:<6} {r['best_holds']:>5}/"
-              f"{r['seeds']:<6} {r['median_final'] or 0:>13.1f} {r['median_best'] or 0:>12.1f}")
+              f"{r['seeds']:<6} {r['median_final'] or 0:>13.1f} {r['median_best'] or 0:>12.1f} "
+              f"{r['median_first_solved_at_steps'] or 0:>17,}")
     if args.json:
         write_json(args.json, results)
     return 0

@@ -78,6 +78,16 @@ def test_rl_takes_a_config_file_that_flags_override(tmp_path, captured_rl):
     assert str(request.out) == "from-file" and request.quiet
 
 
+def test_dqn_target_tau_travels_from_the_config_file_and_flags(tmp_path, captured_rl):
+    pytest.importorskip("gymnasium")
+    path = tmp_path / "rl.toml"
+    path.write_text('algo = "dqn"\ntarget-tau = 0.01\ntarget-every = 1\n')
+    assert main(["rl", "--config", str(path)]) == 0
+    assert main(["rl", "--config", str(path), "--target-tau", "0.005"]) == 0
+    assert [(r.config.target_tau, r.config.target_every) for r in captured_rl] == \
+        [(0.01, 1), (0.005, 1)]
+
+
 @pytest.mark.parametrize("table", ["rl", "run"])
 def test_rl_takes_its_settings_under_an_rl_table_too(tmp_path, captured_rl, table):
     pytest.importorskip("gymnasium")

@@ -18,7 +18,9 @@ def test_rounds_cover_the_steps():
                                      dict(gamma=1.5), dict(lr=0.0), dict(round_steps=1,
                                                                          workers=2),
                                      dict(algo="dqn", buffer_size=32, batch_size=64),
-                                     dict(algo="dqn", policy_every=0)])
+                                     dict(algo="dqn", policy_every=0),
+                                     dict(algo="dqn", target_tau=0.0),
+                                     dict(algo="dqn", target_tau=1.5)])
 def test_bad_settings_are_refused(changes):
     with pytest.raises(UserError):
         RLConfig(**changes)
@@ -71,6 +73,7 @@ def test_one_registry_holds_both_families():
     ("a3c", "buffer_size", 10, "dqn"), ("a3c", "clip_coef", 0.3, "ppo"),
     ("dqn", "n_steps", 5, "a3c or ppo"), ("dqn", "target_kl", 0.02, "ppo"),
     ("ppo", "eps_steps", 100, "dqn"), ("a3c", "batch_size", 32, "dqn or ppo"),
+    ("ppo", "target_tau", 0.005, "dqn"),
 ])
 def test_a_setting_the_algorithm_never_reads_is_refused(algo, name, value, users):
     with pytest.raises(UserError, match=f"^--{name.replace('_', '-')} does nothing with "

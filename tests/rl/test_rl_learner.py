@@ -92,3 +92,37 @@ def test_a_checkpoint_of_the_old_replay_layout_is_refused_in_one_line():
     with pytest.raises(UserError, match="earlier mptrain.*start a new run"):
         DQNStrategy.check_checkpoint(old)
     DQNStrategy.check_checkpoint(SimpleNamespace(ranks=[{"published": 2}, {}]))
+
+
+def test_the_target_follows_the_online_network_by_target_tau_every_target_every_updates():
+    # --target-tau 0.25 --target-every 2: after the 2nd update (not the 1st) the target
+    # moves a quarter of the way to the online network, as stable-baselines3's tau.
+    from mptrain.rl.config import RLConfig
+    from mptrain.rl.plain_adam import PlainAdam
+    from mptrain.rl.replay import Batch
+
+    learner = object.__new__(DQNProgram)
+    learner.config = RLConfig(algo="dqn", target_tau=0.25, target_every=2, batch_size=4,
+                              buffer_size=8)
+    learner.model, learner.target = nn.Linear(3, 2), nn.Linear(3, 2)
+    learner.optimizer = PlainAdam(learner.model.parameters(), lr=0.1)
+    learner.sampler, learner.updates = torch.Generator().manual_seed(0), 0
+    batch = Batch(torch.randn(4, 3), torch.tensor([0, 1, 0, 1]), torch.ones(4),
+                  torch.randn(4, 3), torch.zeros(4))
+    learner.replay = SimpleNamespace(sample=lambda first, end, size, generator: batch)
+    start = learner.target.weight.detach().clone()
+    learner.update(0, 4)
+    assert torch.equal(learner.target.weight, start)            # not yet due
+    learner.update(0, 4)
+    online = learner.model.weight.detach()
+    assert torch.allclose(learner.target.weight, start + 0.25 * (online - start))
+    assert not torch.allclose(learner.target.weight, online)
+
+
+def test_the_banner_says_how_the_target_follows():
+    from mptrain.rl.config import RLConfig
+    from mptrain.rl.dqn import target_words
+
+    assert target_words(RLConfig(algo="dqn")) == "target copied every 128 updates"
+    assert target_words(RLConfig(algo="dqn", target_tau=0.005, target_every=1)) == \
+        "target moved 0.005 of the way every update"

@@ -68,7 +68,10 @@ from .app import Choice, cli, joined_loggers, supervised_run_options
 @click.option("--learning-starts", type=int, help="dqn: steps before the first update (1,000).")
 @click.option("--train-every", type=int, help="dqn: environment steps per update (2).")
 @click.option("--target-every", type=int,
-              help="dqn: updates between target-network copies (128).")
+              help="dqn: updates between target-network updates (128).")
+@click.option("--target-tau", type=float,
+              help="dqn: each target update moves the target this fraction of the way to "
+                   "the online network (1: a copy; stable-baselines3's tau).")
 @click.option("--policy-every", type=int,
               help="dqn: environment steps between renewals of the network the actors act "
                    "with (256).")

@@ -60,7 +60,10 @@ class RLConfig:
     # rl-baselines3-zoo's tuned DQN for CartPole-v1 (its train_freq 256 / gradient_steps 128
     # are policy_every / train_every here; its target update every 10 env steps between
     # bursts of 128 updates is a copy per 128 updates), measured in docs/rl.md.
-    target_every: int = 128       # learner updates between target-network copies
+    target_every: int = 128       # learner updates between target-network updates
+    # each target update: target <- tau * online + (1 - tau) * target; 1 is a copy,
+    # stable-baselines3's ``tau`` (its Polyak averaging: a small tau, every update)
+    target_tau: float = 1.0
     policy_every: int = 256       # environment steps between renewals of the actors' network
     eps_start: float = 1.0
     eps_end: float = 0.04
@@ -212,7 +215,7 @@ ALGO_SETTINGS = {
     "anneal_lr": ("dqn", "ppo"),
     "batch_size": ("dqn", "ppo"),
     **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
-                     "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
+                     "target_tau", "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
 }
 
 
@@ -264,7 +267,8 @@ _COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts", "eval_every
 #: name: (low, high, low_open, high_open)
 _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
             "gae_lambda": (0, 1, False, False), "eps_start": (0, 1, False, False),
-            "eps_end": (0, 1, False, False), "entropy_coef": (0, None, False, False),
+            "eps_end": (0, 1, False, False), "target_tau": (0, 1, True, False),
+            "entropy_coef": (0, None, False, False),
             "value_coef": (0, None, False, False), "max_grad_norm": (0, None, True, False),
             "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),
             "target_return": (None, None, False, False),

@@ -72,6 +72,15 @@ def annealed_lr(config, update: int) -> float:
     return config.learning_rate * max(0.0, 1.0 - update / total)
 
 
+def target_words(config) -> str:
+    """How the target network follows the online one, for the banner."""
+    every = ("every update" if config.target_every == 1
+             else f"every {config.target_every} updates")
+    if config.target_tau >= 1.0:
+        return f"target copied {every}"
+    return f"target moved {config.target_tau:g} of the way {every}"
+
+
 class DQNStrategy(ActorStrategy):
     name = "dqn"
     builds_torch_optimizer = False   # the learner's Adam is plain_adam's
@@ -123,7 +132,7 @@ class DQNStrategy(ActorStrategy):
                f"{actor_count(plan.workers)} actor(s), rank 0 the learner")
         return [f"dqn: {who}; replay {c.buffer_size:,} in shared memory, batch "
                 f"{c.batch_size}, 1 update per {c.train_every} steps after "
-                f"{c.learning_starts:,}, target copied every {c.target_every} updates, "
+                f"{c.learning_starts:,}, {target_words(c)}, "
                 f"actors' network renewed every {c.policy_every} steps, epsilon "
                 f"{c.eps_start:g}->{c.eps_end:g} over {c.eps_steps:,} steps"]
 
@@ -274,7 +283,7 @@ class DQNProgram(ActorProgram):
         step_on_loss(self.optimizer, loss, max_grad_norm=MAX_GRAD_NORM)
         self.updates += 1
         if self.updates % c.target_every == 0:
-            update_target(self.target, self.model)
+            update_target(self.target, self.model, c.target_tau)
         return loss.item()
 
     # -- evaluation and checkpoints ----------------------------------------------------------
