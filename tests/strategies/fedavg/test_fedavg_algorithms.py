@@ -196,7 +196,8 @@ ADDED_KEYS = ["vectorize_clients", "vectorize_chunk", "aggregator", "malicious_f
               "max_staleness"]
 COMPILE_AFTER = "precision"
 #: Issue 56's data-pipeline settings, after --overwrite.
-PIPELINE_KEYS = ["augment", "transform", "data_dtype", "collate"]
+PIPELINE_KEYS = ["augment", "transform", "data_dtype", "collate", "loader", "loader_workers",
+                 "drop_last"]
 
 
 @pytest.mark.timeout(120)
