@@ -5,7 +5,8 @@ one virtual clock (issue 51 item 7).
         [--seeds 0,1,2] [--target 0.9] [--femnist-target 0.9] [--data-dir DIR]
         [--json auto|PATH|none] [--plot PATH] [--cache DIR [--cached-only]]
         [--rows NAME,...] [--full-runs]
-    python benchmarks/fl_async.py --overhead [--updates 200] [--repeats 2]   # ~1 min, quiet
+    python benchmarks/fl_async.py --overhead [--updates 200] [--repeats 2]
+        [--client-path off|auto]                                    # ~1 min, quiet
 
 Two sets of clients, McMahan et al.'s 2NN, 1 local epoch of batch 10, lr 0.1, FedScale's
 lognormal device speeds (``--client-speeds lognormal``):
@@ -144,8 +145,8 @@ def cell_figures(runs: list[dict], target: float) -> dict:
 
 def table_lines(work: Workload, table: dict, seeds: list[int]) -> list[str]:
     lines = [f"{work.name}: {work.said}; virtual seconds to {work.target:g} accuracy",
-             f"{'row':<15}{'n':>2}{'hit':>4}  {'per seed ' + '/'.join(map(str, seeds)):>24}"
-             f"  {'mean ± sd':>14}  {'x sync':>6}  {'rounds':>6}"]
+             (f"{'row':<15}{'n':>2}{'hit':>4}  {'per seed ' + '/'.join(map(str, seeds)):>24}"
+              f"  {'mean ± sd':>14}  {'x sync':>6}  {'rounds':>6}")]
     sync = table.get("sync", {}).get("per_seed", {})
     for name, cell in table.items():
         if not cell["n"]:
@@ -182,6 +183,11 @@ def verdicts(work: Workload, table: dict) -> list[str]:
     return lines
 
 
+def cell_runner(work: Workload, flags: list[str], seed: int, args):
+    """``run_cell`` of this row and seed, run only where the cache has no answer."""
+    return lambda: run_cell(work.flags(), flags, seed, args, work.target)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", default="mnist-shards,femnist-like")
@@ -204,6 +210,9 @@ def main() -> None:
                         help="measure the wall cost per client update instead (quiet machine)")
     parser.add_argument("--updates", type=int, default=200, help="--overhead's per row")
     parser.add_argument("--repeats", type=int, default=2, help="--overhead's per row")
+    parser.add_argument("--client-path", choices=("off", "auto"), default="off",
+                        help="--overhead's --vectorize-clients (off: the same training path "
+                        "in every row, the simulator's own cost; auto: the default paths)")
     args = parser.parse_args()
     if (args.cached_only or args.rows) and not args.cache:
         parser.error("--cached-only and --rows read the runs kept under --cache DIR: give "
@@ -226,7 +235,8 @@ def overhead(args, sets: list[Workload]) -> None:
     model = [f for i, f in enumerate(MODEL) if "--eval-every" not in MODEL[i - 1:i + 1]]
     base = [sys.executable, "-m", "mptrain", "run", "--quiet", *shards.flags(), *model,
             "--seed", "0"]
-    figures = measure_overhead(base, args.updates, args.repeats, args.workers)
+    figures = measure_overhead(base, args.updates, args.repeats, args.workers,
+                               args.client_path)
     lines = [f"data: {shards.said}", *overhead_lines(figures)]
     print("\n".join(lines))
     path = result_path("fl-async-overhead", args.json)
@@ -251,9 +261,8 @@ def measure(args, sets: list[Workload], notes: list[str]) -> None:
                 flags = [*MODEL, *[f.format(deadline=f"{deadline:.3f}") for f in template]]
                 key = f"{name}_seed{seed}_r{args.rounds}_{work.tag}"
                 only_kept = args.cached_only or (chosen is not None and name not in chosen)
-                run = kept_run(cache, key, lambda: run_cell(work.flags(), flags, seed, args,
-                                                            work.target),
-                               only_kept, usable=lambda kept: answers(kept, work.target))
+                run = kept_run(cache, key, cell_runner(work, flags, seed, args), only_kept,
+                               usable=lambda kept, target=work.target: answers(kept, target))
                 run.update(row=name, seed=seed)
                 cell_runs.append(run)
                 if not run.get("missing"):
@@ -265,10 +274,10 @@ def measure(args, sets: list[Workload], notes: list[str]) -> None:
         report[work.name] = {"data": work.said, "target": work.target, "table": table,
                              "runs": runs}
         panels[work.name] = (work.target, runs)
-    lines += [*notes, "rounds: synchronous rounds or FedBuff server steps to the target; "
-              "x sync: the mean of each seed's ratio to sync's on the same seed (the same "
-              "speeds)", "wall per client update: python benchmarks/fl_async.py --overhead "
-              "(a quiet machine)"]
+    lines += [*notes, ("rounds: synchronous rounds or FedBuff server steps to the target; "
+                       "x sync: the mean of each seed's ratio to sync's on the same seed (the "
+                       "same speeds)"),
+              "wall per client update: python benchmarks/fl_async.py --overhead (quiet)"]
     print("\n".join(lines))
     if args.plot:
         from fl_async_runs import plot

@@ -12,7 +12,12 @@ training -- equal in every row -- plus what the strategy adds: sync's sampling, 
 barrier and averaging every 10 updates; fedbuff's event schedule, pending table, staleness
 weights, barriers and server step every B updates. Its ratio to sync's is the overhead
 ratio, and the difference (ms an update) is the simulator's extra cost with the training
-taken out. The runs alternate sync, fedbuff, sync, ... ``--repeats`` times and the fastest
+taken out. Every row trains one client at a time (``--vectorize-clients off``, the
+default of ``--client-path``): by default a synchronous round of 10 clients on one worker
+stacks them (``auto`` stacks 10 or more on a CPU) while FedBuff K=10 B=5 starts about 5 a
+version and trains them one by one, a difference of training path, not of the simulator;
+``--client-path auto`` measures the paths a user gets by default instead. The runs
+alternate sync, fedbuff, sync, ... ``--repeats`` times and the fastest
 of each is kept: a load that comes and goes slows a run, it never speeds one up. It needs a
 quiet machine: the figures of a loaded one are printed but say nothing.
 """
@@ -44,10 +49,12 @@ def steady_seconds_per_update(records: list[dict]) -> float:
     return (records[-2]["elapsed_s"] - records[0]["elapsed_s"]) / max(1, updates)
 
 
-def one_run(base: list[str], flags: list[str], rounds: int, workers: int) -> dict:
+def one_run(base: list[str], flags: list[str], rounds: int, workers: int,
+            client_path: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="fl-async-overhead-") as out:
         command = [*base, "--out", out, *flags, "--rounds", str(rounds),
-                   "--eval-every", str(rounds), "--workers", str(workers)]
+                   "--eval-every", str(rounds), "--workers", str(workers),
+                   "--vectorize-clients", client_path]
         measured = run_measured(command, timeout_s=1800, sample_memory=False)
         if measured["returncode"] != 0:
             raise SystemExit(f"{' '.join(command)} failed: "
@@ -58,19 +65,21 @@ def one_run(base: list[str], flags: list[str], rounds: int, workers: int) -> dic
             "updates": sum(r.get("reported") or 0 for r in records)}
 
 
-def measure_overhead(base: list[str], updates: int, repeats: int, workers: int) -> dict:
+def measure_overhead(base: list[str], updates: int, repeats: int, workers: int,
+                     client_path: str = "off") -> dict:
     """Each row's fastest steady seconds an update over ``repeats`` alternating runs, and
     its ratio to sync's."""
     kept = {name: [] for name, _, _ in ROWS}
     for repeat in range(repeats):
         for name, flags, per_round in ROWS:
-            run = one_run(base, flags, updates // per_round, workers)
+            run = one_run(base, flags, updates // per_round, workers, client_path)
             kept[name].append(run)
             print(f"overhead {name} repeat {repeat}: "
                   f"{1000 * run['steady_s_per_update']:.2f} ms an update", flush=True)
     best = {name: min(r["steady_s_per_update"] for r in runs) for name, runs in kept.items()}
     sync = best["sync"]
-    return {"updates": updates, "repeats": repeats, "workers": workers, "runs": kept,
+    return {"updates": updates, "repeats": repeats, "workers": workers,
+            "client_path": client_path, "runs": kept,
             "rows": {name: {"s_per_update": s, "ratio_to_sync": s / sync,
                             "extra_ms_per_update": 1000 * (s - sync),
                             "spread": (statistics.pstdev(r["steady_s_per_update"]
@@ -79,8 +88,9 @@ def measure_overhead(base: list[str], updates: int, repeats: int, workers: int) 
 
 
 def overhead_lines(figures: dict) -> list[str]:
-    lines = [f"simulator overhead: {figures['updates']} client updates a row, fastest of "
-             f"{figures['repeats']}, --workers {figures['workers']}, steady rounds only",
+    lines = [(f"simulator overhead: {figures['updates']} client updates a row, fastest of "
+              f"{figures['repeats']}, --workers {figures['workers']}, --vectorize-clients "
+              f"{figures['client_path']}, steady rounds only"),
              f"{'row':<16}{'ms/update':>10}{'x sync':>8}{'extra ms':>10}{'spread':>8}"]
     for name, row in figures["rows"].items():
         lines.append(f"{name:<16}{1000 * row['s_per_update']:>10.2f}"

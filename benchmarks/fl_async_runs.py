@@ -73,8 +73,8 @@ def plot(path: Path, panels: dict) -> None:
                       label=run["row"] if run["seed"] == min(
                           r["seed"] for r in runs if r["row"] == run["row"]) else None)
         axis.axhline(target, color="grey", linestyle="--", linewidth=0.8)
-        axis.set(title=name, xlabel="virtual time (s)", ylabel="test accuracy",
-                 ylim=(max(0.0, target - 0.5), min(1.0, target + 0.08)))
+        axis.set(title=name, xlabel="virtual time (s)", ylabel="test accuracy")
+        axis.set_ylim(top=min(1.0, target + 0.08))
         if colours:
             axis.legend(fontsize=8)
     figure.tight_layout()

@@ -41,7 +41,7 @@ def writer_sizes_and_train_counts(writers: int, seed: int = 0) -> tuple[list, li
     """Each writer's samples and its training share (LEAF's 90%), as the folder of
     ``write_writers(..., writers, seed)`` holds them, without writing it."""
     sizes = writer_sizes(writers, np.random.default_rng(seed))
-    return sizes.tolist(), [int(math.ceil(0.9 * s)) for s in sizes]
+    return sizes.tolist(), [math.ceil(0.9 * s) for s in sizes]
 
 
 def in_hand(images: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
@@ -87,7 +87,7 @@ def write_writers(mnist_dir: str, root: Path, writers: int, seed: int = 0) -> st
         pixels = in_hand(torch.from_numpy(images[rows]).float() / 255, rng)
         x = (1 - pixels).reshape(size, 784).numpy().round(2)   # FEMNIST: white background
         y = labels[rows].tolist()
-        train = int(math.ceil(0.9 * size))   # writer_sizes_and_train_counts' share
+        train = math.ceil(0.9 * size)   # writer_sizes_and_train_counts' share
         uid = f"w{writer:04d}"
         splits["train"][uid] = {"x": x[:train].tolist(), "y": y[:train]}
         splits["test"][uid] = {"x": x[train:].tolist(), "y": y[train:]}
