@@ -53,8 +53,9 @@ def time_to_target(run: dict, target: float) -> float:
 
 
 def plot(path: Path, panels: dict) -> None:
-    """Test accuracy against virtual time, a panel a set of clients, a colour a row, a line
-    a seed; ``panels``: {set: (target, [run, ...])}. Stopped runs end at their target."""
+    """Test accuracy against virtual time up to 1.5x the slowest time to the target, a panel
+    a set of clients, a colour a row, a line a seed; ``panels``: {set: (target, [run, ...])}.
+    Stopped runs end at their target."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,6 +74,10 @@ def plot(path: Path, panels: dict) -> None:
                       label=run["row"] if run["seed"] == min(
                           r["seed"] for r in runs if r["row"] == run["row"]) else None)
         axis.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        reached = [t for t in (time_to_target(r, target) for r in runs if r.get("ok"))
+                   if math.isfinite(t)]
+        if reached:   # the race to the target, not the full runs' tails
+            axis.set_xlim(0, 1.5 * max(reached))
         axis.set(title=name, xlabel="virtual time (s)", ylabel="test accuracy")
         axis.set_ylim(top=min(1.0, target + 0.08))
         if colours:
