@@ -194,7 +194,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--target", type=float, default=0.9, help="mnist-shards'")
-    parser.add_argument("--femnist-target", type=float, default=0.9, help="femnist-like's")
+    parser.add_argument("--femnist-target", type=float, default=0.9,
+                        help="femnist-like's (provisional: to be picked from where a full "
+                        "sync run gets, --sets femnist-like --rows sync --full-runs)")
     parser.add_argument("--deadline-quantile", type=float, default=0.7)
     parser.add_argument("--data-dir")
     parser.add_argument("--workers", type=int, default=1)
