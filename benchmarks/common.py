@@ -110,11 +110,14 @@ def write_json(path: str | Path, data) -> None:
     temp.replace(path)
 
 
-def kept_run(cache: Path | None, name: str, run, cached_only: bool = False) -> dict:
+def kept_run(cache: Path | None, name: str, run, cached_only: bool = False,
+             usable=None) -> dict:
     """``run()``'s result, or the one kept as ``cache/name.json`` by an earlier sitting of
     the same setting (written atomically; a failed run is run again): a table of many long
     runs fills over several sittings. With ``cached_only`` a run not kept is not run: it
-    is marked missing."""
+    is marked missing. ``usable(kept)``, when given, says whether a kept run answers this
+    sitting's question (a run stopped at a lower target does not); one that does not is
+    run again."""
     if cache is None:
         return run()
     path = cache / (name.replace(":", "-").replace(",", "-") + ".json")
@@ -123,7 +126,7 @@ def kept_run(cache: Path | None, name: str, run, cached_only: bool = False) -> d
             found = json.loads(path.read_text())
         except ValueError:
             found = None
-        if isinstance(found, dict) and found.get("ok"):
+        if isinstance(found, dict) and found.get("ok") and (usable is None or usable(found)):
             return found
     if cached_only:
         return {"ok": False, "missing": True, "error": "not run yet"}

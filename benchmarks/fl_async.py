@@ -1,35 +1,42 @@
 """Virtual time to a target accuracy, synchronous FedAvg against asynchronous FedBuff, on
 one virtual clock (issue 51 item 7).
 
-    python benchmarks/fl_async.py [--rounds 300] [--seeds 0,1,2] [--target 0.9]
-        [--data-dir DIR] [--workers 1] [--json auto|PATH|none] [--cache DIR [--cached-only]]
-        [--rows NAME,...]
+    python benchmarks/fl_async.py [--sets mnist-shards,femnist-like] [--rounds 300]
+        [--seeds 0,1,2] [--target 0.9] [--femnist-target 0.9] [--data-dir DIR]
+        [--json auto|PATH|none] [--plot PATH] [--cache DIR [--cached-only]]
+        [--rows NAME,...] [--full-runs]
+    python benchmarks/fl_async.py --overhead [--updates 200] [--repeats 2]
+        [--client-path off|auto]                                    # ~1 min, quiet
 
-MNIST 2NN on ``shards:2`` (100 clients, 10 a round, 1 local epoch of batch 10, lr 0.1:
-McMahan et al.'s pathological non-IID setting), FedScale's lognormal device speeds
-(``--client-speeds lognormal``). Rows:
+Two sets of clients, McMahan et al.'s 2NN, 1 local epoch of batch 10, lr 0.1, FedScale's
+lognormal device speeds (``--client-speeds lognormal``):
 
-- **sync**: FedAvg, a round lasts as long as its slowest client;
-- **sync-deadline**: FedAvg with ``--round-deadline`` at the ``--deadline-quantile`` of the
-  clients' update times (computed from the same speeds: ``federated.clock``) and
-  ``--over-select 1.3`` (Bonawitz et al. 2019);
-- **fedbuff-K-B**: ``--strategy fedbuff --concurrency K --buffer-size B`` for K in {10, 50},
-  B in {5, 10} -- only where this mptrain has ``--strategy fedbuff`` (the rows are skipped
-  and said so otherwise). K = 10 is the synchronous rows' clients in flight.
+- **mnist-shards**: MNIST cut ``shards:2`` (100 clients of 600 samples, two digits each:
+  the pathological non-IID setting), target ``--target``;
+- **femnist-like**: 100 natural clients of unequal size, each a writer with a hand of its
+  own, in FEMNIST's LEAF format (``--data leaf:DIR``), made from MNIST's digits by
+  ``fl_async_writers`` (FEMNIST cannot be downloaded here: what it keeps of FEMNIST and what
+  not is said there and in the output), target ``--femnist-target``.
 
-Each cell: over the seeds, the virtual seconds until the test accuracy first reaches
-``--target`` (a run that never does counts as not reaching it), the last accuracy, and the
-simulator's wall seconds per client update. Without MNIST files (``--data-dir``,
-``$MPTRAIN_MNIST_DIR`` or ../shared/data/mnist) the embedded digits stand in, said in the
-output. ``--cache DIR`` keeps each finished run (``common.kept_run``). Nothing here asserts:
-the issue's targets (FedBuff in at most 0.5x the synchronous virtual time at equal clients
-in flight) are printed as verdicts.
+Rows: **sync** (FedAvg, 10 clients a round, a round as long as its slowest client),
+**sync-deadline** (``--round-deadline`` at the ``--deadline-quantile`` of the clients'
+update times under the same seeded speeds, ``--over-select 1.3``: Bonawitz et al. 2019),
+**fedbuff-K-B** (``--strategy fedbuff --concurrency K --buffer-size B``, K in {10, 50}, B in
+{5, 10}; K = 10 is sync's clients in flight). A run stops at the first evaluation reaching
+its target (``--target-accuracy``): nothing in a round depends on ``--rounds``, so its time
+to the target is the full run's (``--full-runs`` runs every round). Each cell: per seed, the
+virtual seconds to the target (and the ratio to sync's on the same seed: the same seed
+draws the same speeds), its mean, the rounds (server steps) to it. ``--cache DIR`` keeps
+each run (``common.kept_run``); a kept run stopped at a lower target than asked is run
+again. Without MNIST files (``--data-dir``, ``$MPTRAIN_MNIST_DIR``, ../shared/data/mnist) the
+embedded digits stand in for mnist-shards and femnist-like is skipped, said in the output.
+``--overhead`` measures the simulator's wall cost per client update instead
+(``fl_async_overhead``). Nothing asserts: the issue's targets are printed as verdicts.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -37,177 +44,252 @@ import sys
 import tempfile
 from pathlib import Path
 
-from common import (DEFAULT_MNIST, REPO, kept_run, machine_info, result_path, run_measured,
-                    write_json)
+from common import DEFAULT_MNIST, kept_run, machine_info, result_path, write_json
+from fl_async_overhead import measure_overhead, overhead_lines
+from fl_async_runs import answers, run_cell, time_to_target
+from fl_async_writers import SAID, write_writers, writer_sizes_and_train_counts
 
-PYTHON = sys.executable
-SETTING = ["--model", "mnist-2nn", "--partition", "shards:2", "--clients", "100",
-           "--local-epochs", "1", "--batch-size", "10", "--lr", "0.1", "--optimizer", "sgd",
-           "--momentum", "0", "--eval-every", "1", "--client-speeds", "lognormal"]
+MODEL = ["--model", "mnist-2nn", "--local-epochs", "1", "--batch-size", "10", "--lr", "0.1",
+         "--optimizer", "sgd", "--momentum", "0", "--eval-every", "1",
+         "--client-speeds", "lognormal"]
 CLIENTS_PER_ROUND = 10
 OVER_SELECT = 1.3
+WRITERS = 100
 FEDBUFF = [(k, b) for k in (10, 50) for b in (5, 10)]
 
 
-def has_fedbuff() -> bool:
-    sys.path.insert(0, str(REPO / "src"))
-    from mptrain.strategies.registry import STRATEGIES
-
-    return "fedbuff" in STRATEGIES
+def two_nn_bytes(inputs: int, classes: int) -> int:
+    return 4 * (inputs * 200 + 200 + 200 * 200 + 200 + 200 * classes + classes)
 
 
-def data_flags(argument: str | None) -> tuple[list[str], str]:
-    """MNIST where its files are, else the embedded digits (and which)."""
-    path = Path(argument or os.environ.get("MPTRAIN_MNIST_DIR") or DEFAULT_MNIST)
-    if path.is_dir():
-        return ["--data", "mnist", "--data-dir", str(path)], f"MNIST ({path})"
-    return ["--data", "digits"], "the embedded digits (no MNIST files found)"
+class Workload:
+    """One set of clients: its data flags (the writers' folder written when a run first
+    needs it), each client's training samples (for the deadline), its target."""
+
+    def __init__(self, name, tag, said, target, flags, sizes, model_bytes, make=None):
+        self.name, self.tag, self.said, self.target = name, tag, said, target
+        self._flags, self.sizes, self.model_bytes, self._make = flags, sizes, model_bytes, make
+
+    def flags(self) -> list[str]:
+        if self._make is not None:
+            self._flags, self._make = self._make(), None
+        return self._flags
 
 
-def deadline_s(quantile: float, seed: int, samples_per_client: int, model_bytes: int) -> float:
+def workloads(args, scratch: str) -> tuple[list[Workload], list[str]]:
+    path = Path(args.data_dir or os.environ.get("MPTRAIN_MNIST_DIR") or DEFAULT_MNIST)
+    found, chosen, notes = path.is_dir(), args.sets.split(","), []
+    result = []
+    if "mnist-shards" in chosen:
+        data = ["--data", "mnist", "--data-dir", str(path)] if found else ["--data", "digits"]
+        # A shard client's samples: MNIST's 60,000 / 100, the digits' 1,437 / 100.
+        result.append(Workload(
+            "mnist-shards", "mnist" if found else "digits",
+            f"MNIST ({path}), shards:2" if found else
+            "the embedded digits, shards:2 (no MNIST files found)", args.target,
+            [*data, "--partition", "shards:2", "--clients", "100"],
+            [600 if found else 14] * 100, two_nn_bytes(784 if found else 64, 10)))
+    if "femnist-like" in chosen and not found:
+        notes.append("femnist-like skipped: it is made from MNIST's files, not found")
+    elif "femnist-like" in chosen:
+        folder = Path(scratch) / "writers"
+
+        def make() -> list[str]:
+            write_writers(str(path), folder, WRITERS, seed=0)
+            return ["--data", f"leaf:{folder}"]
+
+        said = SAID.format(writers=WRITERS)
+        result.append(Workload("femnist-like", f"femnist-like-w{WRITERS}", said,
+                               args.femnist_target, None,
+                               writer_sizes_and_train_counts(WRITERS, seed=0)[1],
+                               two_nn_bytes(784, 62), make))
+    return result, notes
+
+
+def deadline_s(quantile: float, seed: int, work: Workload) -> float:
     """The ``quantile`` of the clients' update seconds under ``seed``'s lognormal speeds."""
-    sys.path.insert(0, str(REPO / "src"))
     from mptrain.federated.clock import client_speeds
 
-    speeds = client_speeds("lognormal", 100, seed)
-    seconds = sorted(speeds.update_seconds(c, samples_per_client, 1, model_bytes)
-                     for c in range(100))
-    return seconds[min(99, int(quantile * 100))]
+    count = len(work.sizes)
+    speeds = client_speeds("lognormal", count, seed)
+    seconds = sorted(speeds.update_seconds(c, work.sizes[c], 1, work.model_bytes)
+                     for c in range(count))
+    return seconds[min(count - 1, int(quantile * count))]
 
 
-def rows(args) -> list[tuple[str, list[str]]]:
-    """(name, flags) of every row this mptrain can run, and notes on those it cannot."""
-    table = [("sync", ["--strategy", "fedavg", "--clients-per-round",
-                       str(CLIENTS_PER_ROUND)]),
-             ("sync-deadline", ["--strategy", "fedavg", "--clients-per-round",
-                                str(CLIENTS_PER_ROUND), "--over-select", f"{OVER_SELECT:g}",
-                                "--round-deadline", "{deadline}"])]
-    if has_fedbuff():
-        table += [(f"fedbuff-{k}-{b}", ["--strategy", "fedbuff", "--concurrency", str(k),
-                                        "--buffer-size", str(b)]) for k, b in FEDBUFF]
-    return table
-
-
-def run_cell(flags: list[str], seed: int, args) -> dict:
-    """One run: virtual time and test accuracy per aggregation."""
-    with tempfile.TemporaryDirectory(prefix="fl-async-") as out:
-        command = [PYTHON, "-m", "mptrain", "run", "--quiet", "--out", out, *args.data,
-                   *SETTING, *flags, "--rounds", str(args.rounds), "--seed", str(seed),
-                   "--workers", str(args.workers)]
-        measured = run_measured(command, timeout_s=48 * 3600, sample_memory=False)
-        metrics = Path(out) / "metrics.jsonl"
-        records = [json.loads(line) for line in metrics.open()] if metrics.exists() else []
-    if measured["returncode"] != 0:
-        tail = (measured["output"].strip().splitlines() or ["(no output)"])[-1]
-        return {"ok": False, "error": tail, "command": command}
-    return {"ok": True, "command": command, "wall_s": measured["wall_s"],
-            "virtual_time_s": [r.get("virtual_time_s") for r in records],
-            "accuracy": [r.get("test_accuracy") for r in records],
-            "updates": sum(r.get("reported") or 0 for r in records)}
-
-
-def time_to_target(run: dict, target: float) -> float:
-    """Virtual seconds until the accuracy first reaches ``target`` (infinity: never)."""
-    for seconds, accuracy in zip(run["virtual_time_s"], run["accuracy"]):
-        if accuracy is not None and accuracy >= target and seconds is not None:
-            return seconds
-    return math.inf
+def rows() -> list[tuple[str, list[str]]]:
+    sync = ["--strategy", "fedavg", "--clients-per-round", str(CLIENTS_PER_ROUND)]
+    return [("sync", sync),
+            ("sync-deadline", [*sync, "--over-select", f"{OVER_SELECT:g}",
+                               "--round-deadline", "{deadline}"]),
+            *[(f"fedbuff-{k}-{b}", ["--strategy", "fedbuff", "--concurrency", str(k),
+                                    "--buffer-size", str(b)]) for k, b in FEDBUFF]]
 
 
 def cell_figures(runs: list[dict], target: float) -> dict:
     done = [r for r in runs if r.get("ok") and r["accuracy"]]
     if not done:
-        return {"n": 0}
-    times = [time_to_target(r, target) for r in done]
-    reached = [t for t in times if math.isfinite(t)]
+        return {"n": 0, "per_seed": {}}
+    times = {r["seed"]: time_to_target(r, target) for r in done}
+    reached = [t for t in times.values() if math.isfinite(t)]
+    steps = [next(i + 1 for i, t in enumerate(r["virtual_time_s"]) if t == times[r["seed"]])
+             for r in done if math.isfinite(times[r["seed"]])]
     return {"n": len(done), "reached": len(reached),
+            "per_seed": {s: (t if math.isfinite(t) else None) for s, t in times.items()},
             "time_to_target_s": statistics.fmean(reached) if reached else None,
             "time_to_target_sd": statistics.pstdev(reached) if len(reached) > 1 else 0.0,
-            "last_accuracy": statistics.fmean(r["accuracy"][-1] for r in done),
-            "wall_per_update_s": statistics.fmean(r["wall_s"] / max(1, r["updates"])
-                                                  for r in done)}
+            "rounds_to_target": statistics.fmean(steps) if steps else None,
+            "loaded_wall_per_update_s": statistics.fmean(
+                r["wall_s"] / max(1, r["updates"]) for r in done)}
 
 
-def verdicts(table: dict) -> list[str]:
-    sync = table.get("sync", {})
-    lines = []
+def table_lines(work: Workload, table: dict, seeds: list[int]) -> list[str]:
+    lines = [f"{work.name}: {work.said}; virtual seconds to {work.target:g} accuracy",
+             (f"{'row':<15}{'n':>2}{'hit':>4}  {'per seed ' + '/'.join(map(str, seeds)):>24}"
+              f"  {'mean ± sd':>14}  {'x sync':>6}  {'rounds':>6}")]
+    sync = table.get("sync", {}).get("per_seed", {})
     for name, cell in table.items():
-        if not name.startswith("fedbuff-10-") or not cell.get("time_to_target_s") \
-                or not sync.get("time_to_target_s"):
+        if not cell["n"]:
+            lines.append(f"{name:<15}{0:>2}{'-':>4}  {'not run yet':>24}")
             continue
-        ratio = cell["time_to_target_s"] / sync["time_to_target_s"]
-        lines.append(f"{name}: {ratio:.2f}x sync's virtual time to target (issue 51: "
-                     f"<= 0.5x) -> {'holds' if ratio <= 0.5 else 'does NOT hold'}")
-        overhead = cell["wall_per_update_s"] / sync["wall_per_update_s"]
-        lines.append(f"{name}: wall per client update {overhead:.2f}x sync's (issue 51: "
-                     f"<= 1.1x) -> {'holds' if overhead <= 1.1 else 'does NOT hold'}")
+        per_seed = "/".join("never" if cell["per_seed"].get(s) is None and s in cell["per_seed"]
+                            else "." if s not in cell["per_seed"]
+                            else f"{cell['per_seed'][s]:,.0f}" for s in seeds)
+        ratios = [cell["per_seed"][s] / sync[s] for s in cell["per_seed"]
+                  if cell["per_seed"][s] is not None and sync.get(s)]
+        mean = "-" if cell["time_to_target_s"] is None else \
+            f"{cell['time_to_target_s']:,.0f} ± {cell['time_to_target_sd']:,.0f}"
+        ratio = f"{statistics.fmean(ratios):.2f}" if ratios else "-"
+        rounds = "-" if cell["rounds_to_target"] is None else f"{cell['rounds_to_target']:.0f}"
+        lines.append(f"{name:<15}{cell['n']:>2}{cell['reached']:>4}  {per_seed:>24}"
+                     f"  {mean:>14}  {ratio:>6}  {rounds:>6}")
     return lines
+
+
+def verdicts(work: Workload, table: dict) -> list[str]:
+    """FedBuff at sync's 10 clients in flight against sync, seed by seed (issue 51: <= 0.5x)."""
+    sync = table.get("sync", {}).get("per_seed", {})
+    lines = []
+    for name in ("fedbuff-10-5", "fedbuff-10-10"):
+        cell = table.get(name, {"per_seed": {}})
+        pairs = {s: t / sync[s] for s, t in cell["per_seed"].items()
+                 if t is not None and sync.get(s)}
+        if not pairs:
+            continue
+        mean = statistics.fmean(pairs.values())
+        each = ", ".join(f"seed {s} {r:.2f}x" for s, r in sorted(pairs.items()))
+        lines.append(f"{work.name} {name}: {mean:.2f}x sync's virtual time to target ({each}; "
+                     f"issue 51: <= 0.5x) -> {'holds' if mean <= 0.5 else 'does NOT hold'}")
+    return lines
+
+
+def cell_runner(work: Workload, flags: list[str], seed: int, args):
+    """``run_cell`` of this row and seed, run only where the cache has no answer."""
+    return lambda: run_cell(work.flags(), flags, seed, args, work.target)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", default="mnist-shards,femnist-like")
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--target", type=float, default=0.9)
+    parser.add_argument("--target", type=float, default=0.9, help="mnist-shards'")
+    parser.add_argument("--femnist-target", type=float, default=0.9,
+                        help="femnist-like's (provisional: to be picked from where a full "
+                        "sync run gets, --sets femnist-like --rows sync --full-runs)")
     parser.add_argument("--deadline-quantile", type=float, default=0.7)
     parser.add_argument("--data-dir")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--json", default="auto")
+    parser.add_argument("--plot", help="a PNG of accuracy against virtual time")
     parser.add_argument("--cache", help="a folder keeping each finished run")
     parser.add_argument("--cached-only", action="store_true")
     parser.add_argument("--rows", help="run only these rows, comma separated (e.g. "
                         "fedbuff-10-5,fedbuff-10-10); the others are read from --cache")
+    parser.add_argument("--full-runs", action="store_true",
+                        help="run every --rounds instead of stopping at the target")
+    parser.add_argument("--overhead", action="store_true",
+                        help="measure the wall cost per client update instead (quiet machine)")
+    parser.add_argument("--updates", type=int, default=200, help="--overhead's per row")
+    parser.add_argument("--repeats", type=int, default=2, help="--overhead's per row")
+    parser.add_argument("--client-path", choices=("off", "auto"), default="off",
+                        help="--overhead's --vectorize-clients (off: the same training path "
+                        "in every row, the simulator's own cost; auto: the default paths)")
     args = parser.parse_args()
     if (args.cached_only or args.rows) and not args.cache:
         parser.error("--cached-only and --rows read the runs kept under --cache DIR: give "
                      "--cache")
-    args.data, data_said = data_flags(args.data_dir)
+    unknown = set(args.sets.split(",")) - {"mnist-shards", "femnist-like"}
+    if unknown:
+        parser.error(f"--sets: {', '.join(sorted(unknown))} is none of mnist-shards, "
+                     "femnist-like")
+    with tempfile.TemporaryDirectory(prefix="fl-async-writers-") as scratch:
+        sets, notes = workloads(args, scratch)
+        if args.overhead:
+            return overhead(args, sets)
+        measure(args, sets, notes)
+
+
+def overhead(args, sets: list[Workload]) -> None:
+    shards = next((w for w in sets if w.name == "mnist-shards"), None)
+    if shards is None:
+        sys.exit("--overhead runs on mnist-shards (its clients are all the same size)")
+    model = [f for i, f in enumerate(MODEL) if "--eval-every" not in MODEL[i - 1:i + 1]]
+    base = [sys.executable, "-m", "mptrain", "run", "--quiet", *shards.flags(), *model,
+            "--seed", "0"]
+    figures = measure_overhead(base, args.updates, args.repeats, args.workers,
+                               args.client_path)
+    lines = [f"data: {shards.said}", *overhead_lines(figures)]
+    print("\n".join(lines))
+    path = result_path("fl-async-overhead", args.json)
+    if path is not None:
+        write_json(path, {"machine": machine_info(), **figures, "printed": lines})
+        print(f"figures in {path}")
+
+
+def measure(args, sets: list[Workload], notes: list[str]) -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     cache = Path(args.cache) if args.cache else None
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
-    # The 2NN's floats (784 or 64 inputs, 200-200-10) and a shard client's samples (MNIST
-    # 60,000 / 100; the digits' 1,437 training images / 100), for the deadline.
-    mnist = args.data[1] == "mnist"
-    inputs = 784 if mnist else 64
-    model_bytes = 4 * (inputs * 200 + 200 + 200 * 200 + 200 + 200 * 10 + 10)
-    samples = 600 if mnist else 14
-    table, runs, notes = {}, [], [f"data: {data_said}"]
-    if not has_fedbuff():
-        notes.append("FedBuff rows skipped: this mptrain has no --strategy fedbuff yet")
-    for name, template in rows(args):
-        cell_runs = []
-        for seed in seeds:
-            deadline = deadline_s(args.deadline_quantile, seed, samples, model_bytes)
-            flags = [f.format(deadline=f"{deadline:.3f}") for f in template]
-            key = f"{name}_seed{seed}_r{args.rounds}_{args.data[1]}"
-            only_kept = args.cached_only or (args.rows is not None
-                                             and name not in args.rows.split(","))
-            run = kept_run(cache, key, lambda: run_cell(flags, seed, args), only_kept)
-            run.update(row=name, seed=seed)
-            cell_runs.append(run)
-            print(f"{name} seed {seed}: {'ok' if run.get('ok') else run.get('error')}",
-                  flush=True)
-        runs += cell_runs
-        table[name] = cell_figures(cell_runs, args.target)
-    lines = [f"{'row':<16}{'n':>3}{'reached':>9}  {'virtual s to ' + str(args.target):>22}"
-             f"  {'last acc %':>10}  {'wall s/update':>13}"]
-    for name, cell in table.items():
-        if not cell["n"]:
-            lines.append(f"{name:<16}{0:>3}{'-':>9}  {'-':>22}  {'-':>10}  {'-':>13}")
-            continue
-        time_said = "-" if cell["time_to_target_s"] is None else \
-            f"{cell['time_to_target_s']:,.0f} ± {cell['time_to_target_sd']:,.0f}"
-        lines.append(f"{name:<16}{cell['n']:>3}{cell['reached']:>9}  {time_said:>22}"
-                     f"  {100 * cell['last_accuracy']:>10.2f}"
-                     f"  {cell['wall_per_update_s']:>13.4f}")
-    lines += ["", *notes, *verdicts(table)]
+    chosen = args.rows.split(",") if args.rows else None
+    lines, report, panels = [], {}, {}
+    for work in sets:
+        table, runs = {}, []
+        for name, template in rows():
+            cell_runs = []
+            for seed in seeds:
+                deadline = deadline_s(args.deadline_quantile, seed, work)
+                flags = [*MODEL, *[f.format(deadline=f"{deadline:.3f}") for f in template]]
+                key = f"{name}_seed{seed}_r{args.rounds}_{work.tag}"
+                only_kept = args.cached_only or (chosen is not None and name not in chosen)
+                run = kept_run(cache, key, cell_runner(work, flags, seed, args), only_kept,
+                               usable=lambda kept, target=work.target: answers(kept, target))
+                run.update(row=name, seed=seed)
+                cell_runs.append(run)
+                if not run.get("missing"):
+                    print(f"{work.name} {name} seed {seed}: "
+                          f"{'ok' if run.get('ok') else run.get('error')}", flush=True)
+            runs += cell_runs
+            table[name] = cell_figures(cell_runs, work.target)
+        lines += [*table_lines(work, table, seeds), *verdicts(work, table), ""]
+        report[work.name] = {"data": work.said, "target": work.target, "table": table,
+                             "runs": runs}
+        panels[work.name] = (work.target, runs)
+    lines += [*notes, ("rounds: synchronous rounds or FedBuff server steps to the target; "
+                       "x sync: the mean of each seed's ratio to sync's on the same seed (the "
+                       "same speeds)"),
+              "wall per client update: python benchmarks/fl_async.py --overhead (quiet)"]
     print("\n".join(lines))
+    if args.plot:
+        from fl_async_runs import plot
+
+        plot(Path(args.plot), panels)
+        print(f"plot in {args.plot}")
     path = result_path("fl-async", args.json)
     if path is not None:
         write_json(path, {"machine": machine_info(), "rounds": args.rounds, "seeds": seeds,
-                          "target": args.target, "setting": SETTING, "data": data_said,
-                          "table": table, "printed": lines, "runs": runs})
+                          "model": MODEL, "sets": report, "printed": lines})
         print(f"figures in {path}")
 
 

@@ -176,3 +176,19 @@ def test_a_resumed_run_continues_the_clock(tmp_path):
         whole.rounds[-1].extras["virtual_time_s"]
     for name, tensor in whole.model.state_dict().items():
         assert torch.equal(tensor, resumed.model.state_dict()[name]), name
+
+
+@pytest.mark.timeout(120)
+def test_a_run_stopped_at_its_target_has_the_full_runs_virtual_times():
+    # benchmarks/fl_async.py stops at the target and reads the time to it from the stopped
+    # run: its rounds must be the full run's first ones, clock and deadline drops included.
+    options = dict(rounds=6, client_speeds="lognormal", round_deadline=_deadline(),
+                   over_select=1.5)
+    full = fit(make_model(), **options)
+    accuracies = [m.test_accuracy for m in full.rounds]
+    target = sorted(accuracies)[-3]
+    first = next(i for i, a in enumerate(accuracies) if a >= target) + 1
+    stopped = fit(make_model(), target_accuracy=target, **options)
+    assert len(stopped.rounds) == first < 6
+    assert [(m.extras["virtual_time_s"], m.test_accuracy) for m in stopped.rounds] == \
+        [(m.extras["virtual_time_s"], m.test_accuracy) for m in full.rounds[:first]]

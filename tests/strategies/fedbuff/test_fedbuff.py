@@ -135,3 +135,19 @@ def test_the_console_says_virtual_time_at_every_scale():
 
     assert [virtual_seconds(s) for s in (0.2249, 93.14, 4210.4, 99000)] == \
         ["0.225s", "93.1s", "4,210s", "27.5h"]
+
+
+@pytest.mark.timeout(180)
+def test_a_target_accuracy_stops_at_the_first_step_reaching_it_at_the_same_virtual_time():
+    # benchmarks/fl_async.py stops its runs at the target: the stopped run's steps, their
+    # accuracy and virtual time, must be the full run's first ones.
+    full = fit(make_model(), rounds=8)
+    rows = [r.as_dict() for r in full.rounds]
+    target = sorted(r["test_accuracy"] for r in rows)[-3]   # reached before the last step
+    first = next(i for i, r in enumerate(rows) if r["test_accuracy"] >= target) + 1
+    stopped = fit(make_model(), rounds=8, target_accuracy=target)
+    assert len(stopped.rounds) == first < 8
+    assert stopped.summary["target_reached_at_round"] == first
+    assert [(r.as_dict()["virtual_time_s"], r.as_dict()["test_accuracy"])
+            for r in stopped.rounds] == \
+        [(r["virtual_time_s"], r["test_accuracy"]) for r in rows[:first]]
