@@ -121,10 +121,11 @@ def _rollup(pid: int, field: str) -> int | None:
         return None
 
 
-def _train(args, folder: Path, path: Path, rows: int, loader: str, sample: bool) -> dict:
+def _train(args, folder: Path, path: Path, rows: int, loader: str, sample: bool,
+           epochs: int | None = None) -> dict:
     command = [sys.executable, "-m", "mptrain", "run", "--data", str(folder / "factory.py:make"),
                "--model", "mlp", "--strategy", "ddp", "--workers", "2", "--epochs",
-               str(args.epochs), "--batch-size", "64", "--loader", loader,
+               str(epochs or args.epochs), "--batch-size", "64", "--loader", loader,
                "--threads-per-worker", str(args.threads), "--quiet"]
     if args.steps_per_epoch:
         command += ["--steps-per-epoch", str(args.steps_per_epoch)]
@@ -165,7 +166,11 @@ def stream(args) -> dict:
         small, small_rows = write_set(folder, "small.f32", 2 * shm // 64)
         data_bytes = big_rows * FEATURES * 4
         streamed = _train(args, folder, big, big_rows, "auto", True)
-        baseline = _train(args, folder, small, small_rows, "stream", True)
+        # The baseline reads as many samples (64 epochs of a set 1/64 the size), so that
+        # its workers live as long, are sampled as often and hold what reading costs: what
+        # the big set's workers hold beyond it is what grows with the data.
+        baseline = _train(args, folder, small, small_rows, "stream", True,
+                          epochs=64 * args.epochs)
         if streamed["loader"] != "stream":
             sys.exit(f"--loader auto chose {streamed['loader']} for data twice the "
                      f"{args.shm_mib:g} MiB of /dev/shm it was told of")
@@ -175,10 +180,13 @@ def stream(args) -> dict:
         stacked = _train(args, folder, fits, fits_rows, "stacked", False)
         fits_streamed = _train(args, folder, fits, fits_rows, "stream", False)
     worst = max([streamed["peak_shm_of_the_run_bytes"], *growth]) / data_bytes
+    # Both workers seen in both runs, or the anonymous half of the target was not measured.
+    measured = len(growth) == 2
     return {"synthetic_shm_mib": args.shm_mib, "data_bytes": data_bytes,
             "big_set": streamed, "small_set_baseline": baseline,
             "anon_growth_per_worker_bytes": growth,
-            "worst_share_of_data": worst, "target_met": worst < 0.10,
+            "worst_share_of_data": worst if measured else None,
+            "target_met": (worst < 0.10) if measured else None,
             "fits_stacked": stacked, "fits_streamed": fits_streamed,
             "stream_over_stacked": (fits_streamed["samples_per_s"] or 0) /
             (stacked["samples_per_s"] or 1)}
