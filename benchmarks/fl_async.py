@@ -2,7 +2,7 @@
 one virtual clock (issue 51 item 7).
 
     python benchmarks/fl_async.py [--sets mnist-shards,femnist-like] [--rounds 300]
-        [--seeds 0,1,2] [--target 0.9] [--femnist-target 0.9] [--data-dir DIR]
+        [--seeds 0,1,2] [--target 0.9] [--femnist-target 0.8] [--data-dir DIR]
         [--json auto|PATH|none] [--plot PATH] [--cache DIR [--cached-only]]
         [--rows NAME,...] [--full-runs]
     python benchmarks/fl_async.py --overhead [--updates 200] [--repeats 2]
@@ -194,9 +194,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--target", type=float, default=0.9, help="mnist-shards'")
-    parser.add_argument("--femnist-target", type=float, default=0.9,
-                        help="femnist-like's (provisional: to be picked from where a full "
-                        "sync run gets, --sets femnist-like --rows sync --full-runs)")
+    parser.add_argument("--femnist-target", type=float, default=0.8,
+                        help="femnist-like's: a full sync run (--sets femnist-like --rows "
+                        "sync --full-runs --seeds 0) reaches 80%% first at round 111 of "
+                        "300 and 87.0%% at most")
     parser.add_argument("--deadline-quantile", type=float, default=0.7)
     parser.add_argument("--data-dir")
     parser.add_argument("--workers", type=int, default=1)
