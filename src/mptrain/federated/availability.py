@@ -13,10 +13,15 @@ whatever the number of workers.
 
 Both are the same whichever process trains a client: a draw depends on the seed, the round,
 the client and (``exact``) the round's sample, never on which worker asks.
+
+:meth:`AvailabilityConfig.client_turn` is where a client's round is decided -- the steps it
+may take and whether its update reaches the server -- for every path that asks: the trainer
+of one client at a time, a stacked cohort, the virtual clock, the worker's tally.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import torch
@@ -87,3 +92,59 @@ def step_budget(seed: int, round_index: int, client: int, full: int, rate: float
     if client not in exact_stragglers(seed, round_index, sampled, rate):
         return full
     return straggler_epochs(seed, round_index, client, local_epochs) * (full // local_epochs)
+
+
+@dataclass(frozen=True)
+class ClientTurn:
+    """What unreliability makes of one client's round: ``budget`` of its ``full`` local
+    steps, whether it drops out (``dropped_out``: it trains, then never reports) and whether
+    it is a straggler whose partial work the server will not wait for
+    (``straggler_dropped``: ``--drop-stragglers``; known before it trains, so a trainer
+    whose client keeps nothing of its round may skip it)."""
+
+    full: int
+    budget: int
+    dropped_out: bool
+    straggler_dropped: bool
+
+    @property
+    def straggles(self) -> bool:
+        """Whether the client does only part of its local work."""
+        return self.budget < self.full
+
+    @property
+    def reports(self) -> bool:
+        """Whether the server hears the client's update."""
+        return not (self.dropped_out or self.straggler_dropped)
+
+
+@dataclass(frozen=True)
+class AvailabilityConfig:
+    """The run's settings that make clients unreliable (``--dropout-rate``,
+    ``--straggler-rate``, ``--straggler-mode``, ``--drop-stragglers``); the default: every
+    client does all its work and reports."""
+
+    seed: int = 0
+    dropout_rate: float = 0.0
+    straggler_rate: float = 0.0
+    straggler_mode: str = PER_CLIENT
+    drop_stragglers: bool = False
+    local_epochs: int = 1
+
+    @classmethod
+    def of(cls, config) -> "AvailabilityConfig":
+        """A run's (its seed and its ``fedavg`` settings)."""
+        f = config.fedavg
+        return cls(config.seed, f.dropout_rate, f.straggler_rate, f.straggler_mode,
+                   f.drop_stragglers, f.local_epochs)
+
+    def client_turn(self, round_index: int, client: int, full: int,
+                    sampled: Sequence[int] = ()) -> ClientTurn:
+        """``client``'s round ``round_index`` out of its ``full`` local steps: its
+        :func:`step_budget` (``sampled``: the round's clients, where they decide who
+        straggles) and whether it reports (:func:`drops_out`, ``drop_stragglers``)."""
+        budget = step_budget(self.seed, round_index, client, full, self.straggler_rate,
+                             self.straggler_mode, self.local_epochs, sampled)
+        return ClientTurn(full, budget,
+                          drops_out(self.seed, round_index, client, self.dropout_rate),
+                          self.drop_stragglers and budget < full)

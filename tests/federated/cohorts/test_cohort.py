@@ -281,7 +281,7 @@ def test_a_cohort_counts_its_samples_once_and_takes_them_back_when_it_raises(dat
     inputs, targets, every = data
     model = small_model()
     trainer = CohortTrainer(model, CLASSIFICATION, SETTINGS["sgd"], torch.device("cpu"))
-    work = ClientWork(seed=3, batch_size=BATCH, local_epochs=EPOCHS, straggler_rate=0.0)
+    work = ClientWork(seed=3, batch_size=BATCH, local_epochs=EPOCHS)
     start = [p.detach() for p in model.parameters()]
 
     def run(batch):

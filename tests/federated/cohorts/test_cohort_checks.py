@@ -163,8 +163,9 @@ def gpu_cohorts(monkeypatch, rank, path, forced=None, saved=None):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     config = SimpleNamespace(seed=0, batch_size=4, optimizer="sgd", lr=0.1, momentum=0.0,
                              weight_decay=0.0, precision="32", fedavg=SimpleNamespace(
-                                 local_epochs=1, straggler_rate=0.0,
-                                 straggler_mode="per-client", vectorize_chunk=forced,
+                                 local_epochs=1, straggler_rate=0.0, dropout_rate=0.0,
+                                 straggler_mode="per-client", drop_stragglers=False,
+                                 vectorize_chunk=forced,
                                  prox_mu=0.0, scaffold=False))
     setup = SimpleNamespace(device=torch.device("cpu"), data=SimpleNamespace(
         task=CLASSIFICATION), local_workers=None)

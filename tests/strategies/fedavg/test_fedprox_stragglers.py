@@ -76,6 +76,18 @@ def test_dropped_stragglers_are_not_trained_and_the_model_is_the_same(monkeypatc
 
 
 @pytest.mark.timeout(120)
+def test_under_a_robust_rule_a_dropped_straggler_still_trains_and_is_still_not_heard():
+    # The rule's round (its counts, its skip) is as before the stragglers were skipped:
+    # trained, then dropped after training (``AvailabilityConfig.client_turn``'s report).
+    rows = fit(make_model(), rounds=1, straggler_rate=0.5, drop_stragglers=True,
+               aggregator="median").rounds
+    extras = rows[0].extras
+    assert extras["dropped"] == extras["partial"] > 0
+    assert extras["reported"] + extras["dropped"] == 4
+    assert rows[0].train_samples > 40 * extras["reported"]   # the stragglers' part too
+
+
+@pytest.mark.timeout(120)
 def test_when_every_client_straggles_and_is_dropped_the_model_does_not_move():
     initial = make_model()
     result = fit(copy.deepcopy(initial), rounds=2, straggler_rate=1.0, drop_stragglers=True)

@@ -1,9 +1,9 @@
 """A worker's share of a round's clients, trained in cohorts.
 
 What each client reads and when it stops is the one-at-a-time path's: its seeded batch
-order (``sampling.client_seed``), its step budget (``availability.local_steps``). Dropout
-draws come from a generator seeded per cohort (by the round and the cohort's clients), so
-the same clients in the same cohorts draw the same masks in every run.
+order (``sampling.client_seed``), its step budget (``AvailabilityConfig.client_turn``).
+Dropout draws come from a generator seeded per cohort (by the round and the cohort's
+clients), so the same clients in the same cohorts draw the same masks in every run.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ class ClientWork:
     seed: int
     batch_size: int
     local_epochs: int
-    straggler_rate: float
-    straggler_mode: str = availability.PER_CLIENT
+    #: Who straggles, and how far (the default: nobody; a personal loop's).
+    availability: availability.AvailabilityConfig = availability.AvailabilityConfig()
 
 
 @dataclass
@@ -104,17 +104,15 @@ def train_cohort(trainer: CohortTrainer, clients: Sequence[int], round_index: in
     """Train ``clients`` together from the global model ``global_params``; yields each
     client's outcome in order. ``rows[k]``: the samples of ``clients[k]``, as indices that
     ``batch`` reads; ``sampled``: the round's clients, where they decide who straggles
-    (``availability.step_budget``). ``corrections``: SCAFFOLD's ``c - c_i``, a row per client;
-    ``on_step(samples)``: progress after every step, and once, negative, if the cohort
-    raises (what it counted is taken back: its clients are then trained again);
+    (``AvailabilityConfig.client_turn``). ``corrections``: SCAFFOLD's ``c - c_i``, a row
+    per client; ``on_step(samples)``: progress after every step, and once, negative, if the
+    cohort raises (what it counted is taken back: its clients are then trained again);
     ``starts``, ``frozen``: the clients' own starts of some parameters, and those that
     keep them (``CohortTrainer.train``)."""
     streams = []
     for client, indices in zip(clients, rows):
         full = full_steps(len(indices), work.batch_size, work.local_epochs)
-        budget = availability.step_budget(work.seed, round_index, client, full,
-                                          work.straggler_rate, work.straggler_mode,
-                                          work.local_epochs, sampled)
+        budget = work.availability.client_turn(round_index, client, full, sampled).budget
         generator = torch.Generator().manual_seed(client_seed(work.seed, round_index, client))
         streams.append(client_batches(indices, generator, work.batch_size,
                                       work.local_epochs, budget))

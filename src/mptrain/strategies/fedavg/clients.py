@@ -52,6 +52,7 @@ class ClientTrainer:
                                          c.weight_decay)
         self.sizes = shared.client_sizes()
         self.round_sample = RoundSample(config, shared.rows)   # who else is in my round
+        self.availability = availability.AvailabilityConfig.of(config)
         # Views of the shared global model, one per tensor: the server updates it in place,
         # so they stay valid for the whole run.
         sizes = [t.numel() for t in self.tensors]
@@ -83,21 +84,19 @@ class ClientTrainer:
         return full_steps(self.sizes[client], self.config.batch_size,
                           self.config.fedavg.local_epochs)
 
-    def budget(self, client: int, round_index: int) -> int:
-        """The local steps ``client`` takes in round ``round_index``: all of them, or a
-        straggler's part (seeded: the same in every process, trained or not)."""
-        f = self.config.fedavg
-        return availability.step_budget(
-            self.config.seed, round_index, client, self.full_steps(client), f.straggler_rate,
-            f.straggler_mode, f.local_epochs, self.round_sample.for_stragglers(round_index))
+    def turn(self, client: int, round_index: int) -> availability.ClientTurn:
+        """``client``'s round ``round_index``: the local steps it takes -- all of them, or a
+        straggler's part -- and whether it reports (seeded: the same in every process,
+        trained or not)."""
+        return self.availability.client_turn(round_index, client, self.full_steps(client),
+                                             self.round_sample.for_stragglers(round_index))
 
     def unheard(self, client: int, round_index: int) -> bool:
         """Whether the server drops ``client``'s update unread -- a straggler under
         ``--drop-stragglers`` -- so that it need not be trained: its row weighs 0 either
         way and nothing it computes reaches the model or any state (a personal trainer,
         whose client keeps what it trained, says no)."""
-        return self.config.fedavg.drop_stragglers and \
-            self.budget(client, round_index) < self.full_steps(client)
+        return self.turn(client, round_index).straggler_dropped
 
     def client_lr(self, round_index: int) -> float:
         c = self.config
@@ -113,7 +112,7 @@ class ClientTrainer:
         feed, (indices,) = self.feed.for_rows([shared.client_indices(client)])
         generator = torch.Generator().manual_seed(client_seed(c.seed, round_index, client))
         seed_global_generator(client_seed(c.seed, round_index, client), setup.device)
-        budget = self.budget(client, round_index)
+        budget = self.turn(client, round_index).budget
         self.optimizer.state.clear()  # a fresh optimizer for every client
         for group in self.optimizer.param_groups:
             group["lr"] = self.client_lr(round_index)

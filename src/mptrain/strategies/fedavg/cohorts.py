@@ -20,6 +20,7 @@ import torch
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated import scaffold
+from ...federated.availability import AvailabilityConfig
 from ...federated.cohorts.choice import ClientPath, as_tensor, auto_path, vectorizing
 from ...federated.cohorts.clients import ClientOutcome, ClientWork, train_cohort
 from ...federated.cohorts.check import CohortCheck, check_cohort
@@ -115,7 +116,7 @@ class CohortClients:
         self.agreed = not self.path.vectorized
         self.saved_size: int | None = None    # the cohort size of the run a resume continues
         self.work = ClientWork(config.seed, config.batch_size, config.fedavg.local_epochs,
-                               config.fedavg.straggler_rate, config.fedavg.straggler_mode)
+                               AvailabilityConfig.of(config))
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device) if self.path.vectorized else None
         self.client_bytes = client_bytes   # one client's memory in a cohort (dry run)

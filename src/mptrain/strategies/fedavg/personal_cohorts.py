@@ -96,7 +96,7 @@ class DittoCohort:
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device, prox_mu=trainer.spec.strength)
         self.work = ClientWork(loop_seed(config.seed, "ditto"), config.batch_size,
-                               config.fedavg.local_epochs, 0.0)
+                               config.fedavg.local_epochs)
 
     def train(self, clients: list[int], round_index: int, shared) -> None:
         """Train ``clients``' personal models together and store them (only once every
@@ -120,7 +120,7 @@ class FedRepCohort:
         self.cohort_trainer = cohort_trainer(config, trainer.model, setup.data.task,
                                              setup.device, prox_mu=0.0)
         self.work = ClientWork(loop_seed(config.seed, "head"), config.batch_size,
-                               trainer.head_epochs, 0.0)
+                               trainer.head_epochs)
         params = len(trainer.params)
         self.heads = [i for i in trainer.personal_positions if i < params]
         self.body = [i for i in range(params) if i not in self.heads]

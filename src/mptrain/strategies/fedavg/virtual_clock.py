@@ -12,9 +12,11 @@ speeds, never the wall clock, so every rank and every ``--workers`` gets the sam
 a resumed run replays the clock from round 1 (cheap: no training).
 
 Dropouts (``--dropout-rate``) train and never report, and with ``--drop-stragglers``
-stragglers never report (untrained: ``ClientTrainer.unheard``), as without a clock; the round waits for them as for anyone (the server learns they
-will not report when their connection closes) but they do not count towards the
-``clients_per_round`` reports that close an over-selected round.
+stragglers never report (untrained: ``ClientTrainer.unheard``), as without a clock
+(``availability.AvailabilityConfig.client_turn`` decides both, here and in the worker); the
+round waits for them as for anyone (the server learns they will not report when their
+connection closes) but they do not count towards the ``clients_per_round`` reports that
+close an over-selected round.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class RoundClock:
     def __init__(self, config, sizes: list[int], model_bytes: int):
         f = config.fedavg
         self.config, self.sizes, self.model_bytes = config, sizes, model_bytes
+        self.availability = availability.AvailabilityConfig.of(config)
         self.speeds = client_speeds(f.client_speeds, f.clients, config.seed)
         self.trace = availability_trace(f.availability_trace, f.clients)
         self.now_s = 0.0
@@ -88,13 +91,12 @@ class RoundClock:
         and whether it reports."""
         c, f = self.config, self.config.fedavg
         full = full_steps(self.sizes[client], c.batch_size, f.local_epochs)
-        steps = availability.local_steps(c.seed, round_index, client, f.straggler_rate, full)
-        silent = availability.drops_out(c.seed, round_index, client, f.dropout_rate) or \
-            (steps < full and f.drop_stragglers)
-        epochs = f.local_epochs * steps / full if full else 0.0
+        # per-client stragglers only (``exact`` is refused with a clock): no sample needed
+        turn = self.availability.client_turn(round_index, client, full)
+        epochs = f.local_epochs * turn.budget / full if full else 0.0
         seconds = self.speeds.update_seconds(client, self.sizes[client], epochs,
                                              self.model_bytes)
-        return ClientRun(client, seconds, reports=not silent)
+        return ClientRun(client, seconds, reports=turn.reports)
 
     def _play(self, round_index: int) -> tuple[list[int], dict]:
         f = self.config.fedavg

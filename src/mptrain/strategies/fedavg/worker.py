@@ -35,7 +35,7 @@ import torch.nn as nn
 
 from ...errors import ClientFailedError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ...federated import availability, scaffold
+from ...federated import scaffold
 from ...federated.client import update_is_finite
 from ...federated.cohorts.clients import split_into_cohorts
 from ...federated.privacy import clip_
@@ -241,17 +241,16 @@ class FedAvgProgram(WorkerProgram):
         """What becomes of a trained client's flat ``result`` (its row): dropped when
         non-finite or out, SCAFFOLD's variate updated, clipped with DP; returns its
         weight. ``finite``: whether ``result`` is, where a cohort already knows."""
-        c, f, shared, trainer = self.config, self.config.fedavg, self.shared, self.trainer
+        f, shared, trainer = self.config.fedavg, self.shared, self.trainer
         if not (math.isfinite(loss)
                 and (update_is_finite(result) if finite is None else finite)):
             # Dropped and counted, and its loss kept out of the round's: one bad client is
             # not the run diverging.
             tally.nonfinite.append(client)
             return 0.0
-        straggled = steps < trainer.full_steps(client)
-        tally.count(steps, samples, loss, partial=straggled)
-        if availability.drops_out(c.seed, round_index, client, f.dropout_rate) or \
-                (straggled and f.drop_stragglers):
+        turn = trainer.turn(client, round_index)
+        tally.count(steps, samples, loss, partial=turn.straggles)
+        if not turn.reports:
             # Trained, never reported (or, FedAvg as FedProx's paper runs it, a straggler
             # whose partial work the server will not wait for): nothing of it is kept.
             tally.dropped += 1
