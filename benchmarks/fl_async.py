@@ -4,7 +4,7 @@ one virtual clock (issue 51 item 7).
     python benchmarks/fl_async.py [--sets mnist-shards,femnist-like] [--rounds 300]
         [--seeds 0,1,2] [--target 0.9] [--femnist-target 0.8] [--data-dir DIR]
         [--json auto|PATH|none] [--plot PATH] [--cache DIR [--cached-only]]
-        [--rows NAME,...] [--full-runs]
+        [--rows NAME,...] [--full-runs] [--threads N]
     python benchmarks/fl_async.py --overhead [--updates 200] [--repeats 2]
         [--client-path off|auto]                                    # ~1 min, quiet
 
@@ -201,6 +201,8 @@ def main() -> None:
     parser.add_argument("--deadline-quantile", type=float, default=0.7)
     parser.add_argument("--data-dir")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--threads", type=int, help="--threads-per-worker of every run; kept "
+                        "apart (-tN): the threads change the sums' rounding")
     parser.add_argument("--json", default="auto")
     parser.add_argument("--plot", help="a PNG of accuracy against virtual time")
     parser.add_argument("--cache", help="a folder keeping each finished run")
@@ -261,8 +263,10 @@ def measure(args, sets: list[Workload], notes: list[str]) -> None:
             cell_runs = []
             for seed in seeds:
                 deadline = deadline_s(args.deadline_quantile, seed, work)
-                flags = [*MODEL, *[f.format(deadline=f"{deadline:.3f}") for f in template]]
-                key = f"{name}_seed{seed}_r{args.rounds}_{work.tag}"
+                flags = [*MODEL, *[f.format(deadline=f"{deadline:.3f}") for f in template],
+                         *(["--threads-per-worker", str(args.threads)] if args.threads else [])]
+                key = f"{name}_seed{seed}_r{args.rounds}_{work.tag}" + \
+                    (f"-t{args.threads}" if args.threads else "")
                 only_kept = args.cached_only or (chosen is not None and name not in chosen)
                 run = kept_run(cache, key, cell_runner(work, flags, seed, args), only_kept,
                                usable=lambda kept, target=work.target: answers(kept, target))
