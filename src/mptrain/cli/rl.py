@@ -72,6 +72,11 @@ from .app import Choice, cli, joined_loggers, supervised_run_options
 @click.option("--target-tau", type=float,
               help="dqn: each target update moves the target this fraction of the way to "
                    "the online network (1: a copy; stable-baselines3's tau).")
+@click.option("--return-steps", type=int,
+              help="dqn: rewards summed before the target bootstraps: n-step returns (1).")
+@click.option("--advantage-learning", type=float,
+              help="dqn: advantage learning's alpha in [0, 1): a non-greedy action's target "
+                   "is lowered by alpha times its gap to the greedy one (0).")
 @click.option("--policy-every", type=int,
               help="dqn: environment steps between renewals of the network the actors act "
                    "with (256).")

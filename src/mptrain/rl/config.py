@@ -64,6 +64,12 @@ class RLConfig:
     # each target update: target <- tau * online + (1 - tau) * target; 1 is a copy,
     # stable-baselines3's ``tau`` (its Polyak averaging: a small tau, every update)
     target_tau: float = 1.0
+    # n-step returns: rewards summed before the target bootstraps (Rainbow's 3); 1 is
+    # one-step DQN. ``rl/dqn_targets.py``
+    return_steps: int = 1
+    # advantage learning's alpha (Bellemare et al. 2016): a non-greedy action's target is
+    # lowered by alpha times its gap to the greedy one; 0 is plain (double) DQN
+    advantage_learning: float = 0.0
     policy_every: int = 256       # environment steps between renewals of the actors' network
     eps_start: float = 1.0
     eps_end: float = 0.04
@@ -215,7 +221,8 @@ ALGO_SETTINGS = {
     "anneal_lr": ("dqn", "ppo"),
     "batch_size": ("dqn", "ppo"),
     **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
-                     "target_tau", "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
+                     "target_tau", "return_steps", "advantage_learning", "policy_every",
+                     "eps_start", "eps_end", "eps_steps"), ("dqn",)),
 }
 
 
@@ -262,12 +269,14 @@ def rl_setting_names() -> frozenset:
 _POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_episodes",
                             "policy_every", "n_steps", "buffer_size", "batch_size",
                             "train_every", "target_every", "threads_per_worker",
-                            "checkpoint_every", "envs_per_actor", "update_epochs"})
+                            "checkpoint_every", "envs_per_actor", "update_epochs",
+                            "return_steps"})
 _COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts", "eval_every"})  # >= 0
 #: name: (low, high, low_open, high_open)
 _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
             "gae_lambda": (0, 1, False, False), "eps_start": (0, 1, False, False),
             "eps_end": (0, 1, False, False), "target_tau": (0, 1, True, False),
+            "advantage_learning": (0, 1, False, True),
             "entropy_coef": (0, None, False, False),
             "value_coef": (0, None, False, False), "max_grad_norm": (0, None, True, False),
             "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),
