@@ -102,7 +102,8 @@ def test_advantage_learning_lowers_only_a_non_greedy_actions_target():
 def test_the_banner_names_the_targets():
     from mptrain.rl.config import RLConfig
 
-    assert target_kind(RLConfig(algo="dqn")) == ""
+    assert target_kind(RLConfig(algo="dqn", return_steps=1)) == ""
+    assert target_kind(RLConfig(algo="dqn")) == "3-step returns, "   # the default
     assert target_kind(RLConfig(algo="dqn", return_steps=3, advantage_learning=0.9)) == \
         "3-step returns, advantage learning 0.9, "
 
@@ -115,3 +116,14 @@ def test_bad_target_settings_are_refused(changes):
 
     with pytest.raises(UserError):
         RLConfig(algo="dqn", **changes)
+
+
+def test_a_dqn_checkpoint_from_before_n_step_returns_resumes_with_one_step_returns():
+    # Its run learned one-step targets; today's default (3) would change it midway.
+    from mptrain.rl.config import RLConfig, applicable_rl_settings
+
+    old = {k: v for k, v in RLConfig(algo="dqn").as_dict().items() if k != "return_steps"}
+    assert RLConfig.from_dict(applicable_rl_settings(old)).return_steps == 1
+    now = RLConfig(algo="dqn", return_steps=5).as_dict()
+    assert applicable_rl_settings(now)["return_steps"] == 5
+    assert "return_steps" not in applicable_rl_settings(RLConfig(algo="ppo").as_dict())

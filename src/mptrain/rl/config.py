@@ -59,14 +59,16 @@ class RLConfig:
     train_every: int = 2          # environment steps (all actors) per learner update
     # rl-baselines3-zoo's tuned DQN for CartPole-v1 (its train_freq 256 / gradient_steps 128
     # are policy_every / train_every here; its target update every 10 env steps between
-    # bursts of 128 updates is a copy per 128 updates), measured in docs/rl.md.
-    target_every: int = 128       # learner updates between target-network updates
+    # bursts of 128 updates is a copy per 128 updates), measured in docs/rl.md, but with a
+    # copy every 512 updates, 3-step returns and the learning rate annealed: what held
+    # CartPole once solved (docs/rl.md, "Holding what dqn learned").
+    target_every: int = 512       # learner updates between target-network updates
     # each target update: target <- tau * online + (1 - tau) * target; 1 is a copy,
     # stable-baselines3's ``tau`` (its Polyak averaging: a small tau, every update)
     target_tau: float = 1.0
     # n-step returns: rewards summed before the target bootstraps (Rainbow's 3); 1 is
     # one-step DQN. ``rl/dqn_targets.py``
-    return_steps: int = 1
+    return_steps: int = 3
     # advantage learning's alpha (Bellemare et al. 2016): a non-greedy action's target is
     # lowered by alpha times its gap to the greedy one; 0 is plain (double) DQN
     advantage_learning: float = 0.0
@@ -207,7 +209,7 @@ ALGO_DEFAULTS = {
     "entropy_coef": (0.01, {"ppo": 0.0}),
     "max_grad_norm": (40.0, {"ppo": 0.5}),
     "update_epochs": (None, {"ppo": 10}),
-    "anneal_lr": (None, {"ppo": True, "dqn": False}),
+    "anneal_lr": (None, {"ppo": True, "dqn": True}),
     "batch_size": (64, {"ppo": 256}),
 }
 
@@ -245,11 +247,19 @@ def applicable_rl_settings(config: dict) -> dict:
     """The settings of a complete config (a checkpoint's) that its algorithm reads: what a
     resumed run takes over. The rest were stored at their defaults of the day, and a
     default changed since (ppo's ``envs_per_actor``, 4 then 8) would otherwise trip
-    :func:`refuse_unused` and leave the checkpoint unresumable."""
+    :func:`refuse_unused` and leave the checkpoint unresumable. A setting the config
+    predates takes the value its run had (``SETTINGS_OF_BEFORE``), not today's default:
+    a dqn run from before ``return_steps`` goes on with one-step returns."""
     algo = config.get("algo", RLConfig.algo)
     names = rl_setting_names()
-    return {k: v for k, v in config.items() if k in names and k not in PER_INVOCATION
-            and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
+    taken = {k: v for k, v in config.items() if k in names and k not in PER_INVOCATION
+             and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
+    before = {k: v for k, v in SETTINGS_OF_BEFORE.items() if algo in ALGO_SETTINGS[k]}
+    return {**before, **taken}
+
+
+#: What a run whose config predates a setting did: its value then (the default changed).
+SETTINGS_OF_BEFORE = {"return_steps": 1}
 
 
 def algo_defaults(algo: str) -> dict:
