@@ -29,9 +29,12 @@ SMALL = {
 }
 #: dqn with seed 0, evaluated every 500 steps, climbs to a greedy return of 302.5 at 2,000
 #: steps and falls to 202.0 at 2,500: one round past the best keeps the best apart from the
-#: final. (Seed 3 needed 5,000 steps: its best came at 4,000 in rounds of 1,000.)
+#: final. (Seed 3 needed 5,000 steps: its best came at 4,000 in rounds of 1,000.) The dqn
+#: defaults of before (one-step returns, a constant learning rate, a copy every 128
+#: updates): this is a run that forgets.
 FORGETTING_DQN = dict(workers=1, steps=2_500, round_steps=500, seed=0, learning_starts=500,
-                      eps_steps=3_000, eval_episodes=2, eval_every=1)
+                      eps_steps=3_000, eval_episodes=2, eval_every=1, return_steps=1,
+                      anneal_lr=False, target_every=128)
 
 
 def same_tensors(a: nn.Module, b: nn.Module) -> bool:
@@ -166,7 +169,8 @@ def test_the_run_hands_back_the_best_evaluated_policy_and_the_final_one(tmp_path
     capsys.readouterr()
     assert main(["rl", "--algo", "dqn", "--workers", "1", "--steps", "2500", "--round-steps",
                  "500", "--seed", "0", "--learning-starts", "500", "--eps-steps", "3000",
-                 "--eval-episodes", "2", "--eval-every", "1", "--keep", "final", "--out",
+                 "--eval-episodes", "2", "--eval-every", "1", "--return-steps", "1",
+                 "--no-anneal-lr", "--target-every", "128", "--keep", "final", "--out",
                  str(tmp_path / "final")]) == 0
     summary = json.loads((tmp_path / "final" / "summary.json").read_text())
     assert summary["kept"] == "final" and summary["best_at_round"] == best_at + 1

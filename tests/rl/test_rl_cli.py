@@ -88,6 +88,18 @@ def test_dqn_target_tau_travels_from_the_config_file_and_flags(tmp_path, capture
         [(0.01, 1), (0.005, 1)]
 
 
+def test_dqn_return_steps_and_advantage_learning_travel_from_file_and_flags(tmp_path,
+                                                                           captured_rl):
+    pytest.importorskip("gymnasium")
+    path = tmp_path / "rl.toml"
+    path.write_text('algo = "dqn"\nreturn-steps = 3\nadvantage-learning = 0.5\n')
+    assert main(["rl", "--config", str(path)]) == 0
+    assert main(["rl", "--config", str(path), "--return-steps", "2",
+                 "--advantage-learning", "0.9"]) == 0
+    assert [(r.config.return_steps, r.config.advantage_learning) for r in captured_rl] == \
+        [(3, 0.5), (2, 0.9)]
+
+
 @pytest.mark.parametrize("table", ["rl", "run"])
 def test_rl_takes_its_settings_under_an_rl_table_too(tmp_path, captured_rl, table):
     pytest.importorskip("gymnasium")

@@ -73,7 +73,8 @@ def test_one_registry_holds_both_families():
     ("a3c", "buffer_size", 10, "dqn"), ("a3c", "clip_coef", 0.3, "ppo"),
     ("dqn", "n_steps", 5, "a3c or ppo"), ("dqn", "target_kl", 0.02, "ppo"),
     ("ppo", "eps_steps", 100, "dqn"), ("a3c", "batch_size", 32, "dqn or ppo"),
-    ("ppo", "target_tau", 0.005, "dqn"),
+    ("ppo", "target_tau", 0.005, "dqn"), ("a3c", "return_steps", 5, "dqn"),
+    ("ppo", "advantage_learning", 0.9, "dqn"),
 ])
 def test_a_setting_the_algorithm_never_reads_is_refused(algo, name, value, users):
     with pytest.raises(UserError, match=f"^--{name.replace('_', '-')} does nothing with "

@@ -103,7 +103,7 @@ def test_the_target_follows_the_online_network_by_target_tau_every_target_every_
 
     learner = object.__new__(DQNProgram)
     learner.config = RLConfig(algo="dqn", target_tau=0.25, target_every=2, batch_size=4,
-                              buffer_size=8)
+                              buffer_size=8, return_steps=1)   # the fake replay's sample
     learner.model, learner.target = nn.Linear(3, 2), nn.Linear(3, 2)
     learner.optimizer = PlainAdam(learner.model.parameters(), lr=0.1)
     learner.sampler, learner.updates = torch.Generator().manual_seed(0), 0
@@ -123,6 +123,6 @@ def test_the_banner_says_how_the_target_follows():
     from mptrain.rl.config import RLConfig
     from mptrain.rl.dqn import target_words
 
-    assert target_words(RLConfig(algo="dqn")) == "target copied every 128 updates"
+    assert target_words(RLConfig(algo="dqn")) == "target copied every 512 updates"
     assert target_words(RLConfig(algo="dqn", target_tau=0.005, target_every=1)) == \
         "target moved 0.005 of the way every update"

@@ -107,6 +107,24 @@ def test_a_seed_names_a_dqn_run_bit_for_bit():
 
 
 @pytest.mark.timeout(120)
+def test_n_step_and_advantage_learning_keep_a_seed_naming_the_dqn_run():
+    # The n-step returns are gathered by global step, cut at the update's window: one
+    # process acting and learning gives the same run as an actor beside a learner.
+    settings = dict(steps=1_200, round_steps=600, seed=7, eval_episodes=1, eval_every=1,
+                    learning_starts=300, buffer_size=2_000, batch_size=32, policy_every=64,
+                    return_steps=3, advantage_learning=0.5)
+    alone = fit("CartPole-v1", "dqn", workers=1, **settings)
+    beside = fit("CartPole-v1", "dqn", workers=2, **settings)
+    assert curve(alone) == curve(beside)
+    for a, b in zip(alone.final_model.state_dict().values(),
+                    beside.final_model.state_dict().values()):
+        assert torch.equal(a, b)
+    plain = fit("CartPole-v1", "dqn", workers=1, **{**settings, "return_steps": 1,
+                                                   "advantage_learning": 0.0})
+    assert curve(plain) != curve(alone)
+
+
+@pytest.mark.timeout(120)
 def test_a3c_dead_actor_stops_the_run_with_its_traceback():
     with pytest.raises(WorkerFailedError) as caught:
         fit(f"{Path(__file__).with_name('faulty_env.py')}:make", "a3c", workers=2,

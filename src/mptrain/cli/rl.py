@@ -58,8 +58,7 @@ from .app import Choice, cli, joined_loggers, supervised_run_options
 @click.option("--normalize-advantages/--no-normalize-advantages", default=None,
               help="ppo: normalize advantages per minibatch (on).")
 @click.option("--anneal-lr/--no-anneal-lr", default=None,
-              help="dqn, ppo: learning rate falls linearly to 0 over --steps (dqn off, ppo "
-                   "on).")
+              help="dqn, ppo: learning rate falls linearly to 0 over --steps (on).")
 @click.option("--target-kl", type=float,
               help="ppo: stop an update's epochs once the approximate KL exceeds this.")
 @click.option("--buffer-size", type=int, help="dqn: replay transitions in total (100,000).")
@@ -68,10 +67,15 @@ from .app import Choice, cli, joined_loggers, supervised_run_options
 @click.option("--learning-starts", type=int, help="dqn: steps before the first update (1,000).")
 @click.option("--train-every", type=int, help="dqn: environment steps per update (2).")
 @click.option("--target-every", type=int,
-              help="dqn: updates between target-network updates (128).")
+              help="dqn: updates between target-network updates (512).")
 @click.option("--target-tau", type=float,
               help="dqn: each target update moves the target this fraction of the way to "
                    "the online network (1: a copy; stable-baselines3's tau).")
+@click.option("--return-steps", type=int,
+              help="dqn: rewards summed before the target bootstraps: n-step returns (3).")
+@click.option("--advantage-learning", type=float,
+              help="dqn: advantage learning's alpha in [0, 1): a non-greedy action's target "
+                   "is lowered by alpha times its gap to the greedy one (0).")
 @click.option("--policy-every", type=int,
               help="dqn: environment steps between renewals of the network the actors act "
                    "with (256).")

@@ -59,11 +59,19 @@ class RLConfig:
     train_every: int = 2          # environment steps (all actors) per learner update
     # rl-baselines3-zoo's tuned DQN for CartPole-v1 (its train_freq 256 / gradient_steps 128
     # are policy_every / train_every here; its target update every 10 env steps between
-    # bursts of 128 updates is a copy per 128 updates), measured in docs/rl.md.
-    target_every: int = 128       # learner updates between target-network updates
+    # bursts of 128 updates is a copy per 128 updates), measured in docs/rl.md, but with a
+    # copy every 512 updates, 3-step returns and the learning rate annealed: what held
+    # CartPole once solved (docs/rl.md, "Holding what dqn learned").
+    target_every: int = 512       # learner updates between target-network updates
     # each target update: target <- tau * online + (1 - tau) * target; 1 is a copy,
     # stable-baselines3's ``tau`` (its Polyak averaging: a small tau, every update)
     target_tau: float = 1.0
+    # n-step returns: rewards summed before the target bootstraps (Rainbow's 3); 1 is
+    # one-step DQN. ``rl/dqn_targets.py``
+    return_steps: int = 3
+    # advantage learning's alpha (Bellemare et al. 2016): a non-greedy action's target is
+    # lowered by alpha times its gap to the greedy one; 0 is plain (double) DQN
+    advantage_learning: float = 0.0
     policy_every: int = 256       # environment steps between renewals of the actors' network
     eps_start: float = 1.0
     eps_end: float = 0.04
@@ -201,7 +209,7 @@ ALGO_DEFAULTS = {
     "entropy_coef": (0.01, {"ppo": 0.0}),
     "max_grad_norm": (40.0, {"ppo": 0.5}),
     "update_epochs": (None, {"ppo": 10}),
-    "anneal_lr": (None, {"ppo": True, "dqn": False}),
+    "anneal_lr": (None, {"ppo": True, "dqn": True}),
     "batch_size": (64, {"ppo": 256}),
 }
 
@@ -215,7 +223,8 @@ ALGO_SETTINGS = {
     "anneal_lr": ("dqn", "ppo"),
     "batch_size": ("dqn", "ppo"),
     **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
-                     "target_tau", "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
+                     "target_tau", "return_steps", "advantage_learning", "policy_every",
+                     "eps_start", "eps_end", "eps_steps"), ("dqn",)),
 }
 
 
@@ -238,11 +247,19 @@ def applicable_rl_settings(config: dict) -> dict:
     """The settings of a complete config (a checkpoint's) that its algorithm reads: what a
     resumed run takes over. The rest were stored at their defaults of the day, and a
     default changed since (ppo's ``envs_per_actor``, 4 then 8) would otherwise trip
-    :func:`refuse_unused` and leave the checkpoint unresumable."""
+    :func:`refuse_unused` and leave the checkpoint unresumable. A setting the config
+    predates takes the value its run had (``SETTINGS_OF_BEFORE``), not today's default:
+    a dqn run from before ``return_steps`` goes on with one-step returns."""
     algo = config.get("algo", RLConfig.algo)
     names = rl_setting_names()
-    return {k: v for k, v in config.items() if k in names and k not in PER_INVOCATION
-            and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
+    taken = {k: v for k, v in config.items() if k in names and k not in PER_INVOCATION
+             and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
+    before = {k: v for k, v in SETTINGS_OF_BEFORE.items() if algo in ALGO_SETTINGS[k]}
+    return {**before, **taken}
+
+
+#: What a run whose config predates a setting did: its value then (the default changed).
+SETTINGS_OF_BEFORE = {"return_steps": 1}
 
 
 def algo_defaults(algo: str) -> dict:
@@ -262,12 +279,14 @@ def rl_setting_names() -> frozenset:
 _POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_episodes",
                             "policy_every", "n_steps", "buffer_size", "batch_size",
                             "train_every", "target_every", "threads_per_worker",
-                            "checkpoint_every", "envs_per_actor", "update_epochs"})
+                            "checkpoint_every", "envs_per_actor", "update_epochs",
+                            "return_steps"})
 _COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts", "eval_every"})  # >= 0
 #: name: (low, high, low_open, high_open)
 _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
             "gae_lambda": (0, 1, False, False), "eps_start": (0, 1, False, False),
             "eps_end": (0, 1, False, False), "target_tau": (0, 1, True, False),
+            "advantage_learning": (0, 1, False, True),
             "entropy_coef": (0, None, False, False),
             "value_coef": (0, None, False, False), "max_grad_norm": (0, None, True, False),
             "worker_timeout": (0, MAX_WORKER_TIMEOUT_S, True, False),

@@ -40,6 +40,7 @@ from ..errors import UserError, setting_name
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
 from .base import ActorProgram, ActorStrategy
+from .dqn_targets import double_dqn_targets, sample_n_step, target_kind
 from .envs import make_env
 from .nets import QNetwork
 from .plain_adam import PlainAdam
@@ -119,7 +120,7 @@ class DQNStrategy(ActorStrategy):
         replay = SharedReplay.estimate_nbytes(c.buffer_size, data.shape.obs_dim,
                                               actor_count(c.workers), ahead_steps(c))
         policy = 2 * sum(t.numel() * t.element_size() for t in model.state_dict().values())
-        return replace(needs, shared_tensors=needs.shared_tensors + 6
+        return replace(needs, shared_tensors=needs.shared_tensors + 7
                        + PublishedPolicy.tensor_count(model),
                        extra_shared_bytes=needs.extra_shared_bytes + replay + policy)
 
@@ -132,7 +133,7 @@ class DQNStrategy(ActorStrategy):
                f"{actor_count(plan.workers)} actor(s), rank 0 the learner")
         return [f"dqn: {who}; replay {c.buffer_size:,} in shared memory, batch "
                 f"{c.batch_size}, 1 update per {c.train_every} steps after "
-                f"{c.learning_starts:,}, {target_words(c)}, "
+                f"{c.learning_starts:,}, {target_words(c)}, {target_kind(c)}"
                 f"actors' network renewed every {c.policy_every} steps, epsilon "
                 f"{c.eps_start:g}->{c.eps_end:g} over {c.eps_steps:,} steps"]
 
@@ -223,7 +224,8 @@ class DQNProgram(ActorProgram):
                 action = int(self.acting_net(as_batch(self.obs)).argmax(-1))
         next_obs, reward, terminated, truncated, _ = self.env.step(action)
         # A time limit (truncated) is not terminal: the target bootstraps from next_obs.
-        self.replay.add(self.actor, self.obs, action, reward, next_obs, terminated)
+        self.replay.add(self.actor, self.obs, action, reward, next_obs, terminated,
+                        ended=terminated or truncated)
         self.tracker.step(reward, terminated or truncated)
         self.obs = self.env.reset()[0] if terminated or truncated else next_obs
         self.progress.advance(1)
@@ -269,16 +271,19 @@ class DQNProgram(ActorProgram):
                 time.sleep(WAIT_S)
 
     def update(self, first: int, end: int) -> float:
-        """One double DQN step on a batch drawn from global steps ``[first, end)``."""
+        """One double DQN step on a batch drawn from global steps ``[first, end)`` (its
+        n-step returns too: ``dqn_targets``)."""
         c = self.config
-        batch = self.replay.sample(first, end, c.batch_size, self.sampler)
+        if c.return_steps > 1:
+            batch = sample_n_step(self.replay, first, end, c.batch_size, self.sampler,
+                                  c.return_steps, c.gamma)
+        else:
+            batch = self.replay.sample(first, end, c.batch_size, self.sampler)
         if c.anneal_lr:   # by the update's number: a seed still names the run
             self.optimizer.param_groups[0]["lr"] = annealed_lr(c, self.updates)
         q = self.model(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
-        with torch.no_grad():  # double DQN: the online net picks, the target net values
-            best = self.model(batch.next_obs).argmax(1, keepdim=True)
-            next_q = self.target(batch.next_obs).gather(1, best).squeeze(1)
-            target = batch.rewards + c.gamma * (1.0 - batch.dones) * next_q
+        target = double_dqn_targets(self.model, self.target, batch, c.gamma,
+                                    c.advantage_learning)
         loss = F.smooth_l1_loss(q, target)
         step_on_loss(self.optimizer, loss, max_grad_norm=MAX_GRAD_NORM)
         self.updates += 1

@@ -33,6 +33,9 @@ class Batch:
     rewards: torch.Tensor
     next_obs: torch.Tensor
     dones: torch.Tensor        # 1.0 where the episode terminated (no bootstrap)
+    # what the bootstrapped value is discounted by, per row (n-step returns: gamma ** k
+    # for the k steps summed); None: gamma, one step
+    discounts: torch.Tensor | None = None
 
 
 def rows_before(step: int, actor: int, actors: int) -> int:
@@ -48,9 +51,10 @@ def segment_rows(capacity: int, actors: int, ahead: int) -> int:
 
 class SharedReplay:
     def __init__(self, obs: torch.Tensor, actions: torch.Tensor, rewards: torch.Tensor,
-                 next_obs: torch.Tensor, dones: torch.Tensor, counts: torch.Tensor):
+                 next_obs: torch.Tensor, dones: torch.Tensor, ends: torch.Tensor,
+                 counts: torch.Tensor):
         self.obs, self.actions, self.rewards = obs, actions, rewards
-        self.next_obs, self.dones, self.counts = next_obs, dones, counts
+        self.next_obs, self.dones, self.ends, self.counts = next_obs, dones, ends, counts
         self.actors = counts.numel()
         self.segment_size = obs.shape[0] // self.actors
         self._bind()
@@ -81,7 +85,7 @@ class SharedReplay:
         rows = segment_rows(capacity, actors, ahead) * actors
         tensors = [torch.zeros(rows, obs_dim), torch.zeros(rows, dtype=torch.int64),
                    torch.zeros(rows), torch.zeros(rows, obs_dim), torch.zeros(rows),
-                   torch.zeros(actors, dtype=torch.int64)]
+                   torch.zeros(rows, dtype=torch.bool), torch.zeros(actors, dtype=torch.int64)]
         for tensor in tensors:  # before the views are taken: this moves the storage
             tensor.share_memory_()
         return cls(*tensors)
@@ -89,21 +93,26 @@ class SharedReplay:
     @staticmethod
     def estimate_nbytes(capacity: int, obs_dim: int, actors: int, ahead: int = 0) -> int:
         rows = segment_rows(capacity, actors, ahead) * actors
-        return rows * (2 * obs_dim * 4 + 8 + 4 + 4) + actors * 8
+        return rows * (2 * obs_dim * 4 + 8 + 4 + 4 + 1) + actors * 8
 
     def tensors(self) -> list[torch.Tensor]:
-        return [self.obs, self.actions, self.rewards, self.next_obs, self.dones, self.counts]
+        return [self.obs, self.actions, self.rewards, self.next_obs, self.dones, self.ends,
+                self.counts]
 
-    def add(self, actor: int, obs, action: int, reward: float, next_obs, done: bool) -> None:
-        """Append ``actor``'s next step to its segment (only that actor calls this)."""
+    def add(self, actor: int, obs, action: int, reward: float, next_obs, done: bool,
+            ended: bool | None = None) -> None:
+        """Append ``actor``'s next step to its segment (only that actor calls this).
+        ``done``: the episode terminated (nothing to bootstrap from); ``ended``: it ended
+        in any way, a time limit too (None: as ``done``) -- where n-step returns stop."""
         count = self.count(actor)
-        obs_rows, actions, rewards, next_rows, dones, counts = self._views
+        obs_rows, actions, rewards, next_rows, dones, ends, counts = self._views
         row = actor * self.segment_size + count % self.segment_size
         obs_rows[row] = obs
         actions[row] = action
         rewards[row] = reward
         next_rows[row] = next_obs
         dones[row] = float(done)
+        ends[row] = done if ended is None else ended
         counts[actor] = count + 1  # last: the row is complete before it is counted
         self._own_counts[actor] = count + 1
 
@@ -129,19 +138,40 @@ class SharedReplay:
         """``batch_size`` transitions drawn uniformly from global steps ``[first, end)``;
         the caller has made sure they are written and not yet overwritten."""
         steps = torch.randint(first, end, (batch_size,), generator=generator)
-        actor = steps % self.actors
-        rows = actor * self.segment_size + (steps // self.actors) % self.segment_size
+        rows = self.rows_of(steps)
         return Batch(self.obs[rows], self.actions[rows], self.rewards[rows],
                      self.next_obs[rows], self.dones[rows])
+
+    def rows_of(self, steps: torch.Tensor) -> torch.Tensor:
+        """The rows that hold global steps ``steps`` (written, not yet overwritten)."""
+        actor = steps % self.actors
+        return actor * self.segment_size + (steps // self.actors) % self.segment_size
 
     def state(self) -> dict:
         """A copy of every row and counter (for a checkpoint)."""
         return {name: t.clone() for name, t in zip(_NAMES, self.tensors())}
 
     def load_state(self, state: dict) -> None:
+        """Rows and counters from ``state``. A resumed run's actors start fresh episodes,
+        so each actor's last row before it ends an episode (as a time limit does: its
+        value still bootstraps). A checkpoint from before ``ends`` was kept has its ends
+        found where a row's next observation is not the observation its actor's next
+        row starts from."""
         for name, tensor in zip(_NAMES, self.tensors()):
-            tensor.copy_(state[name])
+            if name in state:
+                tensor.copy_(state[name])
+        if "ends" not in state:
+            self.ends.copy_(self._ends_from_continuity())
+        for actor, count in enumerate(self.counts.tolist()):
+            if count:
+                self.ends[actor * self.segment_size + (count - 1) % self.segment_size] = True
         self._own_counts.clear()  # the counters changed under them
 
+    def _ends_from_continuity(self) -> torch.Tensor:
+        shape = (self.actors, self.segment_size, self.obs.shape[1])
+        following = self.obs.view(shape).roll(-1, dims=1)   # each ring's next row
+        broken = (self.next_obs.view(shape) != following).any(-1).reshape(-1)
+        return broken | (self.dones > 0)
 
-_NAMES = ("obs", "actions", "rewards", "next_obs", "dones", "counts")
+
+_NAMES = ("obs", "actions", "rewards", "next_obs", "dones", "ends", "counts")
