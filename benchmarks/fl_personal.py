@@ -5,8 +5,9 @@ each client's accuracy on its own test split.
     python benchmarks/fl_personal.py [--data-dir DIR] [--models 2nn,cnn-bn]
         [--methods fedavg,finetune,fedper,fedrep,fedbn,ditto] [--seeds 0,1,2]
         [--rounds 100] [--clients 100] [--clients-per-round 10] [--classes-per-client 2]
-        [--eval-every 5] [--target 0.95] [--finetune-steps 10] [--ditto-lambda 0.1] [--fedper-layers last:1]
-        [--head-epochs 10] [--workers 1] [--threads 1] [--vectorize-clients auto|on|off]
+        [--eval-every 5] [--target 0.95] [--finetune-steps 10] [--ditto-lambda 0.1]
+        [--fedper-layers last:1] [--head-epochs 10] [--workers 1] [--threads 1]
+        [--vectorize-clients auto|on|off]
         [--worker-timeout 3600] [--progress] [--quick] [--json auto|PATH|none]
     python benchmarks/fl_personal.py --table-from A.json,B.json   # runs made apart, one table
 
@@ -44,10 +45,10 @@ github.com/lgcollins/FedRep) and ours:
   per data set.
 Every method keeps FedAvg's client settings (SGD lr 0.05, no momentum, batch 10, 1 epoch):
 nothing of FedAvg is weakened to widen a gap. What was tuned (FedPer's layers, Ditto's
-lambda) was chosen on a tuning seed (10) that is not a report seed (0-2), and the report
-seeds ran once with the choice (docs/federated.md, Measured). The papers' own figures
-belong beside these once measured in their settings (``PAPERS`` holds where they are:
-fill it in from the tables, do not guess).
+lambda) was chosen on tuning seeds (10, 11) that are not report seeds (0-2), and the
+report seeds ran once with the choice (docs/federated.md, Measured). The papers' own
+figures belong beside these once measured in their settings (``PAPERS`` holds where they
+are: fill it in from the tables, do not guess).
 
 ``--quick``: the embedded 8x8 digits, 20 clients, 2 rounds, one seed -- a smoke test of the
 script, not a figure.
@@ -205,9 +206,9 @@ def table(runs, args) -> None:
                 rounds = "never" if all(x is None for x in reached) else \
                     "/".join("-" if x is None else str(x) for x in reached)
                 cell = lambda v: "   n/a" if v is None else f"{100 * v:6.2f}"  # noqa: E731
+                weighted, p10 = cell(mean_of(group, "weighted")), cell(mean_of(group, "p10"))
                 print(f"{model_name:7} {label:15} {cell(mean_of(group, 'mean'))} "
-                      f"{cell(mean_of(group, 'weighted')):>9} {cell(mean_of(group, 'p10'))} "
-                      f"{rounds:>16}")
+                      f"{weighted:>9} {p10} {rounds:>16}")
                 if method in ("fedper", "fedrep", "ditto") and model_name == "2nn":
                     line = verdict(group, base)
                     if line is not None:
