@@ -4,8 +4,8 @@ stacked cohorts, the virtual clock and the worker's tally alike."""
 
 import pytest
 
-from mptrain.federated.availability import (AvailabilityConfig, drops_out, exact_stragglers,
-                                            local_steps, step_budget)
+from mptrain.federated.availability import (AvailabilityConfig, ClientTurn, drops_out,
+                                            exact_stragglers, local_steps, step_budget)
 
 FULL = 12   # 6 batches x 2 local epochs
 
@@ -13,7 +13,7 @@ FULL = 12   # 6 batches x 2 local epochs
 def test_a_client_that_does_not_straggle_does_all_its_work_and_reports():
     for settings in (AvailabilityConfig(), AvailabilityConfig(seed=3, drop_stragglers=True)):
         turn = settings.client_turn(round_index=4, client=7, full=FULL)
-        assert turn.budget == FULL and not turn.straggles
+        assert turn.budget == FULL
         assert turn.reports and not turn.dropped_out and not turn.straggler_dropped
 
 
@@ -22,11 +22,17 @@ def test_a_straggler_does_part_of_its_work_and_is_heard_unless_stragglers_are_dr
     settings = AvailabilityConfig(seed=1, straggler_rate=1.0, drop_stragglers=drop)
     for round_index in range(20):
         turn = settings.client_turn(round_index, 5, FULL)
-        assert 1 <= turn.budget < FULL and turn.straggles
+        assert 1 <= turn.budget < FULL
         # the same draw whether its work is kept or dropped: a dropped straggler's budget
         # is what it would have done (the virtual clock charges it)
         assert turn.budget == local_steps(1, round_index, 5, 1.0, FULL)
         assert turn.straggler_dropped is drop and turn.reports is not drop
+
+
+def test_a_turn_straggles_exactly_when_its_budget_is_short_of_its_full_work():
+    assert not ClientTurn(FULL, FULL, False, False).straggles
+    assert ClientTurn(FULL, FULL - 1, False, False).straggles
+    assert ClientTurn(FULL, 1, False, False).straggles
 
 
 def test_a_client_with_one_step_cannot_straggle_so_it_is_never_dropped_as_one():
