@@ -34,6 +34,9 @@ from .app import Choice, cli, joined_loggers, supervised_run_options
 @click.option("--eval-every", type=int,
               help="Evaluate greedily every N rounds, and keep the best policy (2: at most "
                    "5% of a CartPole run's steps); 0: only at the end.")
+@click.option("--confirm-episodes", type=int,
+              help="Episodes more that a policy plays before it is kept as the best, on the "
+                   "mean of all its episodes (20); 0: kept on its evaluation alone.")
 @click.option("--keep", type=click.Choice(("best", "final")),
               help="The policy written as model.pt: the best evaluated (default) or the "
                    "final one; both are also best.pt and final.pt.")

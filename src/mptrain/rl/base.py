@@ -72,6 +72,13 @@ class GreedyEvaluation(RoundEvaluation):
     the end, and every ``eval_every`` rounds), keep the policy of the best evaluation so far
     (``best``), and stop the run at ``target_return``.
 
+    A policy whose evaluation would make it the best first plays ``confirm_episodes``
+    more, and competes with the mean of all its episodes (its *score*; the best's is its
+    own score): once a policy balances CartPole, most evaluations end at 500 on their two
+    episodes, and the tie went to whichever came last, one that might fail every tenth
+    episode (issue 55). The confirming episodes are the same at every evaluation
+    (``eval_episodes`` on), as the evaluation's own are, so scores compare like with like.
+
     The episodes are reset with seeds of their own (``acting.EVAL_SEED``) in environments
     of their own, and greedy actions draw no random numbers, so evaluating changes nothing
     training does: a run's training curve is the same, bit for bit, with or without them
@@ -90,13 +97,27 @@ class GreedyEvaluation(RoundEvaluation):
 
     def run(self, program) -> Evaluation:
         config, group = self.setup.config, self.setup.group
-        mine = range(group.rank, config.eval_episodes, group.world_size)
-        returns = evaluate_greedy(program.greedy_actions, config.env, mine,
-                                  beat=self.setup.progress.beat)
+        returns = self._play(program, 0, config.eval_episodes)
         mean = ratio_over_ranks(group, sum(returns), len(returns), empty=float("-inf"))
-        kept = self.best.offer(mean, program.eval_model())
+        score, played = mean, config.eval_episodes
+        if config.confirm_episodes and self.best.would_keep(mean):
+            # Every rank decides the same (the same mean, the same best): the all-reduce
+            # below is everyone's. The confirming episodes follow the evaluation's own.
+            more = self._play(program, played, played + config.confirm_episodes)
+            played += config.confirm_episodes
+            score = ratio_over_ranks(group, sum(returns) + sum(more),
+                                     len(returns) + len(more), empty=float("-inf"))
+        kept = self.best.offer(score, program.eval_model())
         return Evaluation(extras={"eval_returns": returns, "eval_mean": mean,
-                                  "new_best": kept})
+                                  "new_best": kept, "eval_score": score,
+                                  "eval_score_episodes": played})
+
+    def _play(self, program, first: int, end: int) -> list[float]:
+        """This rank's share of evaluation episodes ``first .. end - 1``."""
+        group = self.setup.group
+        return evaluate_greedy(program.greedy_actions, self.setup.config.env,
+                               range(first + group.rank, end, group.world_size),
+                               beat=self.setup.progress.beat)
 
     def reached_target(self, evaluation: Evaluation) -> bool:
         target = self.setup.config.target_return

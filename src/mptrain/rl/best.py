@@ -70,11 +70,15 @@ class BestSoFar:
         self.rank, self.policy = rank, policy
         self.mean_return: float | None = None
 
+    def would_keep(self, mean_return: float) -> bool:
+        """Whether an evaluation of ``mean_return`` is at least the best so far."""
+        return self.mean_return is None or mean_return >= self.mean_return
+
     def offer(self, mean_return: float, model: nn.Module) -> bool:
         """Keep ``model`` if ``mean_return`` is at least the best so far (a tie goes to the
         later policy: it trained longer, and a final policy that ties the best is then the
         kept one, not an older copy of the same score); whether it was kept."""
-        if self.mean_return is not None and mean_return < self.mean_return:
+        if not self.would_keep(mean_return):
             return False
         self.mean_return = mean_return
         if self.rank == 0 and self.policy is not None:

@@ -36,6 +36,9 @@ class RLConfig:
     # CartPole run's environment steps: ``evaluation_share``.
     eval_episodes: int = 2
     eval_every: int | None = 2    # rounds; 0 (or None): only at the end
+    # a policy that would be kept as the best first plays this many episodes more, and is
+    # kept on the mean of all its episodes (``rl.best``): two episodes are a small sample
+    confirm_episodes: int = 20
     target_return: float | None = None   # stop at the first evaluation that reaches it
     keep: str = "best"            # the policy model.pt and fit() hand back: "best" or "final"
     # -- a3c and ppo -------------------------------------------------------------------------
@@ -281,7 +284,8 @@ _POSITIVE_INTS = frozenset({"workers", "steps", "round_steps", "hidden", "eval_e
                             "train_every", "target_every", "threads_per_worker",
                             "checkpoint_every", "envs_per_actor", "update_epochs",
                             "return_steps"})
-_COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts", "eval_every"})  # >= 0
+_COUNTS = frozenset({"learning_starts", "eps_steps", "max_restarts", "eval_every",
+                     "confirm_episodes"})  # >= 0
 #: name: (low, high, low_open, high_open)
 _NUMBERS = {"lr": (0, None, True, False), "gamma": (0, 1, False, False),
             "gae_lambda": (0, 1, False, False), "eps_start": (0, 1, False, False),

@@ -24,7 +24,10 @@ def rl_round_extras(reports) -> dict:
         **{key: next((report.extras[key] for report in reports if key in report.extras),
                      None)
            # dqn's epsilon; ppo's learner's means over the round's minibatches
-           for key in ("epsilon", "approx_kl", "clip_fraction", "entropy", "value_loss")},
+           for key in ("epsilon", "approx_kl", "clip_fraction", "entropy", "value_loss",
+                       # the evaluated policy's score: its mean over the evaluation's
+                       # episodes and any confirming ones (``GreedyEvaluation``)
+                       "eval_score", "eval_score_episodes")},
     }
 
 
@@ -35,8 +38,11 @@ def rl_round_parts(m) -> list[str]:
     if x.get("return_mean") is not None:
         parts.append(f"return {x['return_mean']:.1f}")
     if x.get("eval_return") is not None:
+        confirmed = (x.get("eval_score_episodes") or 0) > x.get("eval_episodes", 0)
+        said = [f"{x['eval_score']:.1f} over {x['eval_score_episodes']}"] if confirmed else []
+        said += ["best so far"] if x.get("new_best") else []
         parts.append(f"greedy {x['eval_return']:.1f}"
-                     + (" (best so far)" if x.get("new_best") else ""))
+                     + (f" ({', '.join(said)})" if said else ""))
     if x.get("epsilon") is not None:
         parts.append(f"eps {x['epsilon']:.2f}")
     if x.get("approx_kl") is not None:

@@ -60,18 +60,28 @@ def build_summary(config, plan, rows: list[dict], wall_s: float) -> dict:
 def best_summary(config, best: dict | None) -> dict:
     """The summary's entries of the best evaluation (``best``: its round's row, None when
     no evaluation kept a policy) and which policy the run hands back."""
-    return {"best_eval_return": best["eval_return"] if best else None,
+    return {"best_eval_return": _score(best) if best else None,
+            "best_eval_episodes": (best.get("eval_score_episodes") or best["eval_episodes"])
+            if best else None,
             "best_at_steps": best["env_steps"] if best else None,
             "best_at_round": best["epoch"] if best else None,
             "kept": config.keep if best else "final"}
+
+
+def _score(row: dict) -> float:
+    """An evaluated round's score: with confirming episodes, the mean over all of them (a
+    row of before them has only its evaluation's)."""
+    return row["eval_score"] if row.get("eval_score") is not None else row["eval_return"]
 
 
 def kept_line(summary: dict, out_dir: Path | None) -> str | None:
     """Which policy the run hands back (``model.pt``, ``fit()``'s ``model``), and the other."""
     if summary.get("best_at_round") is None:
         return None
-    best = (f"greedy {summary['best_eval_return']:.1f} at {summary['best_at_steps']:,} "
-            f"steps")
+    over = f" over {summary['best_eval_episodes']} episodes" \
+        if summary.get("best_eval_episodes") else ""
+    best = (f"greedy {summary['best_eval_return']:.1f}{over} at "
+            f"{summary['best_at_steps']:,} steps")
     files = out_dir is not None
     if summary["best_at_round"] == summary["rounds_done"]:
         return "the final policy is the best evaluated" + (
