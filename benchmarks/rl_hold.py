@@ -59,10 +59,10 @@ def greedy_mean(algo: str, summary: dict, state_path: Path, episodes: int) -> fl
     from mptrain.rl.acting import evaluate_greedy
     from mptrain.rl.config import RLConfig, applicable_rl_settings
     from mptrain.rl.envs import env_shape
-    from mptrain.rl.nets import build_network
+    from mptrain.rl.nets import run_network
 
     config = RLConfig.from_dict(applicable_rl_settings(summary["config"]))
-    network = build_network(algo, env_shape(config.env), config.network_width, config.net)
+    network = run_network(config, env_shape(config.env))   # dueling or not, as the run's
     network.load_state_dict(torch.load(state_path, weights_only=True))
     network.eval()
 

@@ -100,6 +100,19 @@ def test_dqn_return_steps_and_advantage_learning_travel_from_file_and_flags(tmp_
         [(3, 0.5), (2, 0.9)]
 
 
+def test_dqn_dueling_travels_from_file_and_flags_into_the_network(tmp_path, captured_rl):
+    pytest.importorskip("gymnasium")
+    from mptrain.rl.nets import DuelingQNetwork, QNetwork
+
+    path = tmp_path / "rl.toml"
+    path.write_text('algo = "dqn"\ndueling = true\n')
+    assert main(["rl", "--config", str(path)]) == 0
+    assert main(["rl", "--config", str(path), "--no-dueling"]) == 0
+    assert main(["rl", "--algo", "dqn", "--dueling"]) == 0
+    assert [(r.config.dueling, type(r.model)) for r in captured_rl] == \
+        [(True, DuelingQNetwork), (False, QNetwork), (True, DuelingQNetwork)]
+
+
 @pytest.mark.parametrize("table", ["rl", "run"])
 def test_rl_takes_its_settings_under_an_rl_table_too(tmp_path, captured_rl, table):
     pytest.importorskip("gymnasium")

@@ -75,6 +75,8 @@ def test_one_registry_holds_both_families():
     ("ppo", "eps_steps", 100, "dqn"), ("a3c", "batch_size", 32, "dqn or ppo"),
     ("ppo", "target_tau", 0.005, "dqn"), ("a3c", "return_steps", 5, "dqn"),
     ("ppo", "advantage_learning", 0.9, "dqn"),
+    ("a3c", "dueling", not RLConfig.dueling, "dqn"),
+    ("ppo", "dueling", not RLConfig.dueling, "dqn"),
 ])
 def test_a_setting_the_algorithm_never_reads_is_refused(algo, name, value, users):
     with pytest.raises(UserError, match=f"^--{name.replace('_', '-')} does nothing with "

@@ -79,6 +79,9 @@ from .app import Choice, cli, joined_loggers, supervised_run_options
 @click.option("--advantage-learning", type=float,
               help="dqn: advantage learning's alpha in [0, 1): a non-greedy action's target "
                    "is lowered by alpha times its gap to the greedy one (0).")
+@click.option("--dueling/--no-dueling", default=None,
+              help="dqn: a dueling head on the built-in network, Q = V + A - mean(A) "
+                   "(off; not with --net).")
 @click.option("--policy-every", type=int,
               help="dqn: environment steps between renewals of the network the actors act "
                    "with (256).")

@@ -14,7 +14,7 @@ from ..strategies.registry import ALGOS, strategy_class
 from .best import check_best_state
 from .config import RLConfig
 from .envs import EnvSource, env_shape, require_gymnasium
-from .nets import build_network
+from .nets import run_network
 from .family import RLResult, RLFamily
 
 
@@ -90,7 +90,7 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     launcher = choose_launcher(algorithm)
     shape = env_shape(config.env)
     torch.manual_seed(config.seed)
-    model = build_network(config.algo, shape, config.network_width, config.net)
+    model = run_network(config, shape)
     if checkpoint is not None:   # before a worker loads it
         check_best_state(checkpoint, model)
     strategy = algorithm(config)

@@ -75,6 +75,9 @@ class RLConfig:
     # advantage learning's alpha (Bellemare et al. 2016): a non-greedy action's target is
     # lowered by alpha times its gap to the greedy one; 0 is plain (double) DQN
     advantage_learning: float = 0.0
+    # a dueling head (Wang et al. 2016) on the built-in network: Q = V + A - mean(A);
+    # ``nets.DuelingQNetwork``. Not with ``net``, a network of the user's own.
+    dueling: bool = False
     policy_every: int = 256       # environment steps between renewals of the actors' network
     eps_start: float = 1.0
     eps_end: float = 0.04
@@ -152,6 +155,7 @@ class RLConfig:
         held = tuple(said.pop(name, 0) for name in ("resumed_round", "resumed_step"))
         refuse_unknown(said, rl_setting_names())
         refuse_unused(said)
+        refuse_dueling_with_own_net(said)
         start = held if resumed_at is None else resumed_at
         return cls(**said, resumed_round=start[0], resumed_step=start[1])
 
@@ -226,8 +230,8 @@ ALGO_SETTINGS = {
     "anneal_lr": ("dqn", "ppo"),
     "batch_size": ("dqn", "ppo"),
     **dict.fromkeys(("buffer_size", "learning_starts", "train_every", "target_every",
-                     "target_tau", "return_steps", "advantage_learning", "policy_every",
-                     "eps_start", "eps_end", "eps_steps"), ("dqn",)),
+                     "target_tau", "return_steps", "advantage_learning", "dueling",
+                     "policy_every", "eps_start", "eps_end", "eps_steps"), ("dqn",)),
 }
 
 
@@ -246,6 +250,19 @@ def refuse_unused(said: dict) -> None:
                             f"{' or '.join(users)}")
 
 
+def refuse_dueling_with_own_net(said: dict) -> None:
+    """Refuse a dueling head asked for on the user's own network (``net``): the head is
+    built into mptrain's network, and a ``net`` is built as its maker says. Only a value
+    other than the default is asked for: with the default on, a ``net`` run keeps its own
+    network, as with ``hidden``."""
+    dueling = said.get("dueling", RLConfig.dueling)
+    if said.get("net") is not None and dueling and dueling != RLConfig.dueling:
+        raise UserError(f"{setting_name('dueling')} builds mptrain's own Q-network with a "
+                        f"dueling head; {setting_name('net')} {said['net']!r} is your "
+                        "network: build the head into it, or leave "
+                        f"{setting_name('dueling')} out")
+
+
 def applicable_rl_settings(config: dict) -> dict:
     """The settings of a complete config (a checkpoint's) that its algorithm reads: what a
     resumed run takes over. The rest were stored at their defaults of the day, and a
@@ -262,7 +279,7 @@ def applicable_rl_settings(config: dict) -> dict:
 
 
 #: What a run whose config predates a setting did: its value then (the default changed).
-SETTINGS_OF_BEFORE = {"return_steps": 1}
+SETTINGS_OF_BEFORE = {"return_steps": 1, "dueling": False}
 
 
 def algo_defaults(algo: str) -> dict:
@@ -301,7 +318,7 @@ _OPTIONAL = frozenset({"lr", "net", "eval_every", "target_return", "threads_per_
                        # only ppo's defaults give these: None for the others
                        "update_epochs", "anneal_lr"})
 _FLAGS = frozenset({"quiet", "overwrite", "clip_value", "normalize_advantages",
-                    "anneal_lr"})
+                    "anneal_lr", "dueling"})
 
 
 def check_rl_setting(name: str, value) -> None:

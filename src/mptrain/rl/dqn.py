@@ -40,6 +40,7 @@ from ..errors import UserError, setting_name
 from ..strategies.base import RoundWork
 from .acting import EpisodeTracker, actor_seed, as_batch
 from .base import ActorProgram, ActorStrategy
+from .config import applicable_rl_settings
 from .dqn_targets import double_dqn_targets, sample_n_step, target_kind
 from .envs import make_env
 from .nets import QNetwork
@@ -101,6 +102,17 @@ class DQNStrategy(ActorStrategy):
         if checkpoint.ranks and "published" not in checkpoint.ranks[0]:
             raise UserError("this dqn checkpoint was written by an earlier mptrain, whose "
                             "replay buffer had another layout; start a new run")
+
+    @classmethod
+    def check_resume(cls, config, checkpoint) -> None:
+        # The checkpoint holds the network it trained: with another head it would not load.
+        saved = applicable_rl_settings(checkpoint.config).get("dueling", False)
+        if config.net is None and saved != config.dueling:
+            name = setting_name("dueling")
+            raise UserError(f"the checkpoint's network has {'a' if saved else 'no'} dueling "
+                            f"head and {name} asks for {'one' if config.dueling else 'none'}"
+                            f": a dqn run resumes with the network it trained; leave {name} "
+                            "out, or start a new run")
 
     def __init__(self, config):
         super().__init__(config)

@@ -11,6 +11,7 @@ from ..errors import UserError, raised_by_users_code
 from ..errors import setting_name as named   # as the caller spelled the setting
 from ..imports import call_factory
 from ..strategies.registry import strategy_class
+from .config import ALGO_SETTINGS
 from .envs import EnvShape
 
 
@@ -110,18 +111,60 @@ class QNetwork(nn.Module):
         return f"Q-values [batch, {n_actions}]"
 
 
-def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = None):
-    """The network for ``algo``: its built-in one (``network`` of its strategy class), or
-    the user's: ``spec`` (``module:make``) is called as ``make(obs_dim, n_actions)`` and must
-    return what the algorithm expects (what its built-in network returns)."""
+class DuelingQNetwork(QNetwork):
+    """DQN's network with a dueling head (Wang et al. 2016): a shared trunk, then a state
+    value V and per-action advantages A, combined as Q = V + A - mean(A).
+
+    Why: once CartPole is solved, both actions' values are near 1 / (1 - gamma) (100 at
+    gamma 0.99) and what decides the action is their small gap. One head that learns
+    both Q-values moves them together and the gap is a difference of two large, noisy
+    numbers; here V carries the large part and A learns the gap on its own (docs/rl.md,
+    "Holding what dqn learned", has the analysis). Subtracting the mean fixes A's level,
+    so V and A are identifiable. The layers are created in the order trunk, value,
+    advantage: a seed gives the same initial network as this architecture built through
+    ``--net``."""
+
+    def __init__(self, obs_dim: int, n_actions: int, hidden: int = 128):
+        nn.Module.__init__(self)
+        self.trunk = nn.Sequential(nn.Linear(obs_dim, hidden), nn.ReLU(),
+                                   nn.Linear(hidden, hidden), nn.ReLU())
+        self.value = nn.Linear(hidden, 1)
+        self.advantage = nn.Linear(hidden, n_actions)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        features = self.trunk(obs)
+        advantages = self.advantage(features)
+        return self.value(features) + advantages - advantages.mean(-1, keepdim=True)
+
+
+def run_network(config, shape: EnvShape) -> nn.Module:
+    """The network a run with ``config`` (an ``RLConfig``) starts from: the learner's, of
+    which the actors' published copies, the best policy's copy and the evaluations' are
+    copies. ``dueling`` is read only by the algorithms that have it (dqn): the others
+    carry its default unread."""
+    dueling = config.dueling and config.algo in ALGO_SETTINGS["dueling"]
+    return build_network(config.algo, shape, config.network_width, config.net,
+                         dueling=dueling)
+
+
+def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = None, *,
+                  dueling: bool = False):
+    """The network for ``algo``: its built-in one (``network`` of its strategy class; with
+    ``dueling``, dqn's :class:`DuelingQNetwork`), or the user's: ``spec`` (``module:make``)
+    is called as ``make(obs_dim, n_actions)`` and must return what the algorithm expects
+    (what its built-in network returns). A ``spec`` is built as it is, ``dueling`` or not
+    (the settings refuse asking for both: ``config.refuse_dueling_with_own_net``)."""
     expected = strategy_class(algo).network
+    if dueling and expected is not QNetwork:   # run_network asks only for dqn's
+        raise ValueError(f"{algo}'s network has no Q-values to give a dueling head")
     if spec is not None:
         model = call_factory(spec, named('net'), shape.obs_dim, shape.n_actions)
         if not isinstance(model, nn.Module):
             raise UserError(f"{named('net')} {spec!r} returned {type(model).__name__}, not an "
                             "nn.Module")
     else:
-        model = expected(shape.obs_dim, shape.n_actions, hidden)
+        built_in = DuelingQNetwork if dueling else expected
+        model = built_in(shape.obs_dim, shape.n_actions, hidden)
     # The built-in networks' own errors are mptrain's bugs: a traceback.
     theirs = raised_by_users_code(f"{named('net')} {spec!r}: its forward pass on a batch of "
                                   "2 observations") if spec is not None else nullcontext()

@@ -12,17 +12,20 @@ import torch
 from ..report.outputs import outputs_line, save_state_dict, write_json, write_jsonl
 from ..report.words import count
 from ..report.plots import new_figure, save_png
+from .nets import DuelingQNetwork
 
 
 def banner_lines(config, shape, model, plan) -> list[str]:
     params = sum(p.numel() for p in model.parameters())
+    network = config.net or ("built-in, dueling head" if isinstance(model, DuelingQNetwork)
+                             else "built-in")
     return [f"rl [bold]{config.algo}[/bold] · {count(plan.workers, 'actor process')} × "
             f"{count(plan.threads, 'thread')} ({plan.cores} usable cores) · start method "
             f"{plan.start_method} ({plan.start_reason})",
             f"env {shape.name}: {shape.obs_dim} observations, {shape.n_actions} actions · "
             f"{count(config.steps, 'step')} in {count(config.units, 'round')} of "
             f"{config.round_steps:,} · seed {config.seed}",
-            f"network {config.net or 'built-in'}: {params:,} parameters · adam lr "
+            f"network {network}: {params:,} parameters · adam lr "
             f"{config.learning_rate:g} · gamma {config.gamma:g}"]
 
 
