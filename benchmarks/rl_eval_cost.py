@@ -1,5 +1,6 @@
 """What the default evaluations of ``mptrain rl`` cost in wall time (issue 55: at most ~5%
-of a CartPole run), now that a would-be best policy plays ``--confirm-episodes`` more.
+of a CartPole run), with and without the ``--confirm-episodes`` a would-be best policy
+plays (dqn's default 20; a3c's and ppo's 0, for what this measures).
 
     python benchmarks/rl_eval_cost.py [--algo dqn] [--steps 20000] [--repeats 3]
 

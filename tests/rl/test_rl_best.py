@@ -55,6 +55,10 @@ def test_the_default_evaluations_cost_at_most_5_percent_of_a_cartpole_run():
     assert config.eval_every > 0 and config.keep == "best"
     assert evaluation_share(config, longest_episode=500) <= 0.05   # CartPole-v1's longest
     assert evaluation_share(RLConfig(eval_every=0), 500) == 0.0
+    # Confirming episodes by default where they cost < 1% of the time (dqn), not where an
+    # evaluation is already a few percent of a fast algorithm's (benchmarks/rl_eval_cost.py)
+    assert [RLConfig(algo=a).confirm_episodes for a in ("dqn", "a3c", "ppo")] == [20, 0, 0]
+    assert RLConfig(algo="ppo", confirm_episodes=5).confirm_episodes == 5
 
 
 def test_the_best_so_far_keeps_ties_for_the_later_policy_and_survives_a_checkpoint():

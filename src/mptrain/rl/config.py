@@ -37,8 +37,11 @@ class RLConfig:
     eval_episodes: int = 2
     eval_every: int | None = 2    # rounds; 0 (or None): only at the end
     # a policy that would be kept as the best first plays this many episodes more, and is
-    # kept on the mean of all its episodes (``rl.best``): two episodes are a small sample
-    confirm_episodes: int = 20
+    # kept on the mean of all its episodes (``rl.base.GreedyEvaluation``): two episodes are
+    # a small sample. dqn 20 (worst case 0.8% of a CartPole run's time), a3c and ppo 0:
+    # they train 7-11 times faster a step, where confirming would cost 8-10%
+    # (``benchmarks/rl_eval_cost.py``, docs/rl.md)
+    confirm_episodes: int | None = None
     target_return: float | None = None   # stop at the first evaluation that reaches it
     keep: str = "best"            # the policy model.pt and fit() hand back: "best" or "final"
     # -- a3c and ppo -------------------------------------------------------------------------
@@ -218,6 +221,7 @@ ALGO_DEFAULTS = {
     "update_epochs": (None, {"ppo": 10}),
     "anneal_lr": (None, {"ppo": True, "dqn": True}),
     "batch_size": (64, {"ppo": 256}),
+    "confirm_episodes": (20, {"a3c": 0, "ppo": 0}),
 }
 
 
