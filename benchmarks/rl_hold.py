@@ -15,7 +15,7 @@ mean is >= 475. Rows: per algorithm, how many seeds' final and best policies hol
 medians of their means, and the median steps to the run's first evaluation >= 475 (each
 cell also keeps its evaluations, and how many from the run's second half held).
 
-Seeds: tune on 100-109, report on 200-209 (docs/rl.md names both; the benchmark's
+Seeds: tune on 100-109, report on 200-209 and 300-309 (docs/rl.md names them; the benchmark's
 ``rl.py`` seeds 0-9 and earlier sittings' 1-49 are neither). Returns do not depend on the
 machine's load (dqn and ppo: a seed names the run; a3c's spread is the benchmark's), so
 ``--jobs`` runs cells side by side. Nothing here asserts anything; it prints figures and
