@@ -256,11 +256,8 @@ def refuse_unused(said: dict) -> None:
 
 def refuse_dueling_with_own_net(said: dict) -> None:
     """Refuse a dueling head asked for on the user's own network (``net``): the head is
-    built into mptrain's network, and a ``net`` is built as its maker says. Only a value
-    other than the default is asked for: with the default on, a ``net`` run keeps its own
-    network, as with ``hidden``."""
-    dueling = said.get("dueling", RLConfig.dueling)
-    if said.get("net") is not None and dueling and dueling != RLConfig.dueling:
+    built into mptrain's network, and a ``net`` is built as its maker says."""
+    if said.get("net") is not None and said.get("dueling"):
         raise UserError(f"{setting_name('dueling')} builds mptrain's own Q-network with a "
                         f"dueling head; {setting_name('net')} {said['net']!r} is your "
                         "network: build the head into it, or leave "
