@@ -77,7 +77,7 @@ SETS = {"mnist-shards": SimpleNamespace(
 
 
 def one(data: list[str], row: str, server: str, seed: int, cache: Path,
-        cached_only: bool = False, clients=SETS["mnist-shards"]) -> dict:
+        cached_only: bool, clients: SimpleNamespace) -> dict:
     strategy, cap = ROWS[row]
     flags = [*MODEL, "--threads-per-worker", "1", *strategy, *dict(clients.grid)[server]]
     args = SimpleNamespace(full_runs=False, rounds=cap, workers=1)

@@ -186,7 +186,7 @@ def run_case(bundle, set_name: str, model_name: str, method: str, seed: int, arg
     key = "client_acc" if flag is None else "personal_acc"
     curve = [(m.epoch, m.as_dict().get(f"{key}_mean")) for m in result.rounds]
     curve = [(r, a) for r, a in curve if a is not None]
-    target = args.target if set_name == "pathological" else args.femnist_target
+    target = set_target(set_name, args)
     reached = next((r for r, a in curve if a >= target), None)
     summary = result.summary
     return {"set": set_name, "model": model_name, "method": method, "seed": seed,
@@ -235,12 +235,15 @@ def table(runs, args) -> None:
                         print(f"{'':37}{label} - fedavg = {line}")
 
 
+def set_target(set_name: str, args) -> float:
+    """The accuracy a run on ``set_name`` counts its rounds to."""
+    return args.target if set_name == "pathological" else args.femnist_target
+
+
 def target_of(run: dict, args) -> float:
     """The accuracy ``run`` counted its rounds to (runs written before 2026-11-29 did not
     keep it: the set's default)."""
-    default = args.target if run.get("set", "pathological") == "pathological" \
-        else args.femnist_target
-    return run.get("target", default)
+    return run.get("target", set_target(run.get("set", "pathological"), args))
 
 
 def row_cells(group: list[dict]) -> str:
