@@ -243,9 +243,10 @@ class GroupedHelp(NonEmptyValues):
               help="fedavg: whenever the test set is scored, score the global model on the "
                    "whole training set too (train_eval_loss, train_eval_accuracy).")
 @click.option("--client-eval-every", type=int,
-              help="fedavg: every N rounds evaluate the global model on each client's own "
-                   "test split (pooled data: its training rows): weighted and unweighted "
-                   "means, 10th percentile, worst; a row per client in client_metrics.jsonl.")
+              help="fedavg, fedbuff: every N rounds (server steps) evaluate the global model "
+                   "on each client's own test split (pooled data: its training rows): weighted "
+                   "and unweighted means, 10th percentile, worst; a row per client in "
+                   "client_metrics.jsonl.")
 @click.option("--vectorize-clients", type=Choice(VECTORIZE_CLIENTS),
               help="fedavg: train a worker's clients together as stacked model copies: "
                    "auto (where its rule says faster; default), on, off (one at a time).")
@@ -259,7 +260,8 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--personalize",
               help="fedavg: each client's own model, scored on its own test split beside the "
                    "global one: finetune:STEPS (scoring only), fedper:LAYERS, fedrep:LAYERS, "
-                   "fedbn, ditto:LAMBDA; LAYERS are module names (fc2,fc1) or last:N.")
+                   "fedbn, ditto:LAMBDA; LAYERS are module names (fc2,fc1) or last:N. "
+                   "fedbuff: finetune:STEPS.")
 @click.option("--personal-memory", type=float,
               help="fedavg: MiB of shared memory for the clients' personal state (default: "
                    "half of /dev/shm's free space); the rest goes to a file under --out.")

@@ -1,6 +1,6 @@
-"""Real fedbuff runs on the tiny fedavg workload: the bitwise same model on one and two
-workers, what each server step reports, a resume that continues the same events, and the
-refusals (one line, exit 2) of flags, config files and ``fit()``."""
+"""Real fedbuff runs on the tiny fedavg workload: the bitwise same model and per-client
+scores on one and two workers, what each server step reports, a resume that continues the
+same events, and the refusals (one line, exit 2) of flags, config files and ``fit()``."""
 
 import copy
 import json
@@ -32,12 +32,19 @@ def assert_same(a, b):
 @pytest.mark.timeout(180)
 def test_one_and_two_workers_give_the_bitwise_same_model():
     initial = make_model()
-    options = dict(rounds=4, server_optimizer="adam", server_lr=0.05, max_staleness=2)
+    options = dict(rounds=4, server_optimizer="adam", server_lr=0.05, max_staleness=2,
+                   client_eval_every=2, personalize="finetune:2")
     one = fit(copy.deepcopy(initial), **options)
     two = fit(copy.deepcopy(initial), workers=2, **options)
     assert_same(one.model, two.model)
     assert [r.as_dict()["staleness"] for r in one.rounds] == \
         [r.as_dict()["staleness"] for r in two.rounds]
+    # Each rank scores its slice of the clients, fine-tuned by (seed, step, client): the
+    # same figures whoever scores them.
+    for key in ("client_acc_mean", "client_acc_p10", "personal_acc_mean", "personal_loss"):
+        assert [r.as_dict().get(key) for r in one.rounds] == \
+            [r.as_dict().get(key) for r in two.rounds], key
+    assert [r.as_dict().get("clients_personalized") for r in one.rounds] == [None, 12, None, 12]
 
 
 @pytest.mark.timeout(180)
@@ -85,6 +92,13 @@ def test_fedasync_and_the_stacked_path_train(capsys):
     (dict(concurrency=13), "concurrency 13 is more than clients 12"),
     (dict(max_staleness=-1), "max_staleness must be a non-negative integer"),
     (dict(staleness_weight="sqrt"), "staleness_weight 'sqrt' is none of"),
+    (dict(personalize="fedper:last:1"), "personalize fedper keeps a personal state on each "
+                                        "client across its rounds, which strategy fedbuff "
+                                        "does not train; score fedbuff's clients with "
+                                        "personalize finetune:STEPS, or train fedper with "
+                                        "strategy fedavg"),
+    (dict(personalize="finetune:2", personal_memory=8), "personal_memory does nothing with "
+                                                       "strategy fedbuff"),
     (dict(dp_clip=1.0, dp_noise=1.0), "dp_clip does nothing with strategy fedbuff; use "
                                       "strategy fedavg sampling poisson for DP-FedAvg "
                                       r"\(the accountant assumes Poisson sampling"),

@@ -1,6 +1,7 @@
 """fedavg's part of a checkpoint: the global model and every piece of server state (and
-with --personalize the clients' personal state; the rest -- which clients a round samples, their seeds -- is a function of the seed), and how a
-resumed run puts it back into the shared state."""
+with --personalize the clients' personal state; the rest -- which clients a round samples,
+their seeds -- is a function of the seed), and how a resumed run puts it back into the
+shared state."""
 
 from __future__ import annotations
 

@@ -104,12 +104,18 @@ def round_line(metrics) -> list[str]:
     if extras.get("epsilon") is not None:
         parts.append(f"ε {extras['epsilon']:.3g}")
     parts += robust.round_parts(extras)
+    return parts + client_parts(extras) + metric_parts(metrics)
+
+
+def client_parts(extras: dict) -> list[str]:
+    """An evaluated round's per-client accuracy on the console: the global model's and,
+    with --personalize, the personalized models' (a fedbuff step's alike)."""
+    parts = []
     if extras.get("client_acc_mean") is not None:
         parts.append(f"clients acc {100 * extras['client_acc_mean']:.1f}% "
                      f"(weighted {100 * extras['client_acc_weighted']:.1f}%, "
                      f"p10 {100 * extras['client_acc_p10']:.1f}%)")
-    parts += personal_report.round_parts(extras)
-    return parts + metric_parts(metrics)
+    return parts + personal_report.round_parts(extras)
 
 
 def client_and_server_extras(f) -> list[str]:
@@ -240,11 +246,13 @@ def describe(config, plan, model, out_dir: Path | None, client_eval_split: str =
 
 
 def client_evaluation_line(every: int, split: str, only_sampled: bool,
-                           out_dir: Path | None, last_only: bool = False) -> str:
-    """``last_only``: --personalize without --client-eval-every scores the last round."""
-    when = "after the last round" if last_only else \
-        "every round" if every == 1 else f"every {every} rounds"
-    who = "the round's clients" if only_sampled else "every client"
+                           out_dir: Path | None, last_only: bool = False,
+                           unit: str = "round") -> str:
+    """``last_only``: --personalize without --client-eval-every scores the last round (a
+    fedbuff ``unit``: server step)."""
+    when = f"after the last {unit}" if last_only else \
+        f"every {unit}" if every == 1 else f"every {every} {unit}s"
+    who = f"the {unit}'s clients" if only_sampled else "every client"
     rows = "each on its own test split" if split == "test" else \
         "each on its training rows (pooled data: no per-client test split)"
     where = f", rows in {FILE_NAME}" if out_dir is not None else ""

@@ -143,23 +143,30 @@ class FedAvgStrategy(Strategy):
         skipped = reports[0].extras.get("rounds_skipped")
         if skipped is not None:
             self.rounds_skipped = skipped
-        scores = client_metrics.joined_scores(reports)
-        if scores is not None:
-            self.last_client_summary = client_metrics.summary_of(scores)
-            row.update(self.last_client_summary)
-            personal, personalized = personal_report.joined_personal(reports)
-            if personal is not None:
-                self.last_personal_summary = personal_report.personal_summary(personal,
-                                                                              personalized)
-                row.update(self.last_personal_summary)
-            if self.out_dir is not None:
-                if self.client_metrics is None:
-                    self.client_metrics = client_metrics.ClientMetricsFile(self.out_dir)
-                rows = client_metrics.client_rows(row["round"], scores, self.client_names)
-                if personal is not None:
-                    rows = personal_report.with_personal(rows, personal)
-                self.client_metrics.add(row["round"], rows)
+        self.add_client_scores(reports, row)
         return row
+
+    def add_client_scores(self, reports, row: dict) -> None:
+        """An evaluated round's per-client figures -- the global model's and, with
+        --personalize, the personalized models' -- into ``row`` and client_metrics.jsonl
+        (fedbuff's server steps report theirs alike)."""
+        scores = client_metrics.joined_scores(reports)
+        if scores is None:
+            return
+        self.last_client_summary = client_metrics.summary_of(scores)
+        row.update(self.last_client_summary)
+        personal, personalized = personal_report.joined_personal(reports)
+        if personal is not None:
+            self.last_personal_summary = personal_report.personal_summary(personal,
+                                                                          personalized)
+            row.update(self.last_personal_summary)
+        if self.out_dir is not None:
+            if self.client_metrics is None:
+                self.client_metrics = client_metrics.ClientMetricsFile(self.out_dir)
+            rows = client_metrics.client_rows(row["round"], scores, self.client_names)
+            if personal is not None:
+                rows = personal_report.with_personal(rows, personal)
+            self.client_metrics.add(row["round"], rows)
 
     def round_line(self, metrics):
         return report.round_line(metrics)
@@ -173,12 +180,12 @@ class FedAvgStrategy(Strategy):
                                         self.stopped_for_privacy_at),
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
                 "client_path": self.client_path,
-                **self._client_evaluation_fields(),
+                **self.client_evaluation_fields(),
                 **personal_report.summary_fields(self.config, self.last_personal_summary),
                 **robust_report.summary_fields(self.config, self.rounds_skipped),
                 **virtual_clock.summary_fields(self.config, self.last_row)}
 
-    def _client_evaluation_fields(self) -> dict:
+    def client_evaluation_fields(self) -> dict:
         """The last per-client evaluation's figures, and what was scored."""
         if not self.config.fedavg.client_eval_rounds:
             return {}

@@ -42,7 +42,7 @@ def round_line(metrics) -> list[str]:
         parts += [f"v{extras['version']}", f"t {virtual_seconds(extras['virtual_time_s'])}",
                   f"{extras.get('clients', 0)} trained",
                   f"staleness max {max(staleness)}"]
-    return parts + metric_parts(metrics)
+    return parts + fedavg_report.client_parts(extras) + metric_parts(metrics)
 
 
 def virtual_seconds(seconds: float) -> str:
@@ -77,8 +77,11 @@ def summary_fields(config, schedule, last_step: int | None) -> dict:
             "staleness_histogram": {str(k): v for k, v in histogram.items()}}
 
 
-def describe(config) -> list[str]:
-    """The banner's lines: K, B and the staleness weight in one, then the clock."""
+def describe(config, out_dir=None, client_eval_split: str = "train",
+             only_sampled: bool = False) -> list[str]:
+    """The banner's lines: K, B and the staleness weight in one, then the clock (and which
+    clients are scored on which rows, as fedavg says it: ``client_eval_split``,
+    ``only_sampled``)."""
     c, f = config, config.fedavg
     concurrency, buffer = concurrency_of(f), buffer_size_of(f)
     kind = "FedAsync" if buffer == 1 else "FedBuff"
@@ -96,6 +99,10 @@ def describe(config) -> list[str]:
         extras.append(f"online per {f.availability_trace}")
     if f.eval_train:
         extras.append("the training set scored with the test set")
+    if f.client_eval_rounds:
+        extras.append(fedavg_report.client_evaluation_line(
+            f.client_eval_rounds, client_eval_split, only_sampled, out_dir,
+            last_only=f.client_eval_every is None, unit="server step"))
     if f.accept_failures:
         extras.append("failing clients are dropped")
     return lines + [" · ".join(extras)]

@@ -8,7 +8,8 @@ from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...report.words import human_bytes
 from ..base import ResourceNeeds, model_tensor_count
-from ..fedavg import cohorts
+from ..fedavg import cohorts, personal_report
+from ..fedavg.personal_setup import check_personalize_run
 from ..fedavg.shared import TABLE_LIMIT_BYTES
 from ..fedavg.strategy import FedAvgStrategy
 from ..model_state import floating_state
@@ -49,7 +50,8 @@ class FedBuffStrategy(FedAvgStrategy):
     def check(self, data, model, plan) -> None:
         """Cut the clients, make the schedule (a bad speeds file or trace is refused here,
         before any output exists; so is a resumed checkpoint whose updates in flight are
-        not the schedule's), refuse a pending table too large to share, and choose
+        not the schedule's), refuse fine-tuning without a classifier to score, refuse a
+        pending table too large to share, and choose
         the clients' path as fedavg does for about a buffer's clients a step."""
         self.partition(data)
         numel = sum(t.numel() for t in floating_state(model))
@@ -58,6 +60,7 @@ class FedBuffStrategy(FedAvgStrategy):
             self.schedule = event_schedule(self.config, sizes, model_bytes_of(numel))
         if self.resumed_in_flight is not None:
             check_in_flight(self.resumed_in_flight[0], self.schedule, self.resumed_in_flight[1])
+        check_personalize_run(self.config, data, model, plan, self.out_dir)
         need = table_rows(self.config) * numel * 4
         if need > TABLE_LIMIT_BYTES:
             raise UserError(f"fedbuff's updates in flight need {human_bytes(need)} of shared "
@@ -103,6 +106,7 @@ class FedBuffStrategy(FedAvgStrategy):
         self.last_step = row["round"] - 1
         if "client_path" in row:
             self.client_path = row["client_path"]
+        self.add_client_scores(reports, row)
         return row
 
     def round_line(self, metrics):
@@ -115,10 +119,16 @@ class FedBuffStrategy(FedAvgStrategy):
     def summary_fields(self):
         return {**report.summary_fields(self.config, self.schedule, self.last_step),
                 "vectorize_clients": self.config.fedavg.vectorize_clients,
-                "client_path": self.client_path}
+                "client_path": self.client_path,
+                **self.client_evaluation_fields(),
+                **personal_report.summary_fields(self.config, self.last_personal_summary)}
 
     def describe(self, plan, model):
-        lines = report.describe(self.config)
+        lines = report.describe(self.config, self.out_dir, self.client_eval_split,
+                                self.only_sampled_scored)
         if self.data_line is not None:
             lines.append(self.data_line)
+        personal = personal_report.banner_line(self.config, model, self.out_dir)
+        if personal is not None:
+            lines.append(personal)
         return lines + [cohorts.banner_line(self.chosen_path)]

@@ -8,7 +8,9 @@
 2. barrier; every rank combines its slice of the columns of the rows step ``i`` applies --
    updates trained at this step or earlier, each weighted by data and staleness, summed in
    arrival order -- and applies the server optimizer to its slice of the global model;
-3. barrier: version ``i + 1`` is complete for everyone.
+3. barrier: version ``i + 1`` is complete for everyone; every ``--client-eval-every``
+   steps, each rank scores its slice of the clients on their own data (and with
+   ``--personalize finetune:STEPS`` each fine-tuned first), as fedavg's rounds do.
 
 Which process trains a client never changes what it computes (its seed is its version's and
 its id's), and every sum runs in the schedule's order, so the same seed gives the bitwise
@@ -32,6 +34,7 @@ from ...federated.cohorts.clients import split_into_cohorts
 from ...federated.sampling import assign_clients
 from ..base import RoundWork, WorkerProgram
 from ..fedavg import train_evaluation
+from ..fedavg.client_evaluation import ClientEvaluation
 from ..fedavg.clients import ClientTrainer
 from ..fedavg.cohorts import CohortClients
 from ..fedavg.settings import server_optimizer
@@ -55,6 +58,7 @@ class FedBuffProgram(WorkerProgram):
         self.trainer = ClientTrainer(config, shared, setup, None)
         self.cohorts = CohortClients(config, shared, setup, self.trainer, None, client_path,
                                      client_bytes)
+        self.client_evaluation = ClientEvaluation(config, shared, setup, self.trainer)
         self.server = server_optimizer(config.fedavg)
         self.weight = staleness_weight_of(config.fedavg)
         self.schedule = event_schedule(config, self.trainer.sizes,
@@ -85,6 +89,9 @@ class FedBuffProgram(WorkerProgram):
         if train_evaluation.due(self.config, index):
             extras.update(train_evaluation.on_training_set(self.config, self.setup,
                                                            self.trainer))
+        if self.client_evaluation.due(index):   # my clients of the step, once each
+            extras.update(self.client_evaluation.run(
+                list(dict.fromkeys(u.client for u in mine)), index))
         if group.rank == 0:
             extras.update(step_figures(plan))
             if first:
