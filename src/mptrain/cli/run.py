@@ -258,16 +258,17 @@ class GroupedHelp(NonEmptyValues):
                    "0).")
 @click.option("--attack", help="fedavg: " + ATTACK_HELP + ".")
 @click.option("--personalize",
-              help="fedavg: each client's own model, scored on its own test split beside the "
-                   "global one: finetune:STEPS (scoring only), fedper:LAYERS, fedrep:LAYERS, "
-                   "fedbn, ditto:LAMBDA; LAYERS are module names (fc2,fc1) or last:N. "
-                   "fedbuff: finetune:STEPS.")
+              help="fedavg, fedbuff: each client's own model, scored on its own test split "
+                   "beside the global one: finetune:STEPS (scoring only), fedper:LAYERS, "
+                   "fedrep:LAYERS, fedbn, ditto:LAMBDA; LAYERS are module names (fc2,fc1) or "
+                   "last:N.")
 @click.option("--personal-memory", type=float,
-              help="fedavg: MiB of shared memory for the clients' personal state (default: "
-                   "half of /dev/shm's free space); the rest goes to a file under --out.")
+              help="fedavg, fedbuff: MiB of shared memory for the clients' personal state "
+                   "(default: half of /dev/shm's free space); the rest goes to a file under "
+                   "--out.")
 @click.option("--personal-head-epochs", type=int,
-              help="fedavg: fedrep's epochs on the head before --local-epochs on the body "
-                   "(10, as Collins et al. 2021).")
+              help="fedavg, fedbuff: fedrep's epochs on the head before --local-epochs on the "
+                   "body (10, as Collins et al. 2021).")
 @click.option("--concurrency", type=int,
               help="fedbuff: clients training at once, K (default: the clients a fedavg round "
                    "would sample).")

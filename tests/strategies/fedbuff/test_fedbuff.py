@@ -92,13 +92,8 @@ def test_fedasync_and_the_stacked_path_train(capsys):
     (dict(concurrency=13), "concurrency 13 is more than clients 12"),
     (dict(max_staleness=-1), "max_staleness must be a non-negative integer"),
     (dict(staleness_weight="sqrt"), "staleness_weight 'sqrt' is none of"),
-    (dict(personalize="fedper:last:1"), "personalize fedper keeps a personal state on each "
-                                        "client across its rounds, which strategy fedbuff "
-                                        "does not train; score fedbuff's clients with "
-                                        "personalize finetune:STEPS, or train fedper with "
-                                        "strategy fedavg"),
-    (dict(personalize="finetune:2", personal_memory=8), "personal_memory does nothing with "
-                                                       "strategy fedbuff"),
+    (dict(personalize="fedper:last:1", personal_head_epochs=3),
+     "personal_head_epochs is fedrep's; personalize fedper has no head phase"),
     (dict(dp_clip=1.0, dp_noise=1.0), "dp_clip does nothing with strategy fedbuff; use "
                                       "strategy fedavg sampling poisson for DP-FedAvg "
                                       r"\(the accountant assumes Poisson sampling"),

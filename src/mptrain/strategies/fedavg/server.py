@@ -32,8 +32,8 @@ def combine_updates(rows: torch.Tensor, weights: Sequence[float], global_flat: t
     ``global_flat``, this slice of the global model); ``weights[i]`` is 0 for a client
     that failed, dropped out or sent a non-finite update. With DP (``noise`` given) every
     reporting client counts once and the noised sum is divided by the expected count, so
-    that nothing released depends on who reported -- even when nobody did. Otherwise the weighted mean; None when no client
-    reported (the round changes nothing)."""
+    that nothing released depends on who reported -- even when nobody did. Otherwise the
+    weighted mean; None when no client reported (the round changes nothing)."""
     if noise is not None:
         return global_flat + private_mean(sum_rows(rows, weights), noise, expected_clients)
     if not any(w > 0 for w in weights):

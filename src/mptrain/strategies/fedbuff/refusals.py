@@ -1,13 +1,13 @@
 """fedbuff's refusals, while the config is built: sizes that cannot hold, the stacked
-path's and the server optimizer's settings as fedavg checks them, and a --personalize that
-trains personal state (fedbuff scores fine-tuning only). (DP is refused where any
+path's and the server optimizer's settings as fedavg checks them, and --personalize's as
+fedavg checks them. (DP is refused where any
 setting a strategy does not take is, with the reason: ``settings.WITHOUT_DP``.)"""
 
 from __future__ import annotations
 
 from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
-from ..fedavg.personal_setup import check_personalize_config, spec_of
+from ..fedavg.personal_setup import check_personalize_config
 from ..fedavg.refusals import check_client_path_and_server
 from .settings import buffer_size_of, concurrency_of
 
@@ -25,10 +25,3 @@ def check_fedbuff_config(config) -> None:
                         f"at most {concurrency} (1 is FedAsync)")
     check_client_path_and_server(config)
     check_personalize_config(config)
-    spec = spec_of(config)
-    if spec is not None and spec.trains:
-        raise UserError(f"{named('personalize')} {spec.method} keeps a personal state on each "
-                        f"client across its rounds, which {named('strategy')} fedbuff does "
-                        f"not train; score fedbuff's clients with {named('personalize')} "
-                        f"finetune:STEPS, or train {spec.method} with {named('strategy')} "
-                        "fedavg")

@@ -8,13 +8,13 @@ from ..fedavg.settings import ASYNCHRONOUS_SETTINGS
 
 #: What fedbuff takes of the federated section: the clients and their local training, the
 #: server optimizer, the stacked path, the training-set score, each client's score on its
-#: own data (and fine-tuning before it), the clock's speeds and availability, and its own.
+#: own data and its personalization, the clock's speeds and availability, and its own.
 FEDBUFF_SETTINGS = frozenset({
     "rounds", "clients", "local_epochs", "partition", "prox_mu", "server_optimizer",
     "server_lr", "server_momentum", "server_betas", "server_tau", "accept_failures",
     "vectorize_clients", "vectorize_chunk", "eval_train", "client_eval_every",
-    "personalize", "client_speeds", "availability_trace", "max_restarts"}) \
-    | ASYNCHRONOUS_SETTINGS
+    "personalize", "personal_memory", "personal_head_epochs", "client_speeds",
+    "availability_trace", "max_restarts"}) | ASYNCHRONOUS_SETTINGS
 #: Why DP is not offered, said where the refusal of a DP setting says what to use instead:
 #: FedBuff's DP variant clips each update and noises the buffer's sum, but the accountants
 #: here assume each client joins a round independently with probability q.

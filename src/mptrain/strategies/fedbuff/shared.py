@@ -5,13 +5,19 @@ applied, each a client's change from the version it started from -- and its weig
 A row is written by the one worker that trains its update, before the step's first barrier,
 and read by every rank (its slice of the columns) between the two barriers of the step that
 applies it; the schedule gives a row to one pending update at a time, so no write ever meets
-a read without a barrier between them."""
+a read without a barrier between them. A client's personal state (--personalize) is written
+by the one worker that trains all of that client's updates of a step (``worker``), and read
+after the step's barriers."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import torch
 
 from ...data.shared import shared_zeros
+from ...errors import UserError
+from ..fedavg.personal_setup import make_store, store_plan
 from ..fedavg.settings import server_optimizer
 from ..fedavg.shared import FedAvgShared
 from ..model_state import floating_state
@@ -23,9 +29,11 @@ def table_rows(config) -> int:
     return concurrency_of(f) + buffer_size_of(f)
 
 
-def share_async_state(config, model, clients: tuple[torch.Tensor, torch.Tensor]) -> FedAvgShared:
+def share_async_state(config, model, clients: tuple[torch.Tensor, torch.Tensor], plan,
+                      out_dir: Path | None) -> FedAvgShared:
     """Made in the parent before any worker starts (fedbuff's workers share one machine's
-    memory: it does not run under torchrun)."""
+    memory: it does not run under torchrun); with --personalize the clients' personal
+    store, as fedavg's."""
     client_index, client_offsets = clients
     flat = torch.cat([t.detach().reshape(-1).float() for t in floating_state(model)])
     rows = table_rows(config)
@@ -34,14 +42,22 @@ def share_async_state(config, model, clients: tuple[torch.Tensor, torch.Tensor])
                           server_state=server_optimizer(config.fedavg).init_state(flat.numel()),
                           rows=rows, shared_table=True,
                           table=shared_zeros((rows, flat.numel())),
-                          weights=torch.zeros(rows, dtype=torch.float64))
+                          weights=torch.zeros(rows, dtype=torch.float64),
+                          personal=make_store(config, model, plan, out_dir))
     for tensor in (client_index, client_offsets, flat, shared.weights,
                    *shared.server_state.values()):
         tensor.share_memory_()
     return shared
 
 
-def table_bytes(config, numel: int) -> int:
-    """/dev/shm the table, its weights and the server state take (the memory preflight)."""
+def table_bytes(config, model, out_dir: Path | None) -> int:
+    """/dev/shm the table, its weights, the server state and the personal store's part in
+    memory take (the memory preflight)."""
+    numel = sum(t.numel() for t in floating_state(model))
     state = len(server_optimizer(config.fedavg).init_state(0))
-    return table_rows(config) * (4 * numel + 8) + 4 * numel * state
+    need = table_rows(config) * (4 * numel + 8) + 4 * numel * state
+    try:
+        placement = store_plan(config, model, out_dir)
+    except UserError:
+        placement = None                # ``check`` refuses it, with the figures
+    return need + (placement.memory_bytes + config.fedavg.clients if placement else 0)

@@ -50,9 +50,9 @@ class FedBuffStrategy(FedAvgStrategy):
     def check(self, data, model, plan) -> None:
         """Cut the clients, make the schedule (a bad speeds file or trace is refused here,
         before any output exists; so is a resumed checkpoint whose updates in flight are
-        not the schedule's), refuse fine-tuning without a classifier to score, refuse a
-        pending table too large to share, and choose
-        the clients' path as fedavg does for about a buffer's clients a step."""
+        not the schedule's), refuse what --personalize cannot have (as fedavg does) and a
+        pending table too large to share, and choose the clients' path as fedavg does for
+        about a buffer's clients a step."""
         self.partition(data)
         numel = sum(t.numel() for t in floating_state(model))
         if self.schedule is None:
@@ -82,13 +82,12 @@ class FedBuffStrategy(FedAvgStrategy):
 
     def prepare(self, model, data=None, plan=None) -> None:
         self.partition(data)
-        self.shared = share_async_state(self.config, model, self.clients)
+        self.shared = share_async_state(self.config, model, self.clients, plan, self.out_dir)
 
     def needs(self, model, data, plan) -> ResourceNeeds:
-        numel = sum(t.numel() for t in floating_state(model))
         return ResourceNeeds(comm_numel=1, shared_tensors=model_tensor_count(model) + 8,
                              batch_sizes=(self.config.batch_size,),
-                             extra_shared_bytes=table_bytes(self.config, numel))
+                             extra_shared_bytes=table_bytes(self.config, model, self.out_dir))
 
     def samples_per_round(self, data, workers):
         f = self.config.fedavg

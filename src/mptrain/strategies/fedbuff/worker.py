@@ -4,7 +4,12 @@
 1. train my share of the clients that start from version ``i`` -- the global model as it is
    now -- one at a time or in stacked cohorts, as fedavg trains a round's; each client's
    change (its model minus version ``i``) goes into its row of the pending table, with its
-   data weight (0: it failed or sent a non-finite update);
+   data weight (0: it failed or sent a non-finite update). With --personalize that trains
+   personal state (FedPer, FedRep, FedBN, Ditto) each client starts from its own state and
+   leaves it in the store as fedavg's clients do; every update of one client in a step is
+   then one rank's, in the schedule's order, never two in one cohort: a client drawn again
+   before the step (a second update from the same version) starts from what its first
+   left, whatever ``--workers`` is;
 2. barrier; every rank combines its slice of the columns of the rows step ``i`` applies --
    updates trained at this step or earlier, each weighted by data and staleness, summed in
    arrival order -- and applies the server optimizer to its slice of the global model;
@@ -35,8 +40,8 @@ from ...federated.sampling import assign_clients
 from ..base import RoundWork, WorkerProgram
 from ..fedavg import train_evaluation
 from ..fedavg.client_evaluation import ClientEvaluation
-from ..fedavg.clients import ClientTrainer
 from ..fedavg.cohorts import CohortClients
+from ..fedavg.personal_trainer import trainer_class
 from ..fedavg.settings import server_optimizer
 from ..fedavg.shared import FedAvgShared
 from ..fedavg.tally import RoundTally
@@ -55,7 +60,9 @@ class FedBuffProgram(WorkerProgram):
                  client_bytes=None):
         self.config, self.shared, self.setup = config, shared, setup
         self.group = setup.group
-        self.trainer = ClientTrainer(config, shared, setup, None)
+        self.trainer = trainer_class(config)(config, shared, setup, None)
+        #: Whether clients keep personal state from one update to the next.
+        self.keeps_personal = shared.personal is not None
         self.cohorts = CohortClients(config, shared, setup, self.trainer, None, client_path,
                                      client_bytes)
         self.client_evaluation = ClientEvaluation(config, shared, setup, self.trainer)
@@ -69,11 +76,8 @@ class FedBuffProgram(WorkerProgram):
     # -- one server step -------------------------------------------------------------------------
     def train_round(self, index: int) -> RoundWork:
         group, plan = self.group, self.schedule.plan(index)
-        # Positions in the step's list stand for its updates (a client may train twice from
-        # one version, when no other was free): spread by data as fedavg spreads a round.
-        sizes = [self.trainer.sizes[u.client] for u in plan.trains]
-        mine = [plan.trains[p] for p in
-                assign_clients(range(len(sizes)), sizes, group.world_size)[group.rank]]
+        mine = step_share(plan.trains, self.trainer.sizes, group.world_size, group.rank,
+                          whole_clients=self.keeps_personal)
         started = time.monotonic()
         tally = RoundTally()
         first = not self.path_reported
@@ -105,8 +109,8 @@ class FedBuffProgram(WorkerProgram):
         its row: in stacked cohorts where the path says so, else one at a time (and a
         cohort that raised, one at a time too, so that a failing client is named)."""
         path = self.cohorts.path
-        groups = split_into_cohorts(updates, path.cohort_size) if path.vectorized \
-            else [[u] for u in updates]
+        groups = step_cohorts(updates, path.cohort_size, self.keeps_personal) \
+            if path.vectorized else [[u] for u in updates]
         for cohort in groups:
             outcomes = None
             if path.vectorized:
@@ -186,3 +190,34 @@ class FedBuffProgram(WorkerProgram):
     def publish(self, shared_model: nn.Module) -> None:
         if self.group.rank == 0:
             copy_model_state(self.trainer.model, shared_model)
+
+
+def step_share(trains: list, sizes, world_size: int, rank: int, whole_clients: bool) -> list:
+    """``rank``'s share of a step's updates, in the schedule's order, spread by data as
+    fedavg spreads a round: positions stand for updates (a client may train twice from one
+    version, when no other was free) -- or, ``whole_clients`` (personal state), a client
+    stands for all of its updates, which one rank then trains in turn."""
+    if not whole_clients:
+        share = assign_clients(range(len(trains)), [sizes[u.client] for u in trains],
+                               world_size)[rank]
+        return [trains[p] for p in share]
+    clients = list(dict.fromkeys(u.client for u in trains))
+    load = [sizes[c] * sum(u.client == c for u in trains) for c in clients]
+    chosen = {clients[p] for p in assign_clients(range(len(clients)), load, world_size)[rank]}
+    return [u for u in trains if u.client in chosen]
+
+
+def step_cohorts(updates: list, size: int, personal: bool) -> list[list]:
+    """``updates`` in stacked cohorts of at most ``size``; with ``personal`` state cut first
+    where a client comes again, so that its second update starts from what its first left
+    (a cohort reads every client's state before it trains, and writes it after)."""
+    if not personal:
+        return split_into_cohorts(updates, size)
+    runs, seen = [[]], set()
+    for update in updates:
+        if update.client in seen:
+            runs.append([])
+            seen = set()
+        runs[-1].append(update)
+        seen.add(update.client)
+    return [cohort for run in runs for cohort in split_into_cohorts(run, size)]
