@@ -222,3 +222,15 @@ def test_stacked_personalization_agrees_with_one_client_at_a_time(method):
     assert on.summary["clients_personalized"] == off.summary["clients_personalized"] > 0
     for key in ("personal_acc_mean", "personal_loss"):
         assert on.summary[key] == pytest.approx(off.summary[key], abs=1e-4)
+
+
+def test_the_virtual_clock_charges_the_epochs_ditto_and_fedrep_add():
+    """Ditto's personal model trains as many epochs as the FedAvg update, FedRep's head
+    --personal-head-epochs before its body's: a client's virtual time counts them."""
+    def times(result):
+        return [r.as_dict()["virtual_time_s"] for r in result.rounds]
+
+    clock = dict(client_speeds="lognormal", client_eval_every=None)
+    assert times(run(personalize="ditto:0.5", **clock)) == times(run(local_epochs=2, **clock))
+    assert times(run(personalize="fedrep:last:1", personal_head_epochs=2, **clock)) == \
+        times(run(local_epochs=3, **clock))

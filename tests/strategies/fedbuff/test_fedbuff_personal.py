@@ -1,10 +1,12 @@
 """--client-eval-every and --personalize in fedbuff runs (issue 54): each client scored on
 its own test split every N server steps, as fedavg's rounds say it (figures, rows, console,
-banner); fine-tuning and Ditto leave the global model bit for bit as plain fedbuff's;
-FedPer's and FedRep's layers are never averaged; a client that trains twice from one
-version starts its second update from what its first left -- the same bits on one and two
-workers, and stacked the same as one at a time to float rounding; a resume continues
-bitwise with the personal state in a mapped file; refusals in one line."""
+banner); fine-tuning leaves the global model bit for bit as plain fedbuff's; FedPer's and
+FedRep's layers are never averaged; the clock charges the epochs FedRep's head and Ditto's
+model train; a client that trains twice from one version starts its second update from
+what its first left -- one rank's, the same bits on one and two workers, stacked the same
+as one at a time to float rounding; an update dropped as too stale still trains its
+client's state; a resume continues bitwise with the personal state in a mapped file;
+refusals in one line."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch.nn as nn
 import mptrain
 from mptrain.config import TrainConfig
 from mptrain.strategies.fedbuff.clock import event_schedule, model_bytes_of
+from mptrain.strategies.fedbuff.worker import step_cohorts, step_share
 
 from fedavg_workload import RUN, make_data, make_model, make_test_data
 from user_errors import fail
@@ -74,6 +77,10 @@ EVERY_CLIENT = {**{k: v for k, v in RUN.items() if k != "clients_per_round"},
                 "client_eval_every": 1, "vectorize_clients": "off", "workers": 1}
 
 
+#: What one update of the workload's model moves, as the clock charges it.
+MODEL_BYTES = model_bytes_of(sum(p.numel() for p in make_model().parameters()))
+
+
 def fit(model=None, **options):
     return mptrain.fit(model or make_model(), make_data(), make_test_data(),
                        **{**EVERY_CLIENT, **options})
@@ -90,10 +97,16 @@ def scores(result, key="personal_acc_mean"):
 
 def test_a_client_that_trains_twice_from_one_version_takes_its_state_along():
     config = TrainConfig.from_settings({**EVERY_CLIENT, "quiet": False})
-    numel = sum(t.numel() for t in make_model().state_dict().values())
-    schedule = event_schedule(config, [20] * 12, model_bytes_of(numel))
+    schedule = event_schedule(config, [20] * 12, MODEL_BYTES)   # iid: 12 x 20
     trains = [[u.client for u in schedule.plan(i).trains] for i in range(2)]
     assert all(len(t) > len(set(t)) for t in trains), trains   # the case under test
+    # With personal state every update of a client is one rank's; spread one by one, the
+    # first step's would not be (a race the two-worker run below might not show).
+    first = schedule.plan(0).trains
+    for whole, split in ((True, False), (False, True)):
+        owners = [{u.client for u in step_share(first, [20] * 12, 2, rank, whole)}
+                  for rank in range(2)]
+        assert bool(owners[0] & owners[1]) == split
     one = fit(personalize="fedper:last:1")
     two = fit(personalize="fedper:last:1", workers=2)
     stacked = fit(personalize="fedper:last:1", vectorize_clients="on")
@@ -112,13 +125,33 @@ def test_a_client_that_trains_twice_from_one_version_takes_its_state_along():
     assert one.summary["personal_acc_mean"] > one.summary["client_acc_mean"]
 
 
-def test_fedrep_keeps_its_head_and_ditto_fedbuffs_global_model():
+def virtual_times(result):
+    return [r.as_dict()["virtual_time_s"] for r in result.rounds]
+
+
+def test_the_clock_charges_fedreps_head_and_dittos_model_and_fedrep_keeps_its_head():
+    # An update takes the epochs it trains: FedRep's 2 head epochs and its body's 1 are
+    # 3 epochs of a plain client, Ditto's personal model and its FedAvg update 2.
     fedrep = fit(personalize="fedrep:last:1", personal_head_epochs=2, rounds=2)
-    assert torch.equal(fedrep.model[2].bias, make_model()[2].bias)
+    assert virtual_times(fedrep) == virtual_times(fit(local_epochs=3, rounds=2))
+    ditto = fit(personalize="ditto:0.5", rounds=2)
+    assert virtual_times(ditto) == virtual_times(fit(local_epochs=2, rounds=2))
+    assert torch.equal(fedrep.model[2].bias, make_model()[2].bias)   # never averaged
     assert fedrep.summary["personal_acc_mean"] is not None
-    plain, ditto = fit(rounds=2), fit(personalize="ditto:0.5", rounds=2)
-    assert same(plain.model, ditto.model)
-    assert scores(plain, "client_acc_mean") == scores(ditto, "client_acc_mean")
+
+
+def test_an_update_dropped_as_too_stale_still_trains_its_clients_state():
+    config = TrainConfig.from_settings({**EVERY_CLIENT, "max_staleness": 0})
+    schedule = event_schedule(config, [20] * 12, MODEL_BYTES)   # iid: 12 x 20
+    applied = {u.client for i in range(3) for u in schedule.plan(i).trains}
+    dropped = {u.client for i in range(3) for u in schedule.plan(i).trains_dropped}
+    assert len(applied) < len(applied | dropped) == 12   # the case under test
+    one = fit(personalize="fedper:last:1", max_staleness=0)
+    stacked = fit(personalize="fedper:last:1", max_staleness=0, vectorize_clients="on")
+    assert virtual_times(one) == [schedule.plan(i).time_s for i in range(3)]
+    assert one.summary["clients_personalized"] == 12 == stacked.summary["clients_personalized"]
+    assert scores(stacked, "personal_loss") == pytest.approx(scores(one, "personal_loss"),
+                                                             rel=1e-4)
 
 
 def test_a_resume_continues_bitwise_with_the_state_in_a_mapped_file(tmp_path, capsys):
@@ -140,8 +173,6 @@ def test_the_command_line_refuses_in_one_line(capsys):
 
 def test_every_update_of_a_client_is_one_ranks_in_order_and_never_two_in_a_cohort():
     from types import SimpleNamespace
-
-    from mptrain.strategies.fedbuff.worker import step_cohorts, step_share
 
     clients = [4, 3, 6, 3, 1, 3, 0, 6]
     trains = [SimpleNamespace(client=c, row=row) for row, c in enumerate(clients)]

@@ -18,7 +18,8 @@ client comes online (``next_online``), or -- someone online but training -- look
 
 So the clients that train from version ``v`` are known once step ``v`` is: they all start
 from the same model, like a synchronous round's. ``plan(v)`` says them (those that will be
-applied: a stale or lost one is not trained at all) with the rows of the pending table they
+applied; a lost one never finishes, and one that will arrive too stale is listed apart: only
+a client's personal state keeps what it trains) with the rows of the pending table they
 write, and the updates step ``v`` applies. A row is taken when its update trains and freed
 after the step that applies it: at most ``concurrency + buffer_size`` rows are ever held.
 """
@@ -99,6 +100,9 @@ class StepPlan:
     stale: tuple[Update, ...]       # arrived too stale, dropped
     lost: tuple[Update, ...]        # their clients went offline
     in_flight: int                  # clients training right after the step
+    #: The updates that start from version ``index`` and will arrive too stale: the server
+    #: drops them, so only a client's own state (--personalize) keeps what they train.
+    trains_dropped: tuple[Update, ...] = ()
 
 
 class EventSchedule:
@@ -143,7 +147,8 @@ class EventSchedule:
         record = self._records[index]
         return StepPlan(index=index, time_s=record.time_s, trains=self._trains(index),
                         applies=record.applies, stale=record.stale, lost=record.lost,
-                        in_flight=record.in_flight)
+                        in_flight=record.in_flight,
+                        trains_dropped=self._trains(index, STALE))
 
     def pending_after(self, index: int) -> list[Update]:
         """The updates trained by step ``index`` and applied by a later one (dispatch order):
@@ -162,8 +167,8 @@ class EventSchedule:
         return dict(sorted(counts.items()))
 
     # -- the simulation ---------------------------------------------------------------------
-    def _trains(self, version: int) -> tuple[Update, ...]:
-        return tuple(u for u in self._by_version.get(version, ()) if u.fate == APPLIED)
+    def _trains(self, version: int, fate: str = APPLIED) -> tuple[Update, ...]:
+        return tuple(u for u in self._by_version.get(version, ()) if u.fate == fate)
 
     def _assign_rows(self, index: int) -> None:
         """Simulate until every update of version ``index`` has arrived, then free the

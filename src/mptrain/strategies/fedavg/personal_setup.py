@@ -24,6 +24,21 @@ def spec_of(config):
     return None if value is None else parse_personalize(value)
 
 
+def personal_extra_epochs(config) -> int:
+    """Local epochs a client trains per update beyond its FedAvg update's, as the virtual
+    clock charges them (whole epochs, forward and backward): FedRep's head epochs before
+    its body's, Ditto's personal model as many as the FedAvg update; FedPer and FedBN train
+    within the FedAvg update, fine-tuning only when clients are scored."""
+    spec = spec_of(config)
+    if spec is None or spec.method not in ("fedrep", "ditto"):
+        return 0
+    from ...federated.personal.spec import DEFAULT_HEAD_EPOCHS
+
+    f = config.fedavg
+    return f.personal_head_epochs or DEFAULT_HEAD_EPOCHS if spec.method == "fedrep" \
+        else f.local_epochs
+
+
 def check_personalize_config(config) -> None:
     """Combinations that make no sense, in one line each."""
     f, spec = config.fedavg, spec_of(config)

@@ -27,6 +27,7 @@ from ...federated import availability
 from ...federated.client import full_steps
 from ...federated.clock import (ClientRun, availability_trace, client_speeds, time_round)
 from ...federated.sampling import poisson_sample, sample_clients
+from .personal_setup import personal_extra_epochs
 from .sample import round_sample
 
 
@@ -59,6 +60,7 @@ class RoundClock:
         self.availability = availability.AvailabilityConfig.of(config)
         self.speeds = client_speeds(f.client_speeds, f.clients, config.seed)
         self.trace = availability_trace(f.availability_trace, f.clients)
+        self.personal_epochs = personal_extra_epochs(config)
         self.now_s = 0.0
         self.rounds_played = 0
 
@@ -94,6 +96,7 @@ class RoundClock:
         # per-client stragglers only (``exact`` is refused with a clock): no sample needed
         turn = self.availability.client_turn(round_index, client, full)
         epochs = f.local_epochs * turn.budget / full if full else 0.0
+        epochs += self.personal_epochs   # FedRep's head, Ditto's personal model: in full
         seconds = self.speeds.update_seconds(client, self.sizes[client], epochs,
                                              self.model_bytes)
         return ClientRun(client, seconds, reports=turn.reports)

@@ -35,7 +35,8 @@ def check_in_flight(saved: dict | None, schedule, last_step: int) -> list:
         raise UserError("the checkpoint's updates in flight are not this run's schedule's: "
                         "resume with the settings that shape it as they were (concurrency, "
                         "buffer size, max staleness, clients, partition, local epochs, "
-                        "client speeds, availability, seed)")
+                        "client speeds, availability, seed, and the epochs --personalize "
+                        "fedrep or ditto adds)")
     return pending
 
 

@@ -6,10 +6,11 @@
    change (its model minus version ``i``) goes into its row of the pending table, with its
    data weight (0: it failed or sent a non-finite update). With --personalize that trains
    personal state (FedPer, FedRep, FedBN, Ditto) each client starts from its own state and
-   leaves it in the store as fedavg's clients do; every update of one client in a step is
-   then one rank's, in the schedule's order, never two in one cohort: a client drawn again
-   before the step (a second update from the same version) starts from what its first
-   left, whatever ``--workers`` is;
+   leaves it in the store as fedavg's clients do -- an update the server will drop as too
+   stale (``--max-staleness``) trains too, for that state alone; every update of one
+   client in a step is then one rank's, in dispatch order, never two in one cohort: a
+   client drawn again before the step (a second update from the same version) starts from
+   what its first left, whatever ``--workers`` is;
 2. barrier; every rank combines its slice of the columns of the rows step ``i`` applies --
    updates trained at this step or earlier, each weighted by data and staleness, summed in
    arrival order -- and applies the server optimizer to its slice of the global model;
@@ -76,8 +77,8 @@ class FedBuffProgram(WorkerProgram):
     # -- one server step -------------------------------------------------------------------------
     def train_round(self, index: int) -> RoundWork:
         group, plan = self.group, self.schedule.plan(index)
-        mine = step_share(plan.trains, self.trainer.sizes, group.world_size, group.rank,
-                          whole_clients=self.keeps_personal)
+        mine = step_share(self._updates_trained(plan), self.trainer.sizes, group.world_size,
+                          group.rank, whole_clients=self.keeps_personal)
         started = time.monotonic()
         tally = RoundTally()
         first = not self.path_reported
@@ -104,6 +105,14 @@ class FedBuffProgram(WorkerProgram):
         return RoundWork(steps=tally.steps, samples=tally.samples, loss_sum=tally.loss_sum,
                          started=started, ended=ended, extras=extras)
 
+    def _updates_trained(self, plan) -> list:
+        """The updates that start from this version and train: those the server will apply
+        and -- when clients keep personal state, which keeps what they train -- those it
+        will drop as too stale (no row), in dispatch order."""
+        if not self.keeps_personal or not plan.trains_dropped:
+            return list(plan.trains)
+        return sorted(plan.trains + plan.trains_dropped, key=lambda u: u.number)
+
     def _train(self, updates, version: int, tally: RoundTally) -> None:
         """Train ``updates`` from the global model (version ``version``), each change into
         its row: in stacked cohorts where the path says so, else one at a time (and a
@@ -119,15 +128,20 @@ class FedBuffProgram(WorkerProgram):
                 except Exception as err:  # noqa: BLE001 - retried one by one, which reports it
                     tally.unstack(len(cohort), err)
             for position, update in enumerate(cohort):
-                row = self.shared.table[update.row]
+                row = None if update.row is None else self.shared.table[update.row]
                 if outcomes is None:
                     weight = self._train_one(update, version, row, tally)
+                elif row is None:   # dropped: the cohort kept the client's state
+                    outcome = outcomes[position]
+                    weight = self._count_dropped(outcome.steps, outcome.samples,
+                                                 outcome.loss_sum, tally)
                 else:
                     outcome = outcomes[position]
                     result = outcome.flat(out=row)
                     weight = self._take(update, result, outcome.steps, outcome.samples,
                                         outcome.loss_sum, outcome.is_finite(result), tally)
-                self.shared.weights[update.row] = weight
+                if row is not None:
+                    self.shared.weights[update.row] = weight
 
     def _train_one(self, update, version: int, row, tally: RoundTally) -> float:
         trainer = self.trainer
@@ -142,8 +156,17 @@ class FedBuffProgram(WorkerProgram):
                     f"({named('accept_failures')} drops failing clients instead)") from err
             tally.failed.append(update.client)
             return 0.0
+        if row is None:   # dropped: trained for the client's own state (the trainer kept it)
+            return self._count_dropped(steps, samples, loss, tally)
         result = trainer.flat_result(out=row)
         return self._take(update, result, steps, samples, loss, update_is_finite(result), tally)
+
+    @staticmethod
+    def _count_dropped(steps: int, samples: int, loss: float, tally: RoundTally) -> float:
+        """An update the server will drop as too stale: its work counts, it weighs 0."""
+        if math.isfinite(loss):
+            tally.count(steps, samples, loss, partial=False)
+        return 0.0
 
     def _take(self, update, result, steps: int, samples: int, loss: float, finite: bool,
               tally: RoundTally) -> float:
