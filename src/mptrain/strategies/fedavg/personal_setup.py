@@ -117,6 +117,16 @@ def store_plan(config, model, out_dir: Path | None):
     return placement
 
 
+def store_memory_bytes(config, model, out_dir: Path | None) -> int:
+    """Shared memory the personal store takes (the memory preflight's share; 0 without one,
+    or when ``store_plan`` refuses it -- the run's check says so, with the figures)."""
+    try:
+        placement = store_plan(config, model, out_dir)
+    except UserError:
+        return 0
+    return placement.memory_bytes + config.fedavg.clients if placement is not None else 0
+
+
 def make_store(config, model, plan, out_dir: Path | None):
     """The run's ``PersonalStore`` (None when nothing personal is kept), made by the parent."""
     placement = store_plan(config, model, out_dir)

@@ -24,7 +24,7 @@ from ...files import existing_parent, free_bytes
 from ...federated.sampling import poisson_capacity
 from ..model_state import floating_state
 from .decision_cell import DecisionCell
-from .personal_setup import make_store, store_plan
+from .personal_setup import make_store, store_memory_bytes
 from .settings import robust_settings_of, server_optimizer
 
 #: Above this, the table of one round's client results is not kept in shared memory; the
@@ -207,13 +207,7 @@ def shared_bytes(config, model, plan, out_dir: Path | None) -> int:
         extra += need if place == "shm" else 0
     if _needs_decision_cell(config):
         extra += DecisionCell(table_rows(config)).tensor.nbytes
-    try:
-        placement = store_plan(config, model, out_dir)
-    except UserError:
-        placement = None                # ``check`` refuses it, with the figures
-    if placement is not None:
-        extra += placement.memory_bytes + f.clients
-    return extra
+    return extra + store_memory_bytes(config, model, out_dir)
 
 
 def _needs_decision_cell(config) -> bool:

@@ -16,8 +16,7 @@ from pathlib import Path
 import torch
 
 from ...data.shared import shared_zeros
-from ...errors import UserError
-from ..fedavg.personal_setup import make_store, store_plan
+from ..fedavg.personal_setup import make_store, store_memory_bytes
 from ..fedavg.settings import server_optimizer
 from ..fedavg.shared import FedAvgShared
 from ..model_state import floating_state
@@ -55,9 +54,5 @@ def table_bytes(config, model, out_dir: Path | None) -> int:
     memory take (the memory preflight)."""
     numel = sum(t.numel() for t in floating_state(model))
     state = len(server_optimizer(config.fedavg).init_state(0))
-    need = table_rows(config) * (4 * numel + 8) + 4 * numel * state
-    try:
-        placement = store_plan(config, model, out_dir)
-    except UserError:
-        placement = None                # ``check`` refuses it, with the figures
-    return need + (placement.memory_bytes + config.fedavg.clients if placement else 0)
+    return table_rows(config) * (4 * numel + 8) + 4 * numel * state \
+        + store_memory_bytes(config, model, out_dir)
