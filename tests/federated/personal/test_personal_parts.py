@@ -1,6 +1,6 @@
 """The pieces of --personalize without processes: the spec, which tensors stay on each
 client (and the refusals naming the layers there are), the per-client store in memory and
-in a mapped file, and the local loop's seeding."""
+in a mapped file, the local loop's seeding, and the server's held columns."""
 
 from __future__ import annotations
 
@@ -129,3 +129,23 @@ def test_the_training_methods_need_one_machines_shared_memory():
 def test_every_kind_of_loop_has_its_own_seed():
     seeds = {personal_seed(3, 2, 7, kind) for kind in ("finetune", "head", "ditto")}
     assert len(seeds) == 3 and all(0 <= s < 2**63 for s in seeds)
+
+
+def test_held_columns_keep_their_values_in_every_slice_a_rank_steps():
+    """A rank steps its slice of the columns: a held range may start before it, end in it,
+    or lie across two ranks' slices; the caller's average is left as it was."""
+    from mptrain.federated.personal.held import HeldColumns, hold_columns
+    from mptrain.federated.server_opt import build_server_optimizer
+
+    flat = torch.zeros(10)
+    server = HeldColumns(build_server_optimizer("sgd"), [(2, 4), (6, 9)], flat)
+    average = torch.arange(1.0, 11.0)
+    for part in (slice(0, 5), slice(5, 10)):   # two ranks' slices
+        target = average[part].clone()
+        server.step_(flat[part], target, {})
+        assert torch.equal(target, average[part])
+    assert flat.tolist() == [1, 2, 0, 0, 5, 6, 0, 0, 0, 10]
+    with pytest.raises(RuntimeError, match="not a slice of the global model"):
+        server.step_(flat[0:5].clone(), average[0:5], {})
+    plain = build_server_optimizer("sgd")
+    assert hold_columns(plain, [], flat) is plain

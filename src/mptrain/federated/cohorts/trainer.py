@@ -3,8 +3,8 @@ all of them (``torch.func``: ``functional_call`` over parameters with a leading 
 dimension, ``vmap`` of the gradient of each client's loss).
 
 A client here is the client the one-at-a-time path trains -- the same batches in the same
-order (``batches``), a fresh optimizer of its own (``optimizer``), FedProx's pull to the
-round's global model, SCAFFOLD's correction ``c - c_i`` -- only its arithmetic runs batched
+order (``batches``), a fresh optimizer of its own (``optimizer``), FedProx's pull to where
+it started, SCAFFOLD's correction ``c - c_i`` -- only its arithmetic runs batched
 with the others', so its update equals the lone client's up to float rounding (the batched
 kernels sum in another order). Its network's dropout masks are its own too: ``vmap`` draws
 a separate mask per client (``randomness="different"``) from a generator seeded per cohort,
@@ -56,11 +56,15 @@ def per_sample_loss(task: str, output: torch.Tensor, target: torch.Tensor) -> to
 
 class CohortTrainer:
     """Trains cohorts of clients of ``model`` (its structure and buffers; its parameters
-    are not touched). ``precision``: the run's (``engine.precision``)."""
+    are not touched). ``precision``: the run's (``engine.precision``); ``prox_mu``: the
+    strength of a pull towards each client's start (FedProx's), or with ``pull_to_global``
+    towards the global model even where a client starts elsewhere (Ditto's)."""
 
     def __init__(self, model: nn.Module, task: str, optimizer: ClientOptimizerSettings,
-                 device: torch.device, precision: str = "32", prox_mu: float = 0.0):
+                 device: torch.device, precision: str = "32", prox_mu: float = 0.0,
+                 pull_to_global: bool = False):
         self.model, self.task, self.optimizer = model, task, optimizer
+        self.pull_to_global = pull_to_global
         #: What the cohort's step calls: ``model``, or its twin with each layer ``vmap``
         #: cannot batch rewritten (``stackable``); same parameters, same names.
         self.stacked_model = stackable(model)
@@ -148,11 +152,15 @@ class CohortTrainer:
         # Every client starts from ``global_params``: one copy, expanded over the cohort, until the
         # first step gives each its own (``StackedOptimizer``, which never writes it).
         # Parameters a lone client never steps stay that copy (``find_trained``).
-        shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape) for p in global_params]
+        shared = [p.detach().to(self.device).unsqueeze(0).expand(K, *p.shape)
+                  for p in global_params]
         for i, start in (starts or {}).items():   # never written either: steps go out of place
             shared[i] = start.to(self.device)
         kept = [i for i, t in enumerate(self.trained or [True] * len(shared)) if t]
-        anchors = [global_params[i].detach().to(self.device) for i in kept] if self.prox_mu else None
+        anchors = None
+        if self.prox_mu:
+            anchors = [global_params[i].detach().to(self.device) if self.pull_to_global
+                       else shared[i] for i in kept]
         views = _correction_views(corrections, shared, self.device)
         if views is not None:
             views = [views[i] for i in kept]
@@ -187,7 +195,7 @@ class CohortTrainer:
                             loss_sums.tolist(), finite_clients(params))
 
     def _correct(self, grads, params, anchors, views) -> None:
-        """FedProx's proximal gradient ``mu (w - w_global)``, then SCAFFOLD's ``c - c_i``:
+        """The proximal gradient ``mu (w - anchor)``, then SCAFFOLD's ``c - c_i``:
         what the one-at-a-time path adds after backward, in the same order."""
         with torch.no_grad():
             if anchors is not None:

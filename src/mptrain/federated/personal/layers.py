@@ -81,6 +81,15 @@ def personal_layers(model: nn.Module, spec: PersonalizeSpec) -> PersonalLayers |
     if len(tensors) == len(names):
         raise UserError(f"{said}: {', '.join(chosen)} is every layer of the model, which "
                         f"leaves nothing to average; its layers: {', '.join(there)}")
+    params = sum(1 for _ in model.parameters())
+    head = [i for i in tensors if i < params]
+    if spec.method == "fedrep" and not head:
+        # FedRep trains the head alone, then the body alone: each needs a parameter.
+        raise UserError(f"{said}: {', '.join(chosen)} hold(s) no parameters to train as "
+                        f"the head, only buffers; the layers that do: {', '.join(there)}")
+    if len(head) == params:
+        raise UserError(f"{said}: {', '.join(chosen)} hold(s) every parameter of the model, "
+                        f"which leaves none to average; its layers: {', '.join(there)}")
     return PersonalLayers(tuple(chosen), tensors)
 
 

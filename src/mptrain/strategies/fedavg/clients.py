@@ -61,9 +61,11 @@ class ClientTrainer:
         # The shared global model lives in host memory; a client on a GPU needs its own
         # copies of what it reads every step (FedProx's anchor, SCAFFOLD's correction).
         self.on_host = setup.device.type == "cpu"
-        self.global_params = self.global_views[:len(self.params)]   # FedProx's anchor
+        #: FedProx's anchor: where each parameter started, the global model's (a personal
+        #: trainer puts a client's own personal layers there).
+        self.prox_anchors = self.global_views[:len(self.params)]
         if f.prox_mu and not self.on_host:
-            self.global_params = [torch.empty_like(p) for p in self.params]
+            self.prox_anchors = [torch.empty_like(p) for p in self.params]
         self.prox_scratch = [torch.empty_like(p) for p in self.params] if f.prox_mu else None
         self.param_numel = param_numel(self.model)
         if f.scaffold:
@@ -147,7 +149,7 @@ class ClientTrainer:
         """FedProx's proximal term and SCAFFOLD's drift correction, after backward."""
         f = self.config.fedavg
         if f.prox_mu:
-            add_proximal_gradient_(self.params, self.global_params, f.prox_mu,
+            add_proximal_gradient_(self.params, self.prox_anchors, f.prox_mu,
                                    self.prox_scratch)
         if f.scaffold:
             scaffold.add_correction_(self.params, self.correction_views)
@@ -169,5 +171,5 @@ class ClientTrainer:
             for buffer, global_value in self.integer_buffers:
                 buffer.copy_(global_value)
             if self.config.fedavg.prox_mu and not self.on_host:
-                for anchor, param in zip(self.global_params, self.params):
+                for anchor, param in zip(self.prox_anchors, self.params):
                     anchor.copy_(param)

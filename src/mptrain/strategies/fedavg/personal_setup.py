@@ -95,8 +95,8 @@ def store_plan(config, model, out_dir: Path | None):
 
     f = config.fedavg
     width = personal_numel(model, personal_layers(model, spec))
-    if f.personal_memory is not None:
-        budget = int(f.personal_memory * 2**20)
+    if f.personal_memory is not None:   # more than every row needs is every row
+        budget = int(min(f.personal_memory * 2**20, f.clients * width * 4))
     else:
         free = free_bytes("/dev/shm")
         budget = f.clients * width * 4 if free is None else int(SHM_SHARE * free)

@@ -4,7 +4,9 @@ ditto): the trainer a fedavg worker uses when the run personalizes its training.
 - FedPer, FedBN: a client starts from the global model with its personal layers put back
   from the store (a client never trained keeps the global model's), trains as FedAvg does,
   and keeps its personal layers in the store; its row sends the global model's values in
-  those columns, so the server's update there is zero and they are never averaged.
+  those columns, so the server's update there is zero and they are never averaged (the
+  server holds them whatever a row says: ``server_of``). FedProx pulls the personal layers
+  to where the client started, its own values.
 - FedRep: the same split, but first the head (the personal layers) trains alone for
   ``--personal-head-epochs`` with the body frozen, then the body for ``--local-epochs``
   with the head frozen (Collins et al. 2021, Algorithm 1).
@@ -23,17 +25,32 @@ from __future__ import annotations
 import torch
 
 from ...federated.client import add_proximal_gradient_
+from ...federated.personal.held import hold_columns
 from ...federated.personal.layers import personal_layers
 from ...federated.personal.local import personal_seed, run_local_steps
 from ...federated.personal.spec import DEFAULT_HEAD_EPOCHS
 from .clients import ClientTrainer
 from .personal_setup import spec_of
+from .settings import server_optimizer
 
 
 def trainer_class(config) -> type:
     """The trainer a worker of this run uses."""
     spec = spec_of(config)
     return PersonalTrainer if spec is not None and spec.trains else ClientTrainer
+
+
+def held_columns(trainer) -> list[tuple[int, int]]:
+    """The global model's columns that no row may move: a layered method's personal tensors
+    (Ditto's global model is FedAvg's, every column averaged)."""
+    return list(trainer.columns) if isinstance(trainer, PersonalTrainer) and \
+        trainer.spec.layered else []
+
+
+def server_of(config, trainer):
+    """The run's server optimizer, stepping every column but ``held_columns``."""
+    return hold_columns(server_optimizer(config.fedavg), held_columns(trainer),
+                        trainer.shared.global_flat)
 
 
 class PersonalTrainer(ClientTrainer):
@@ -59,6 +76,15 @@ class PersonalTrainer(ClientTrainer):
         self.anchor = self.global_views[:len(self.params)] if self.on_host else \
             [torch.empty_like(p) for p in self.params]
         self.scratch = [torch.empty_like(p) for p in self.params]
+        # FedProx pulls a client towards where it started, which for its personal layers is
+        # its own values, not the global model's (whose are never trained there).
+        self.own_anchors = []
+        if config.fedavg.prox_mu and self.spec.layered:
+            self.prox_anchors = list(self.prox_anchors)
+            for i in layers.tensors:
+                if i < len(self.params):
+                    self.prox_anchors[i] = torch.empty_like(self.params[i])
+                    self.own_anchors.append((self.prox_anchors[i], self.params[i]))
 
     def unheard(self, client: int, round_index: int) -> bool:
         return False   # a dropped straggler still trains its personal layers
@@ -85,6 +111,9 @@ class PersonalTrainer(ClientTrainer):
             self.load_global()
             return super().train(client, round_index, relabel)
         self.load_personal(client)
+        with torch.no_grad():
+            for anchor, param in self.own_anchors:
+                anchor.copy_(param)
         if self.spec.method != "fedrep":
             result = super().train(client, round_index, relabel)
         else:
@@ -108,8 +137,11 @@ class PersonalTrainer(ClientTrainer):
     # -- the personal loops ------------------------------------------------------------------
     def _train_only(self, trained: list, run):
         """``run()`` with every parameter but ``trained`` frozen (no gradient, so the
-        optimizer skips it), and the optimizer fresh."""
-        frozen = [p for p in self.params if all(p is not t for t in trained)]
+        optimizer skips it), and the optimizer fresh. A parameter the user froze stays
+        frozen: only those this phase froze are thawed after it (the stacked path, which
+        reads ``requires_grad`` once, trains the same ones)."""
+        frozen = [p for p in self.params
+                  if p.requires_grad and all(p is not t for t in trained)]
         for param in frozen:
             param.requires_grad_(False)
             param.grad = None

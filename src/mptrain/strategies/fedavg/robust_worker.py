@@ -33,8 +33,11 @@ class RobustWorker:
     """One worker's part of the rule and the attack, round by round."""
 
     def __init__(self, settings: RobustSettings, decision_cell: DecisionCell | None, seed: int,
-                 classes: int | None):
+                 classes: int | None, held: Sequence[tuple[int, int]] = ()):
         self.settings, self.cell = settings, decision_cell
+        #: Columns no client sends (a layered personalization's personal tensors): an
+        #: attacker's row carries the global model's values there, as an honest one does.
+        self.held = list(held)
         self.seed, self.classes = seed, classes
         self.rule, self.attack = settings.rule, settings.attack
 
@@ -62,6 +65,8 @@ class RobustWorker:
             row.copy_(global_flat)
         if not self.attack.at_server:
             attack_row_(self.attack, row, global_flat, self.seed, round_index, client)
+        for start, stop in self.held:
+            row[start:stop].copy_(global_flat[start:stop])
 
     def forge(self, client: int, row: torch.Tensor, global_flat: torch.Tensor,
               round_index: int, tally, dropout_rate: float, claimed: float) -> float:

@@ -46,10 +46,10 @@ from . import checkpoint, train_evaluation
 from .client_evaluation import ClientEvaluation
 from .cohorts import CohortClients
 from .gathered import GatheredTable, slot_owners
-from .personal_trainer import trainer_class
+from .personal_trainer import held_columns, server_of, trainer_class
 from .robust_worker import RobustWorker
 from .server import ServerStep
-from .settings import accountant_name, robust_settings_of, server_optimizer
+from .settings import accountant_name, robust_settings_of
 from .shared import FedAvgShared
 from .tally import RoundTally
 from .virtual_clock import RoundSampler
@@ -78,8 +78,9 @@ class FedAvgProgram(WorkerProgram):
         # The rule and the attackers (None: FedAvg's mean, nobody attacks).
         settings = robust_settings_of(config)
         self.robust = RobustWorker(settings, shared.decision_cell, config.seed,
-                                   setup.data.output_size) if settings.active else None
-        self.server = ServerStep(config, shared, self.group, server_optimizer(config.fedavg),
+                                   setup.data.output_size, held_columns(self.trainer)) \
+            if settings.active else None
+        self.server = ServerStep(config, shared, self.group, server_of(config, self.trainer),
                                  accountant, self.robust)
         # Without shared memory (torchrun) the rule needs the rows gathered to rank 0.
         self.gathered = GatheredTable(self.group.rank, shared.rows,

@@ -42,8 +42,7 @@ from ..base import RoundWork, WorkerProgram
 from ..fedavg import train_evaluation
 from ..fedavg.client_evaluation import ClientEvaluation
 from ..fedavg.cohorts import CohortClients
-from ..fedavg.personal_trainer import trainer_class
-from ..fedavg.settings import server_optimizer
+from ..fedavg.personal_trainer import server_of, trainer_class
 from ..fedavg.shared import FedAvgShared
 from ..fedavg.tally import RoundTally
 from ..model_state import copy_model_state
@@ -67,7 +66,7 @@ class FedBuffProgram(WorkerProgram):
         self.cohorts = CohortClients(config, shared, setup, self.trainer, None, client_path,
                                      client_bytes)
         self.client_evaluation = ClientEvaluation(config, shared, setup, self.trainer)
-        self.server = server_optimizer(config.fedavg)
+        self.server = server_of(config, self.trainer)
         self.weight = staleness_weight_of(config.fedavg)
         self.schedule = event_schedule(config, self.trainer.sizes,
                                        model_bytes_of(shared.global_flat.numel()))
