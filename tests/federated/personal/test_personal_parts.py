@@ -149,3 +149,10 @@ def test_held_columns_keep_their_values_in_every_slice_a_rank_steps():
         server.step_(flat[0:5].clone(), average[0:5], {})
     plain = build_server_optimizer("sgd")
     assert hold_columns(plain, [], flat) is plain
+    # Momentum a checkpoint written before the columns were held may carry there.
+    momentum = build_server_optimizer("sgd", lr=1.0, momentum=0.9)
+    state = {"velocity": torch.full((10,), 0.5)}
+    held = HeldColumns(momentum, [(2, 4)], flat)
+    before = flat.clone()
+    held.step_(flat, average, state)
+    assert torch.equal(flat[2:4], before[2:4]) and not torch.equal(flat[:2], before[:2])

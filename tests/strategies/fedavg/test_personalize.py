@@ -30,6 +30,13 @@ def normed_model(seed=3):
     return nn.Sequential(nn.Linear(60, 16), nn.LayerNorm(16), nn.Tanh(), nn.Linear(16, 10))
 
 
+def frozen(model, *layers):
+    """``model`` with the parameters of ``layers`` frozen (``requires_grad`` False)."""
+    for layer in layers:
+        model[layer].requires_grad_(False)
+    return model
+
+
 def run(out=None, model=None, **options):
     settings = dict(strategy="fedavg", workers=1, threads_per_worker=1, rounds=2,
                     local_epochs=1, clients_per_round=4, client_eval_every=1, seed=1, lr=0.05)
@@ -206,6 +213,11 @@ def test_personalize_alone_scores_the_last_round(capsys):
         nn.Linear(60, 16), nn.BatchNorm1d(16, affine=False), nn.Linear(16, 10))),
      "fedrep: 1 hold.s. no parameters to train as the head, only buffers; the layers "
      "that do: 0, 2"),
+    (dict(personalize="fedrep:3", model=frozen(normed_model(), 0, 1)),
+     "every parameter outside its head .3. is frozen .requires_grad False., so its body "
+     "phase has nothing to train; personalize fedper:3 trains heads on a frozen body"),
+    (dict(personalize="fedrep:last:1", model=frozen(normed_model(), 3)),
+     "every parameter of its head .3. is frozen"),
     (dict(personalize="fedper:0,2", model=nn.Sequential(
         nn.Linear(60, 16), nn.BatchNorm1d(16, affine=False), nn.Linear(16, 10))),
      "fedper: 0, 2 hold.s. every parameter of the model, which leaves none to average"),

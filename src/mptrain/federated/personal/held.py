@@ -20,8 +20,10 @@ import torch
 class HeldColumns:
     """``server`` (a ``ServerOptimizer``) stepping every column but ``columns``
     (``(start, stop)`` pairs of ``global_flat``), which keep their values: the target there
-    is the parameters themselves, a zero pseudo-gradient, so no optimizer's state moves
-    them either."""
+    is the parameters themselves, a zero pseudo-gradient that leaves the optimizer's state
+    there as it starts (no momentum builds up), and the values are put back after the step
+    all the same (a checkpoint written before the columns were held may carry momentum
+    there)."""
 
     def __init__(self, server, columns: Sequence[tuple[int, int]], global_flat: torch.Tensor):
         self.server, self.columns, self.global_flat = server, list(columns), global_flat
@@ -31,14 +33,19 @@ class HeldColumns:
         """``server.step_`` on ``params``, a slice of ``global_flat`` (a view of it, as
         every caller passes: a rank's slice of the columns, or the whole)."""
         first = self._first_column(params)
-        held = None
-        for start, stop in self.columns:
-            lo, hi = max(start, first), min(stop, first + params.numel())
-            if lo < hi:
-                if held is None:
-                    held = average.clone()   # the caller's tensor is left as it was
-                held[lo - first:hi - first].copy_(params[lo - first:hi - first])
-        self.server.step_(params, average if held is None else held, state)
+        spans = [slice(max(start, first) - first, min(stop, first + params.numel()) - first)
+                 for start, stop in self.columns]
+        spans = [span for span in spans if span.start < span.stop]
+        if not spans:
+            self.server.step_(params, average, state)
+            return
+        target = average.clone()   # the caller's tensor is left as it was
+        kept = [params[span].clone() for span in spans]
+        for span, values in zip(spans, kept):
+            target[span].copy_(values)
+        self.server.step_(params, target, state)
+        for span, values in zip(spans, kept):
+            params[span].copy_(values)
 
     def _first_column(self, params: torch.Tensor) -> int:
         """The column of ``global_flat`` where ``params`` begins."""

@@ -81,16 +81,34 @@ def personal_layers(model: nn.Module, spec: PersonalizeSpec) -> PersonalLayers |
     if len(tensors) == len(names):
         raise UserError(f"{said}: {', '.join(chosen)} is every layer of the model, which "
                         f"leaves nothing to average; its layers: {', '.join(there)}")
-    params = sum(1 for _ in model.parameters())
-    head = [i for i in tensors if i < params]
+    params = list(model.parameters())
+    head = [i for i in tensors if i < len(params)]
     if spec.method == "fedrep" and not head:
         # FedRep trains the head alone, then the body alone: each needs a parameter.
         raise UserError(f"{said}: {', '.join(chosen)} hold(s) no parameters to train as "
                         f"the head, only buffers; the layers that do: {', '.join(there)}")
-    if len(head) == params:
+    if spec.method == "fedrep":
+        _refuse_a_frozen_phase(said, chosen, params, head)
+    if len(head) == len(params):
         raise UserError(f"{said}: {', '.join(chosen)} hold(s) every parameter of the model, "
                         f"which leaves none to average; its layers: {', '.join(there)}")
     return PersonalLayers(tuple(chosen), tensors)
+
+
+def _refuse_a_frozen_phase(said: str, chosen: list[str], params: list, head: list[int]):
+    """FedRep trains the head alone, then the body alone: a phase whose parameters the user
+    froze (``requires_grad=False``) would have nothing to train."""
+    head_trains = any(params[i].requires_grad for i in head)
+    body_trains = any(p.requires_grad for i, p in enumerate(params) if i not in head)
+    if not head_trains:
+        raise UserError(f"{said}: every parameter of its head ({', '.join(chosen)}) is frozen "
+                        "(requires_grad False), so its head phase has nothing to train; "
+                        "unfreeze the head, or name other layers")
+    if not body_trains:
+        raise UserError(f"{said}: every parameter outside its head ({', '.join(chosen)}) is "
+                        "frozen (requires_grad False), so its body phase has nothing to "
+                        f"train; {named('personalize')} fedper:{','.join(chosen)} trains "
+                        "heads on a frozen body")
 
 
 def personal_numel(model: nn.Module, layers: PersonalLayers | None) -> int:
