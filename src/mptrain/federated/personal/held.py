@@ -19,11 +19,9 @@ import torch
 
 class HeldColumns:
     """``server`` (a ``ServerOptimizer``) stepping every column but ``columns``
-    (``(start, stop)`` pairs of ``global_flat``), which keep their values: the target there
-    is the parameters themselves, a zero pseudo-gradient that leaves the optimizer's state
-    there as it starts (no momentum builds up), and the values are put back after the step
-    all the same (a checkpoint written before the columns were held may carry momentum
-    there)."""
+    (``(start, stop)`` pairs of ``global_flat``), whose values are put back after the
+    step: whatever the optimizer's state holds there (noise the mean brought in, momentum
+    from a checkpoint written before the columns were held), the values never move."""
 
     def __init__(self, server, columns: Sequence[tuple[int, int]], global_flat: torch.Tensor):
         self.server, self.columns, self.global_flat = server, list(columns), global_flat
@@ -35,16 +33,9 @@ class HeldColumns:
         first = self._first_column(params)
         spans = [slice(max(start, first) - first, min(stop, first + params.numel()) - first)
                  for start, stop in self.columns]
-        spans = [span for span in spans if span.start < span.stop]
-        if not spans:
-            self.server.step_(params, average, state)
-            return
-        target = average.clone()   # the caller's tensor is left as it was
-        kept = [params[span].clone() for span in spans]
-        for span, values in zip(spans, kept):
-            target[span].copy_(values)
-        self.server.step_(params, target, state)
-        for span, values in zip(spans, kept):
+        kept = [(span, params[span].clone()) for span in spans if span.start < span.stop]
+        self.server.step_(params, average, state)
+        for span, values in kept:
             params[span].copy_(values)
 
     def _first_column(self, params: torch.Tensor) -> int:
@@ -62,3 +53,12 @@ class HeldColumns:
 def hold_columns(server, columns: Sequence[tuple[int, int]], global_flat: torch.Tensor):
     """``server`` with ``columns`` held (``server`` itself when there are none)."""
     return HeldColumns(server, columns, global_flat) if columns else server
+
+
+def carry_global_(row: torch.Tensor, columns: Sequence[tuple[int, int]],
+                  global_flat: torch.Tensor) -> None:
+    """Put the global model's values in ``row``'s ``columns``: what a client's row carries
+    in the columns it never sends (a zero update there, for the robust rules' distances
+    and DP's clip as for the mean)."""
+    for start, stop in columns:
+        row[start:stop].copy_(global_flat[start:stop])

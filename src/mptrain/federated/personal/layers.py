@@ -83,21 +83,21 @@ def personal_layers(model: nn.Module, spec: PersonalizeSpec) -> PersonalLayers |
                         f"leaves nothing to average; its layers: {', '.join(there)}")
     params = list(model.parameters())
     head = [i for i in tensors if i < len(params)]
-    if spec.method == "fedrep" and not head:
-        # FedRep trains the head alone, then the body alone: each needs a parameter.
-        raise UserError(f"{said}: {', '.join(chosen)} hold(s) no parameters to train as "
-                        f"the head, only buffers; the layers that do: {', '.join(there)}")
     if spec.method == "fedrep":
-        _refuse_a_frozen_phase(said, chosen, params, head)
+        _refuse_a_phase_with_nothing_to_train(said, chosen, there, params, head)
     if len(head) == len(params):
         raise UserError(f"{said}: {', '.join(chosen)} hold(s) every parameter of the model, "
                         f"which leaves none to average; its layers: {', '.join(there)}")
     return PersonalLayers(tuple(chosen), tensors)
 
 
-def _refuse_a_frozen_phase(said: str, chosen: list[str], params: list, head: list[int]):
-    """FedRep trains the head alone, then the body alone: a phase whose parameters the user
-    froze (``requires_grad=False``) would have nothing to train."""
+def _refuse_a_phase_with_nothing_to_train(said: str, chosen: list[str], there: list[str],
+                                          params: list, head: list[int]):
+    """FedRep trains the head alone, then the body alone: a head of buffers only, or a
+    phase whose parameters the user froze (``requires_grad=False``), has nothing to train."""
+    if not head:
+        raise UserError(f"{said}: {', '.join(chosen)} hold(s) no parameters to train as "
+                        f"the head, only buffers; the layers that do: {', '.join(there)}")
     head_trains = any(params[i].requires_grad for i in head)
     body_trains = any(p.requires_grad for i, p in enumerate(params) if i not in head)
     if not head_trains:

@@ -91,15 +91,16 @@ def store_plan(config, model, out_dir: Path | None):
     if spec is None or not spec.trains:
         return None
     from ...federated.personal.layers import personal_layers, personal_numel
-    from ...federated.personal.store import STORE_FILE, place_rows
+    from ...federated.personal.store import FLOAT_BYTES, STORE_FILE, place_rows
 
     f = config.fedavg
     width = personal_numel(model, personal_layers(model, spec))
+    every_row = f.clients * width * FLOAT_BYTES
     if f.personal_memory is not None:   # more than every row needs is every row
-        budget = int(min(f.personal_memory * 2**20, f.clients * width * 4))
+        budget = int(min(f.personal_memory * 2**20, every_row))
     else:
         free = free_bytes("/dev/shm")
-        budget = f.clients * width * 4 if free is None else int(SHM_SHARE * free)
+        budget = every_row if free is None else int(SHM_SHARE * free)
     placement = place_rows(f.clients, width, budget)
     if not placement.disk_rows:
         return placement

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 
 from ...federated.client import add_proximal_gradient_
-from ...federated.personal.held import hold_columns
+from ...federated.personal.held import carry_global_, hold_columns
 from ...federated.personal.layers import personal_layers
 from ...federated.personal.local import personal_seed, run_local_steps
 from ...federated.personal.spec import DEFAULT_HEAD_EPOCHS
@@ -130,8 +130,7 @@ class PersonalTrainer(ClientTrainer):
         model as it is."""
         result = super().flat_result(out)
         if self.spec.layered:
-            for start, stop in self.columns:
-                result[start:stop].copy_(self.shared.global_flat[start:stop])
+            carry_global_(result, self.columns, self.shared.global_flat)
         return result
 
     # -- the personal loops ------------------------------------------------------------------

@@ -22,6 +22,7 @@ import torch
 
 from ...federated import availability
 from ...federated.client import update_is_finite
+from ...federated.personal.held import carry_global_
 from ...federated.robust.attacks import alie_z, attack_row_, flip_labels
 from ...federated.robust.settings import RobustSettings
 from ...federated.robust.table import (aggregate_slice, decide_round, forge_alie_slice_,
@@ -65,8 +66,7 @@ class RobustWorker:
             row.copy_(global_flat)
         if not self.attack.at_server:
             attack_row_(self.attack, row, global_flat, self.seed, round_index, client)
-        for start, stop in self.held:
-            row[start:stop].copy_(global_flat[start:stop])
+        carry_global_(row, self.held, global_flat)
 
     def forge(self, client: int, row: torch.Tensor, global_flat: torch.Tensor,
               round_index: int, tally, dropout_rate: float, claimed: float) -> float:
