@@ -217,6 +217,10 @@ def test_client_fraction_replaces_the_default_count():
     ("max_restarts", "single", 2, "--strategy sync or ddp"),
     ("clients", "sync", 10, "--strategy fedavg"),
     ("partition", "ddp", "shards:2", "--strategy fedavg"),
+    # A client's learning rate is one value a round (clients.client_lr): cosine's anneal
+    # within an epoch trained exactly as step did, without a word.
+    ("lr_schedule", "fedavg", "cosine", "--lr-decay"),
+    ("lr_schedule", "fedbuff", "cosine", "--lr-decay"),
 ])
 def test_settings_that_would_do_nothing_are_refused(name, strategy, value, instead):
     with pytest.raises(UserError) as info:
@@ -231,6 +235,13 @@ def test_a_setting_given_at_its_default_is_not_refused():
     TrainConfig.from_settings({"strategy": "sync", "ddp_backend": "auto",
                                "share_optimizer_state": False})
     TrainConfig.from_settings({"strategy": "sync", "rounds": 20, "scaffold": False})
+    TrainConfig.from_settings({"strategy": "fedavg", "lr_schedule": "step"})
+
+
+@pytest.mark.parametrize("strategy", ["single", "hogwild", "sync", "ddp"])
+def test_every_epoch_strategy_takes_the_cosine_schedule(strategy):
+    assert TrainConfig.from_settings({"strategy": strategy,
+                                      "lr_schedule": "cosine"}).lr_schedule == "cosine"
 
 
 def test_every_strategy_restricted_setting_names_real_strategies():

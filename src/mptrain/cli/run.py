@@ -130,7 +130,8 @@ class GroupedHelp(NonEmptyValues):
 @click.option("--lr-decay", type=float,
               help="Multiply the learning rate by this after every epoch (1: constant).")
 @click.option("--lr-schedule", type=Choice(LR_SCHEDULES),
-              help="step: constant within an epoch; cosine: annealed to 0 within each epoch.")
+              help="step: constant within an epoch; cosine: annealed to 0 within each epoch "
+                   "(epochs' strategies; fedavg's and fedbuff's rounds: --lr-decay).")
 @click.option("--weight-decay", type=float, help="L2 penalty (default 0).")
 @click.option("--seed", type=int, help="Seed for initialisation and shuffling (default 0).")
 @click.option("--threads-per-worker", type=int,

@@ -31,7 +31,7 @@ from .epochs import EpochBatches, EpochStrategy, batch_shapes
 class DataParallelGPUsStrategy(EpochStrategy):
     name = "dp"
     in_process = True
-    settings = frozenset({"epochs", "steps_per_epoch"})
+    settings = frozenset({"epochs", "steps_per_epoch", "lr_schedule"})
     instead = {"rounds": "{epochs}", "max_restarts": "{strategy} sync or ddp"}
 
     @classmethod

@@ -53,7 +53,8 @@ class EpochStrategy(Strategy):
     """Every worker trains its 1/N shard of each epoch (DistributedSampler semantics), unless
     the strategy hands batches out otherwise (``epoch_batches``)."""
 
-    settings = frozenset({"epochs", "steps_per_epoch", "max_restarts"})
+    #: lr_schedule: cosine anneals along an epoch's steps, which only epochs have.
+    settings = frozenset({"epochs", "steps_per_epoch", "max_restarts", "lr_schedule"})
     instead = {"rounds": "{epochs}"}
 
     def needs(self, model, data, plan) -> ResourceNeeds:

@@ -13,7 +13,7 @@ class SingleStrategy(EpochStrategy):
     in_process = True
     takes_worker_count = False
     default_workers = 1
-    settings = frozenset({"epochs", "steps_per_epoch"})
+    settings = frozenset({"epochs", "steps_per_epoch", "lr_schedule"})
     instead = {"rounds": "{epochs}", "max_restarts": "{strategy} sync or ddp"}
 
     @classmethod

@@ -15,6 +15,11 @@ import math
 from dataclasses import dataclass, fields
 
 DEFAULT_DP_DELTA = 1e-5
+#: What a federated run has for --lr-schedule, said where the flag is refused: a client's
+#: learning rate is one value a round (``clients.client_lr``), so cosine's anneal along an
+#: epoch's steps has no steps to anneal along.
+LR_PER_ROUND = ("{lr_decay} (a client's learning rate is constant within a round, "
+                "multiplied by it every round)")
 DEFAULT_CLIP_LR = 0.2
 
 

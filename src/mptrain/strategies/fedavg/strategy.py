@@ -10,7 +10,7 @@ from ..model_state import floating_state
 from . import client_metrics, cohorts, personal_report, report, robust_report, virtual_clock
 from .client_evaluation import evaluation_split, scores_only_sampled
 from .refusals import check_fedavg_config, check_run
-from .settings import ASYNCHRONOUS_SETTINGS, FEDAVG_SETTINGS
+from .settings import ASYNCHRONOUS_SETTINGS, FEDAVG_SETTINGS, LR_PER_ROUND
 from .shared import FedAvgShared, cut_clients, share_round_state, shared_bytes
 
 
@@ -21,7 +21,8 @@ class FedAvgStrategy(Strategy):
     #: have them.
     settings = frozenset(FEDAVG_SETTINGS) - ASYNCHRONOUS_SETTINGS | {"max_restarts"}
     instead = {"epochs": "{rounds}",
-               "steps_per_epoch": "{rounds} with fewer {clients_per_round}"}
+               "steps_per_epoch": "{rounds} with fewer {clients_per_round}",
+               "lr_schedule": LR_PER_ROUND}
     runs_under_torchrun = True
     resumes_on_other_worker_counts = True   # the server's state is the checkpoint
 

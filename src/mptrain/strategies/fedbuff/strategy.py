@@ -10,6 +10,7 @@ from ...report.words import human_bytes
 from ..base import ResourceNeeds, model_tensor_count
 from ..fedavg import cohorts, personal_report
 from ..fedavg.personal_setup import check_personalize_run
+from ..fedavg.settings import LR_PER_ROUND
 from ..fedavg.shared import TABLE_LIMIT_BYTES
 from ..fedavg.strategy import FedAvgStrategy
 from ..model_state import floating_state
@@ -26,6 +27,7 @@ class FedBuffStrategy(FedAvgStrategy):
     unit = "round"          # a server step; --rounds counts them
     settings = FEDBUFF_SETTINGS
     instead = {"epochs": "{rounds}", "steps_per_epoch": "{rounds}",
+               "lr_schedule": LR_PER_ROUND,
                "clients_per_round": "{concurrency}", "client_fraction": "{concurrency}",
                **{name: WITHOUT_DP for name in ("dp_clip", "dp_noise", "dp_delta",
                                                 "target_epsilon", "accountant",
