@@ -21,7 +21,8 @@ from ..models import model_bytes
 from ..data.batch_transform import check_batch_transform
 from ..data.ragged import check_collated
 from .preflight import (check_device, check_model_fits_data, check_model_trains,
-                        check_workload, data_warnings, thread_warnings)
+                        check_target_accuracy, check_workload, data_warnings,
+                        thread_warnings)
 from .sharing import check_shm_space, choose_sharing_strategy
 from .start_method import choose_start_method
 from .tuning import thread_cap, threads_per_worker, usable_cores
@@ -121,6 +122,7 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     check_model_trains(model)
     check_collated(bundle)
     check_model_fits_data(model, bundle)
+    check_target_accuracy(config, bundle)
     check_batch_transform(config, bundle)
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
                               local_workers=plan.local_workers, processes=plan.processes,

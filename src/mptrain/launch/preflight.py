@@ -81,6 +81,21 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
                         + _classes_as_floats(bundle, output))
 
 
+def check_target_accuracy(config: TrainConfig, bundle: DataBundle) -> None:
+    """A target accuracy is a test accuracy to stop at: with no test set, or regression
+    data (scored by its mean squared error), none is ever measured, and the run trained
+    to its end before saying the target was not reached."""
+    if config.target_accuracy is None:
+        return
+    said = f"{named('target_accuracy')} stops the run at a test accuracy"
+    if bundle.test is None:
+        raise UserError(f"{said}, but there is no test set to score; give one, or leave "
+                        f"{named('target_accuracy')} out")
+    if bundle.task != CLASSIFICATION:
+        raise UserError(f"{said}, which a regression run (float targets) has none of (it "
+                        f"is scored by its test mse); leave {named('target_accuracy')} out")
+
+
 def _classes_as_floats(bundle: DataBundle, output: torch.Tensor) -> str:
     """Advice where float targets that are whole numbers (``y.float()`` of class labels)
     met a model with a column per class: float targets mean regression, and the model's

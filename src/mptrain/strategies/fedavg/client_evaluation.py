@@ -16,6 +16,8 @@ from __future__ import annotations
 from ...data.device_feed import feed_for
 from ...data.sources import CLASSIFICATION
 from ...engine.evaluation import every_nth
+from ...errors import UserError
+from ...errors import setting_name as named   # as the caller spelled the setting
 from ...federated.aggregate import column_slice
 from ...federated.client_accuracy import client_scores
 from .personal_evaluation import personal_evaluation
@@ -30,6 +32,16 @@ def evaluation_split(data, partition: str) -> str:
     natural = getattr(data, "clients", None)
     return TEST_SPLIT if partition == "natural" and natural is not None \
         and natural.test_offsets is not None else TRAIN_SPLIT
+
+
+def check_client_evaluation(config, data) -> None:
+    """Refuse --client-eval-every where it would score nothing: per-client accuracy needs
+    classes, and on regression data no round was due (``due``) while the banner promised
+    client_metrics.jsonl rows."""
+    if config.fedavg.client_eval_every and data is not None and data.task != CLASSIFICATION:
+        raise UserError(f"{named('client_eval_every')} scores each client's accuracy on its "
+                        "own data, which needs a classifier; this data set is regression "
+                        f"(float targets): leave {named('client_eval_every')} out")
 
 
 def scores_only_sampled(data) -> bool:

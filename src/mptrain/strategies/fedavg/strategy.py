@@ -8,7 +8,7 @@ from ..base import (ResourceNeeds, Strategy, WorkerProgram, host_memory_comm,
                     model_tensor_count)
 from ..model_state import floating_state
 from . import client_metrics, cohorts, personal_report, report, robust_report, virtual_clock
-from .client_evaluation import evaluation_split, scores_only_sampled
+from .client_evaluation import check_client_evaluation, evaluation_split, scores_only_sampled
 from .refusals import check_fedavg_config, check_run
 from .settings import ASYNCHRONOUS_SETTINGS, FEDAVG_SETTINGS, LR_PER_ROUND
 from .shared import FedAvgShared, cut_clients, share_round_state, shared_bytes
@@ -85,6 +85,7 @@ class FedAvgStrategy(Strategy):
         Then what the run cannot offer its settings (``refusals.check_run``), and the
         path the clients train on."""
         self.partition(data)
+        check_client_evaluation(self.config, data)
         check_run(self.config, data, model, plan, self.out_dir)
         if self.chosen_path is None:   # once: restarts reuse it
             check, self.chosen_path = cohorts.choose_path(self.config, model, data,

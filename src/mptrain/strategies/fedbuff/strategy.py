@@ -9,6 +9,7 @@ from ...errors import setting_name as named   # as the caller spelled the settin
 from ...report.words import human_bytes
 from ..base import ResourceNeeds, model_tensor_count
 from ..fedavg import cohorts, personal_report
+from ..fedavg.client_evaluation import check_client_evaluation
 from ..fedavg.personal_setup import check_personalize_run
 from ..fedavg.settings import LR_PER_ROUND
 from ..fedavg.shared import TABLE_LIMIT_BYTES
@@ -62,6 +63,7 @@ class FedBuffStrategy(FedAvgStrategy):
             self.schedule = event_schedule(self.config, sizes, model_bytes_of(numel))
         if self.resumed_in_flight is not None:
             check_in_flight(self.resumed_in_flight[0], self.schedule, self.resumed_in_flight[1])
+        check_client_evaluation(self.config, data)
         check_personalize_run(self.config, data, model, plan, self.out_dir)
         need = table_rows(self.config) * numel * 4
         if need > TABLE_LIMIT_BYTES:

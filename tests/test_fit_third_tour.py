@@ -1,0 +1,68 @@
+"""What the third new-user tour found: settings a run could never act on, accepted and then
+left unused until the end -- a test accuracy to stop at where no test accuracy is measured,
+per-client accuracy on data that has no classes."""
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+import mptrain
+from mptrain.cli import main
+from mptrain.errors import UserError
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def labelled(samples=64):
+    inputs = torch.randn(samples, 8, generator=torch.Generator().manual_seed(0))
+    return TensorDataset(inputs, (inputs[:, 0] > 0).long())
+
+
+def regression(samples=64):
+    inputs = torch.randn(samples, 8, generator=torch.Generator().manual_seed(0))
+    return TensorDataset(inputs, inputs[:, :1] * 0.5)
+
+
+@pytest.mark.parametrize("strategy", ["single", "fedavg"])
+def test_a_target_accuracy_without_a_test_set_is_refused(strategy):
+    # It trained every epoch and ended "target accuracy 50.00% not reached": nothing was
+    # ever scored against it.
+    units = {"epochs": 2} if strategy == "single" else {"rounds": 2, "workers": 1}
+    with pytest.raises(UserError, match=r"^target_accuracy stops the run at a test accuracy, "
+                                        r"but there is no test set to score"):
+        mptrain.fit(nn.Linear(8, 2), labelled(), None, strategy=strategy,
+                    target_accuracy=0.5, threads_per_worker=1, **units)
+
+
+def test_a_target_accuracy_on_regression_data_is_refused():
+    with pytest.raises(UserError, match=r"^target_accuracy stops the run at a test accuracy, "
+                                        r"which a regression run \(float targets\) has none"):
+        mptrain.fit(nn.Linear(8, 1), regression(), regression(16), epochs=2,
+                    target_accuracy=0.5)
+
+
+def test_the_command_line_refuses_a_target_accuracy_on_regression_in_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--data", "linreg", "--target-accuracy", "0.5", "--epochs", "1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("mptrain: error: --target-accuracy stops the run at a test "
+                          "accuracy") and "\n" not in err
+
+
+@pytest.mark.parametrize("strategy, clients", [("fedavg", {"clients_per_round": 2}),
+                                               ("fedbuff", {"concurrency": 2})])
+def test_client_evaluation_on_regression_data_is_refused(strategy, clients):
+    # The banner said "every client evaluated every round ... rows in client_metrics.jsonl"
+    # and no row was ever written: client accuracy needs classes.
+    with pytest.raises(UserError, match=r"^client_eval_every scores each client's accuracy "
+                                        r"on its own data, which needs a classifier"):
+        mptrain.fit(nn.Linear(8, 1), regression(), regression(16), strategy=strategy,
+                    workers=1, rounds=1, clients=4, client_eval_every=1,
+                    threads_per_worker=1, **clients)
+
+
+def test_a_classifier_without_a_test_set_still_trains_to_the_end():
+    result = mptrain.fit(nn.Linear(8, 2), labelled(), None, epochs=1)
+    assert len(result.epochs) == 1 and result.test_accuracy is None
