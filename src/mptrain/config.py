@@ -135,6 +135,11 @@ class TrainConfig:
             backend = setting_name("ddp_backend")
             raise UserError(f"{backend} nccl needs {setting_name('device')} cuda; on CPU use "
                             f"{backend} auto (shared memory) or gloo")
+        if self.loader == "stacked" and self.loader_workers != SETTING_DEFAULTS["loader_workers"]:
+            # auto may stream, so its threads are told; stacked never reads through them.
+            raise UserError(f"{setting_name('loader_workers')} sets the stream loader's "
+                            f"threads, and {setting_name('loader')} stacked has none (the data "
+                            f"is in shared memory); drop one of them")
         self.strategy_class.check_config(self)
 
     @classmethod

@@ -174,6 +174,11 @@ def test_bad_loader_settings_are_one_line_errors(capsys):
         ["run", "--data", "stream_sets:make_endless", "--loader", "stream"], capsys)
     with pytest.raises(UserError, match="loader_workers must be a non-negative integer"):
         mptrain.fit(small_net(), Sequences(), loader="stream", loader_workers=-2)
+    # Loader threads with the loader that has none: they were ignored without a word.
+    assert "--loader-workers sets the stream loader's threads, and --loader stacked has " \
+        "none" in fail(["run", "--loader", "stacked", "--loader-workers", "4", "--epochs",
+                        "1"], capsys)
+    mptrain.TrainConfig(loader="stacked", loader_workers=mptrain.TrainConfig().loader_workers)
 
 
 def feed_of(dataset, loader_workers=2):
