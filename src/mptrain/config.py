@@ -295,6 +295,8 @@ def replaced_on_resume(said: Mapping[str, Any]) -> frozenset:
         replaced.add("clients_per_round")
     if said.get("vectorize_clients") == "off":
         replaced.add("vectorize_chunk")
+    if said.get("loader") == "stacked":   # which has no loader threads
+        replaced.add("loader_workers")
     if said.get("server_optimizer") == "sgd":     # the adaptive optimizers' own settings
         replaced.update(("server_betas", "server_tau"))
     elif said.get("server_optimizer") is not None:   # adam, yogi, adagrad: sgd's momentum

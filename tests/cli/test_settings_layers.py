@@ -183,6 +183,14 @@ def test_a_resume_lets_a_said_setting_replace_the_checkpoints_alternative(said, 
     assert getattr(config.fedavg, name) == value
 
 
+def test_a_resume_said_to_stack_drops_the_checkpoints_loader_threads():
+    # --loader-workers with --loader stacked is refused ('drop one of them'), and a resume
+    # of an auto run with threads could not drop the checkpoint's.
+    resumed = checkpoint_of(TrainConfig(loader="auto", loader_workers=3), epoch=1)
+    config = supervised_config([flags({"loader": "stacked", "epochs": 3})], checkpoint=resumed)
+    assert (config.loader, config.loader_workers) == ("stacked", TrainConfig().loader_workers)
+
+
 def test_a_resume_keeps_the_checkpoints_chunk_when_stacking_is_said_again():
     resumed = checkpoint_of(TrainConfig(strategy="fedavg", rounds=3, clients=4,
                                         clients_per_round=2, vectorize_clients="on",
