@@ -158,7 +158,7 @@ class RLConfig:
         held = tuple(said.pop(name, 0) for name in ("resumed_round", "resumed_step"))
         refuse_unknown(said, rl_setting_names())
         refuse_unused(said)
-        refuse_dueling_with_own_net(said)
+        refuse_built_in_with_own_net(said)
         start = held if resumed_at is None else resumed_at
         return cls(**said, resumed_round=start[0], resumed_step=start[1])
 
@@ -254,9 +254,13 @@ def refuse_unused(said: dict) -> None:
                             f"{' or '.join(users)}")
 
 
-def refuse_dueling_with_own_net(said: dict) -> None:
-    """Refuse a dueling head asked for on the user's own network (``net``): the head is
-    built into mptrain's network, and a ``net`` is built as its maker says."""
+def refuse_built_in_with_own_net(said: dict) -> None:
+    """Refuse what shapes mptrain's own network -- its width (``hidden``), a dueling head --
+    asked for on the user's (``net``), which is built as its maker says: it was ignored."""
+    if said.get("net") is not None and said.get("hidden") is not None:
+        raise UserError(f"{setting_name('hidden')} sizes mptrain's own network; "
+                        f"{setting_name('net')} {said['net']!r} is your network: give it the "
+                        f"width, or leave {setting_name('hidden')} out")
     if said.get("net") is not None and said.get("dueling"):
         raise UserError(f"{setting_name('dueling')} builds mptrain's own Q-network with a "
                         f"dueling head; {setting_name('net')} {said['net']!r} is your "
@@ -275,6 +279,8 @@ def applicable_rl_settings(config: dict) -> dict:
     names = rl_setting_names()
     taken = {k: v for k, v in config.items() if k in names and k not in PER_INVOCATION
              and (k not in ALGO_SETTINGS or algo in ALGO_SETTINGS[k])}
+    if taken.get("net") is not None:   # stored before it was refused beside a net: unread
+        taken.pop("hidden", None)
     before = {k: v for k, v in SETTINGS_OF_BEFORE.items() if algo in ALGO_SETTINGS[k]}
     return {**before, **taken}
 

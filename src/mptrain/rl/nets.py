@@ -153,7 +153,7 @@ def build_network(algo: str, shape: EnvShape, hidden: int, spec: str | None = No
     ``dueling``, dqn's :class:`DuelingQNetwork`), or the user's: ``spec`` (``module:make``)
     is called as ``make(obs_dim, n_actions)`` and must return what the algorithm expects
     (what its built-in network returns). A ``spec`` is built as it is, ``dueling`` or not
-    (the settings refuse asking for both: ``config.refuse_dueling_with_own_net``)."""
+    (the settings refuse asking for both: ``config.refuse_built_in_with_own_net``)."""
     expected = strategy_class(algo).network
     if dueling and expected is not QNetwork:   # run_network asks only for dqn's
         raise ValueError(f"{algo}'s network has no Q-values to give a dueling head")
