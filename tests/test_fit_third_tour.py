@@ -66,3 +66,12 @@ def test_client_evaluation_on_regression_data_is_refused(strategy, clients):
 def test_a_classifier_without_a_test_set_still_trains_to_the_end():
     result = mptrain.fit(nn.Linear(8, 2), labelled(), None, epochs=1)
     assert len(result.epochs) == 1 and result.test_accuracy is None
+
+
+def test_a_test_set_beside_a_loaded_bundle_is_refused():
+    # The bundle of load_data brings its own test set; the one given beside it was ignored
+    # without a word, and the run scored on the bundle's.
+    bundle = mptrain.load_data("linreg")
+    with pytest.raises(UserError, match=r"^fit\(\) got a DataBundle, which carries its own "
+                                        r"test set \(linreg's\), and a test_data beside it"):
+        mptrain.fit(nn.Linear(1, 1), bundle, regression(), epochs=1)
