@@ -2,6 +2,7 @@
 and the files layer below the launcher (it imports nothing from ``mptrain.launch``)."""
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mptrain import files
+from mptrain.errors import Interrupted
 from mptrain.files import atomic_write, umask
 
 
@@ -72,3 +74,50 @@ def test_the_files_layer_imports_nothing_from_the_launcher():
         env={**os.environ, "PYTHONPATH": str(src)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+class StoppedMidWrite:
+    """A file that takes ``limit`` bytes, then raises ``stop`` from its write: where a stop
+    signal's handler raises while torch.save writes a checkpoint."""
+
+    def __init__(self, handle, stop, limit=4096):
+        self.handle, self.stop, self.limit, self.written = handle, stop, limit, 0
+
+    def write(self, data):
+        self.written += len(data)
+        if self.written > self.limit:
+            raise self.stop
+        return self.handle.write(data)
+
+    def flush(self):
+        self.handle.flush()
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt(), Interrupted(signal.SIGTERM)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_stop_during_torch_save_is_the_stop_not_torchs_error(tmp_path, stop):
+    # torch.save's zip writer, closed by the stop, raised RuntimeError ("unexpected pos")
+    # from its __exit__: the command printed a traceback and exited 1, without the resume
+    # hint, when a SIGTERM landed in a checkpoint being written.
+    import torch
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"the last complete checkpoint")
+    with pytest.raises(type(stop)) as caught:
+        atomic_write(path, lambda handle: torch.save({"w": torch.zeros(10_000)},
+                                                     StoppedMidWrite(handle, stop)))
+    assert caught.value is stop
+    assert path.read_bytes() == b"the last complete checkpoint"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]   # no temp file left
+
+
+def test_an_error_of_the_writer_alone_is_still_the_writers(tmp_path):
+    def failing(handle):
+        try:
+            raise ValueError("the writer's own")
+        finally:
+            handle.write(b"partial")
+
+    with pytest.raises(ValueError, match="the writer's own"):
+        atomic_write(tmp_path / "out.bin", failing)
+    assert list(tmp_path.iterdir()) == []

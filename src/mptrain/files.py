@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import UserError
+from .errors import Interrupted, UserError
 from .errors import setting_name as named   # as the caller spelled the setting
 from .signals import stop_signals_deferred
 
@@ -50,9 +50,27 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
             os.unlink(temp)
         except FileNotFoundError:
             pass
+        stop = stop_behind(err)
+        if stop is not None and stop is not err:
+            raise stop from None   # the file it would have replaced is unchanged
         if isinstance(err, OSError):   # a full disk, a quota, a folder gone: one line
             raise _not_written(path, err) from err
         raise
+
+
+def stop_behind(err: BaseException) -> BaseException | None:
+    """The stop -- Ctrl-C's KeyboardInterrupt, another signal's ``Interrupted`` -- that
+    ``err`` is or was raised while handling, if any. A writer's cleanup can put its own
+    error in the stop's place: torch.save's zip writer, its write cut short by the
+    handler's exception, raises RuntimeError ("unexpected pos") from its ``__exit__``, and
+    the run ended in that traceback (exit 1, no resume hint) instead of as stopped."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, (KeyboardInterrupt, Interrupted)):
+            return err
+        seen.add(id(err))
+        err = err.__context__
+    return None
 
 
 def _not_written(path: Path, err: OSError) -> UserError:
