@@ -75,3 +75,38 @@ def test_a_test_set_beside_a_loaded_bundle_is_refused():
     with pytest.raises(UserError, match=r"^fit\(\) got a DataBundle, which carries its own "
                                         r"test set \(linreg's\), and a test_data beside it"):
         mptrain.fit(nn.Linear(1, 1), bundle, regression(), epochs=1)
+
+
+def test_a_transform_spawned_workers_cannot_import_is_refused_before_they_start():
+    # A lambda (or a notebook's function) is found by name in a spawned worker, which cannot
+    # import it: every worker failed with a traceback, where the model's class, in the same
+    # case, is refused in one line before any process starts.
+    with pytest.raises(UserError, match=r"^transform .*<lambda>.* cannot be imported by "
+                                        r"spawn'd workers .*define it at the top level of a "
+                                        r"\.py module"):
+        mptrain.fit(nn.Linear(8, 2), labelled(), strategy="sync", workers=2, epochs=1,
+                    batch_size=16, start_method="spawn", transform=lambda x, y, g: (x, y))
+
+
+def test_a_notebooks_collate_is_refused_under_spawn(monkeypatch):
+    import sys
+
+    from sequence_sets import BagOfTokens, Sequences
+
+    def collate(sequences, targets):
+        tokens = nn.utils.rnn.pad_sequence(sequences, batch_first=True)
+        return (tokens, tokens > 0), targets
+
+    collate.__module__, collate.__qualname__ = "__main__", "collate"   # a notebook's
+    monkeypatch.delattr(sys.modules["__main__"], "__file__", raising=False)
+    with pytest.raises(UserError, match=r"^collate '__main__:collate' is defined in a "
+                                        r"notebook or at the Python prompt"):
+        mptrain.fit(BagOfTokens(), Sequences(), strategy="sync", workers=2, epochs=1,
+                    batch_size=8, start_method="spawn", collate=collate)
+
+
+def test_a_lambda_transform_still_trains_forked_workers():
+    result = mptrain.fit(nn.Linear(8, 2), labelled(), strategy="sync", workers=2, epochs=1,
+                         batch_size=16, start_method="fork", threads_per_worker=1,
+                         transform=lambda x, y, g: (x, y))
+    assert len(result.epochs) == 1

@@ -24,7 +24,7 @@ from .launch.out_lock import out_dir_held
 from .launch.attempt import Job
 from .launch.launchers import Launcher
 from .launch.plan import RunPlan
-from .launch.preflight import check_spawn_ready
+from .launch.preflight import check_functions_importable, check_spawn_ready
 from .launch.restarts import train_with_restarts
 from .launch.start_method import AS_REQUESTED
 from .report.console import ConsolePresenter
@@ -118,7 +118,9 @@ def _run(request: RunRequest, held: ExitStack) -> FitResult:
         and launcher.writes_outputs else None
     plan = launcher.plan(config, strategy, model, family.data)
     if plan.start_method not in (None, "fork"):
-        check_spawn_ready(model, "" if plan.start_reason == AS_REQUESTED else plan.start_reason)
+        why = "" if plan.start_reason == AS_REQUESTED else plan.start_reason
+        check_spawn_ready(model, why)
+        check_functions_importable(config, why)
     callbacks = make_callbacks(request, presenter)
     joined = launcher.join(config, plan, request.out, request.resume)
     resume = joined.resume

@@ -303,6 +303,30 @@ def _activation_bytes(model: nn.Module, bundle: DataBundle, batch_size: int) -> 
     return saved
 
 
+def check_functions_importable(config, why: str = "") -> None:
+    """A spawn'd worker finds the user's ``--transform`` and ``--collate`` functions by
+    name (``module:qualified_name``); refuse now, in one line, those it cannot import --
+    a notebook's or the prompt's, a lambda, one defined inside another function -- as the
+    model's class is refused: each worker failed with the same traceback instead.
+    ``why``: the reason the workers are not forked, said with the fix."""
+    because = f" (workers are not forked here: {why})" if why else ""
+    main = sys.modules.get("__main__")
+    for setting in ("transform", "collate"):
+        name = getattr(config, setting, None)   # RL runs have neither
+        if not name or ":" not in name:
+            continue
+        module, _, attribute = name.partition(":")
+        said = f"{named(setting)} {name!r}"
+        if module == "__main__" and not getattr(main, "__file__", None):
+            raise UserError(f"{said} is defined in a notebook or at the Python prompt, which "
+                            f"spawn'd workers cannot import{because}; define it in a .py "
+                            "module and import it")
+        if "<lambda>" in attribute or "<locals>" in attribute:
+            raise UserError(f"{said} cannot be imported by spawn'd workers (a lambda, or a "
+                            f"function defined inside another){because}; define it at the "
+                            "top level of a .py module")
+
+
 def check_spawn_ready(model: nn.Module, why: str = "") -> None:
     """Spawn pickles the model to every worker and re-imports ``__main__``; check both now.
     ``why``: the reason the workers are not forked, said with the fix."""
