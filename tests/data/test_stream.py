@@ -293,6 +293,33 @@ def test_a_memory_mapped_array_is_not_pickled_whole_for_spawned_workers(tmp_path
     assert pickle.loads(pickle.dumps(StreamDataset(MappedRows(path, 20), "training data")))
 
 
+def test_a_data_set_class_spawned_workers_cannot_import_is_refused_in_one_line(monkeypatch):
+    # Pickled by reference, a notebook's class (or one defined inside a function) reached
+    # every spawned worker as a name it could not import: each died with "AttributeError:
+    # Can't get attribute 'D' on <module '__main__'>" and the run said only "exited with
+    # code 1 before finishing". The model's class is refused in one line; so is the data's.
+    import pickle
+    import sys
+
+    class Local(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, index):
+            return torch.zeros(FEATURES), 0
+
+    with pytest.raises(UserError, match=r"^the training data is a Local, defined inside a "
+                                        r"function, which spawn'd workers cannot import"):
+        pickle.dumps(StreamDataset(Local(), "training data"))
+    # As a notebook cell defines it: at the top level of a __main__ that has no file.
+    cell = type("Cell", (Local,), {"__module__": "__main__"})
+    monkeypatch.delattr(sys.modules["__main__"], "__file__", raising=False)
+    with pytest.raises(UserError, match=r"^the training data is a Cell, defined in a "
+                                        r"notebook or at the Python prompt, which spawn'd "
+                                        r"workers cannot import; define it in a \.py module"):
+        pickle.dumps(StreamDataset(cell(), "training data"))
+
+
 def test_a_resume_under_the_other_loader_says_which_loader_to_give(rows, tmp_path):
     """``auto`` may choose otherwise on a resume (/dev/shm's free space changed): the data is
     the same, only read otherwise, and the fingerprints cannot be compared."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import sys
 
 import numpy as np
 import torch
@@ -180,12 +181,29 @@ class _MappingsRefused(pickle.Pickler):
         self.what = what
 
     def reducer_override(self, obj):
+        if isinstance(obj, type):
+            self._check_importable(obj)
         if isinstance(obj, np.memmap):
             self._refuse(f"an np.memmap ({obj.nbytes / 2**20:,.1f} MiB)")
         if isinstance(obj, torch.Tensor) and obj.untyped_storage().filename is not None:
             self._refuse(f"a tensor mapped from {obj.untyped_storage().filename} "
                          "(torch.from_file)")
         return NotImplemented
+
+    def _check_importable(self, cls: type) -> None:
+        """A class goes by reference, which a spawned worker must import: one of a
+        notebook's (or the prompt's) ``__main__`` or defined inside a function it cannot,
+        and each worker died unpickling it, the run saying only that they exited."""
+        main = sys.modules.get("__main__")
+        where = None
+        if "<locals>" in cls.__qualname__:
+            where = "defined inside a function"
+        elif cls.__module__ == "__main__" and not getattr(main, "__file__", None):
+            where = "defined in a notebook or at the Python prompt"
+        if where:
+            raise UserError(f"the {self.what} is a {cls.__qualname__.rpartition('.')[2]}, "
+                            f"{where}, which spawn'd workers cannot import; define it in a .py "
+                            f"module and import it, or use {setting_name('start_method')} fork")
 
     def _refuse(self, mapping: str):
         raise UserError(f"the {self.what} holds {mapping}, which a spawned worker would "
