@@ -294,13 +294,34 @@ def load_model_state(checkpoint: Checkpoint, model: torch.nn.Module) -> None:
             return
         except Exception as err:   # what the file holds: it must not crash us
             mismatch = error_line(err)
+    raise _not_fitting(checkpoint, mismatch)
+
+
+def check_network_fits(checkpoint: Checkpoint, model: torch.nn.Module) -> None:
+    """Refuse, in one line, an RL checkpoint whose network is not this run's (another
+    ``--env``, ``--hidden`` or ``--net``), before anything else in it is checked against
+    that network: the best policy's check called such a file damaged."""
+    mismatch = _model_mismatch(checkpoint.model, model.state_dict())
+    if mismatch is not None:
+        raise _not_fitting(checkpoint, mismatch)
+
+
+def _not_fitting(checkpoint: Checkpoint, mismatch: str) -> UserError:
+    if "env" in checkpoint.run:   # an RL run: its network comes from the env and the settings
+        said = checkpoint.config
+        shape = f"{named('net')} {said['net']}" if said.get("net") else \
+            f"{named('hidden')} {said['hidden']}" if said.get("hidden") else \
+            f"without {named('hidden')}"
+        return UserError(f"the checkpoint's network does not fit this run's: {mismatch}; "
+                         f"resume with the network it was trained with: {named('env')} "
+                         f"{said.get('env', checkpoint.run['env'])}, {shape}")
     if python_caller():
         advice = "pass fit() the model the checkpoint was trained with"
     elif isinstance(checkpoint.run.get("model"), str):
         advice = f"resume with {named('model')} {checkpoint.run['model']}"
     else:
         advice = "resume with the network settings the run was trained with"
-    raise UserError(f"the checkpoint's model does not fit this run's: {mismatch}; {advice}")
+    return UserError(f"the checkpoint's model does not fit this run's: {mismatch}; {advice}")
 
 
 def _model_mismatch(saved: dict, own: dict) -> str | None:

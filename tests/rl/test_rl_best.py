@@ -326,3 +326,33 @@ def test_a_resumed_run_continues_from_the_best_so_far(tmp_path: Path):
     with pytest.raises(UserError, match="is damaged .the best evaluated policy of rank 0: "
                                         "tensor 1 of .* has shape .3,."):
         fit(resume=tmp_path / "damaged", steps=3_000, out=tmp_path / "damaged")
+
+
+@pytest.mark.parametrize("changed, words", [
+    ({"env": "MountainCar-v0"}, "trunk.0.weight has shape (128, 4) in the checkpoint, "
+                                "(128, 2) here"),
+    ({"hidden": 32}, "has shape (128, 4) in the checkpoint, (32, 4) here"),
+], ids=["env", "hidden"])
+def test_a_resume_on_another_network_is_told_so_not_that_the_checkpoint_is_damaged(
+        changed, words):
+    # 'mptrain rl --resume DIR --env MountainCar-v0' said "DIR/checkpoint.pt is damaged (the
+    # best evaluated policy of rank 0: ...); use another checkpoint": the file was whole, the
+    # run asked for another network.
+    from mptrain.checkpoint import Checkpoint
+    from mptrain.errors import UserError
+    from mptrain.rl.envs import env_shape
+    from mptrain.rl.nets import run_network
+
+    config = RLConfig(algo="a3c", workers=2, steps=2000, round_steps=1000)
+    network = run_network(config, env_shape("CartPole-v1"))
+    checkpoint = Checkpoint(epoch=2, strategy="a3c", config=config.as_dict(),
+                            run={"env": "CartPole-v1", "net": None},
+                            model=network.state_dict(), ranks=[_kept(network), {}],
+                            metrics=[{}, {}], source=Path("run/checkpoint.pt"))
+    with pytest.raises(UserError) as caught:
+        fit(resume=checkpoint, steps=3000, **changed)
+    message = str(caught.value)
+    assert message.startswith("the checkpoint's network does not fit this run's: ")
+    assert words in message and "damaged" not in message
+    assert message.endswith("resume with the network it was trained with: env CartPole-v1, "
+                            "without hidden")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from ..checkpoint import Checkpoint, resolve_resume, user_code_in
+from ..checkpoint import Checkpoint, check_network_fits, resolve_resume, user_code_in
 from ..errors import UserError, as_keyword, python_caller, spelled
 from ..launch.launchers import choose_launcher
 from ..runner import RunRequest, run
@@ -92,6 +92,7 @@ def train(layers, *, out=None, resume=None, loggers=None, tb_dir=None,
     torch.manual_seed(config.seed)
     model = run_network(config, shape)
     if checkpoint is not None:   # before a worker loads it
+        check_network_fits(checkpoint, model)   # first: another network is no damage
         check_best_state(checkpoint, model)
     strategy = algorithm(config)
     family = RLFamily(EnvSource(shape), run_info={"env": config.env, "net": config.net},
