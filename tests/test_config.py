@@ -230,6 +230,17 @@ def test_settings_that_would_do_nothing_are_refused(name, strategy, value, inste
     assert instead in message and "\n" not in message
 
 
+def test_sharing_the_state_of_an_optimizer_that_keeps_none_is_refused():
+    # Plain SGD keeps no state: the banner said "optimizer state shared" and nothing was.
+    with pytest.raises(UserError, match=r"^--share-optimizer-state shares the optimizer's "
+                                        r"state, and plain SGD \(--momentum 0\) keeps none"):
+        TrainConfig.from_settings({"strategy": "hogwild", "share_optimizer_state": True,
+                                   "optimizer": "sgd", "momentum": 0.0})
+    for kept in ({"momentum": 0.9}, {"optimizer": "adam", "momentum": 0.0}):
+        TrainConfig.from_settings({"strategy": "hogwild", "share_optimizer_state": True,
+                                   **kept})
+
+
 def test_a_setting_given_at_its_default_is_not_refused():
     # Config files and scripts often spell defaults out; that changes nothing, so it passes.
     TrainConfig.from_settings({"strategy": "sync", "ddp_backend": "auto",

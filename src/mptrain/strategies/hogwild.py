@@ -32,6 +32,8 @@ from ..comm.tickets import SharedTickets
 from ..data.sharding import batches, epoch_permutation
 from ..engine.channels_last import hand_back_layout, lay_out_shared_model
 from ..engine.optim import fresh_scalar_state, state_like_params
+from ..errors import UserError
+from ..errors import setting_name as named   # as the caller spelled the setting
 from .epochs import EpochBatches, EpochStrategy, batch_shapes
 
 
@@ -39,6 +41,16 @@ class HogwildStrategy(EpochStrategy):
     name = "hogwild"
     settings = EpochStrategy.settings | {"share_optimizer_state"}
     ranks_share_one_device = True
+
+    @classmethod
+    def check_config(cls, config):
+        super().check_config(config)
+        if config.share_optimizer_state and \
+                not state_like_params(config.optimizer, config.momentum):
+            # shared_optimizer_state would share nothing, and the banner said it was shared.
+            raise UserError(f"{named('share_optimizer_state')} shares the optimizer's state, "
+                            f"and plain SGD ({named('momentum')} 0) keeps none; give "
+                            f"{named('momentum')} or {named('optimizer')} adam, or drop it")
 
     def __init__(self, config):
         super().__init__(config)
