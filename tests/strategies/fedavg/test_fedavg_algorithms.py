@@ -232,7 +232,7 @@ def test_client_variates_in_a_mapped_file_give_the_same_model(tmp_path, monkeypa
     monkeypatch.setattr(fedavg_shared, "SHM_SHARE", 0.0)   # /dev/shm "too small"
     in_file = fit(copy.deepcopy(initial), scaffold=True, out=tmp_path / "run", quiet=False)
     assert_same(in_shm.model, in_file.model)
-    assert (tmp_path / "run" / fedavg_shared.CONTROLS_FILE).exists()
+    assert not (tmp_path / "run" / fedavg_shared.CONTROLS_FILE).exists()   # scratch, gone
     shown = capsys.readouterr()
     assert "in a memory-mapped file" in shown.out + shown.err   # the banner says where
     with pytest.raises(UserError, match="SCAFFOLD's client variates need .* no out folder"):
@@ -243,7 +243,8 @@ def test_client_variates_in_a_mapped_file_give_the_same_model(tmp_path, monkeypa
     (dict(dp_noise=1.0, dp_clip=1.0), "dp_noise needs sampling poisson"),
     (dict(dp_noise=1.0, sampling="poisson"), "dp_noise needs dp_clip"),
     (dict(DP, scaffold=True), "scaffold with dp_noise is refused"),
-    (dict(scaffold=True, momentum=0.9), "scaffold needs plain client SGD (optimizer sgd momentum 0)"),
+    (dict(scaffold=True, momentum=0.9),
+     "scaffold needs plain client SGD (optimizer sgd momentum 0)"),
     (dict(scaffold=True, optimizer="adam"), "scaffold needs plain client SGD"),
     (dict(scaffold=True, prox_mu=0.1), "choose one"),
     (dict(server_optimizer="adam", server_momentum=0.9), "server_momentum is sgd's"),
