@@ -63,6 +63,17 @@ def test_client_evaluation_on_regression_data_is_refused(strategy, clients):
                     threads_per_worker=1, **clients)
 
 
+@pytest.mark.parametrize("name, value", [("start_method", "spawn"),
+                                         ("sharing_strategy", "file_system")])
+def test_process_settings_of_a_run_that_starts_no_process_are_refused(name, value):
+    # single trains in the calling process: they were taken and did nothing.
+    with pytest.raises(UserError, match=rf"^{name} does nothing with strategy single, which "
+                                        r"trains in this process \(no worker is started\); "
+                                        rf"leave {name} out"):
+        mptrain.fit(nn.Linear(8, 2), labelled(), epochs=1, **{name: value})
+    mptrain.fit(nn.Linear(8, 2), labelled(), epochs=1, sharing_strategy="auto")   # default
+
+
 def test_a_classifier_without_a_test_set_still_trains_to_the_end():
     result = mptrain.fit(nn.Linear(8, 2), labelled(), None, epochs=1)
     assert len(result.epochs) == 1 and result.test_accuracy is None
