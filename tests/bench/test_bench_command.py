@@ -198,3 +198,21 @@ def test_a_warm_up_run_refused_stops_the_bench_in_one_line(monkeypatch, capsys):
     assert err == ("mptrain: error: the warm-up run (single, 1 thread) failed, and every "
                    "cell would: unknown model 'nonexist'; choose one of: mlp")
     assert len(ran) == 1
+
+
+def test_time_to_accuracy_that_no_run_can_measure_is_refused_before_any_run(
+        tmp_path, monkeypatch, capsys):
+    # Regression runs are scored by their test mse, and data without a test set by nothing:
+    # every cell printed no time to accuracy and the bench said nothing of why.
+    (tmp_path / "train_only.py").write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n\n\n"
+        "def make():\n    return TensorDataset(torch.randn(64, 4), "
+        "torch.randint(0, 2, (64,))), None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(session, "run_cell", lambda *a, **k: pytest.fail("a run started"))
+    for data, why in (("linreg", "regression"), ("train_only:make", "no test set")):
+        assert bench(["--data", data, "--strategies", "single", "--time-to-accuracy",
+                      "0.5"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("mptrain: error: --time-to-accuracy") and why in err
+        assert "\n" not in err

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..strategies.registry import STRATEGIES
-from ..data.sources import load_data
+from ..data.sources import CLASSIFICATION, load_data
 from ..errors import UserError, brief
 from ..launch.tuning import usable_cores
 from .execute import RunRecord, Workload, run_cell
@@ -82,7 +82,8 @@ class BenchSettings:
 
 def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
     """Check the workload in this process (a mistake fails now, not in every cell)."""
-    load_data(settings.data, settings.data_dir)  # a bad --data fails here, in one line
+    bundle = load_data(settings.data, settings.data_dir)  # a bad --data fails here, in one line
+    check_time_to_accuracy(settings.target_accuracy, bundle)
     options = ["--data", settings.data, *(["--data-dir", settings.data_dir]
                                           if settings.data_dir else []),
                *(["--model", settings.model] if settings.model else []),
@@ -97,6 +98,20 @@ def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
     return cells, Workload(run_options=options, epochs=epochs, steps_per_epoch=steps,
                            target_accuracy=settings.target_accuracy,
                            timeout_s=settings.timeout_s, round_options=round_options)
+
+
+def check_time_to_accuracy(target: float | None, bundle) -> None:
+    """Seconds to an accuracy need a test accuracy: regression data (scored by its mse) or
+    data without a test set have none, and every cell reported no figure without a word."""
+    if target is None:
+        return
+    if bundle.test is None:
+        raise UserError("--time-to-accuracy times the runs to a test accuracy, but this data "
+                        "has no test set; give one, or leave --time-to-accuracy out")
+    if bundle.task != CLASSIFICATION:
+        raise UserError("--time-to-accuracy times the runs to a test accuracy, which "
+                        "regression data (float targets, scored by test mse) has none of; "
+                        "leave --time-to-accuracy out")
 
 
 def run_bench(settings: BenchSettings, console: Console | None = None
