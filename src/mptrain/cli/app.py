@@ -67,7 +67,8 @@ def supervised_run_options(who: str, units: str):
                      help="Replace the outputs of another run in --out (refused otherwise: "
                           "--resume continues a run)."),
         click.option("--quiet", "-q", is_flag=True, default=None,
-                     help="Print nothing but errors."),
+                     help="Print only errors and the notes a run must not hide (a "
+                          "restart, a fallback, a round that changed nothing), on stderr."),
         click.option("--logger", "logger", multiple=True,
                      help="Experiment trackers that get every round live: tensorboard, "
                           "mlflow, wandb, csv (comma-separated or repeated; each needs its "
