@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mptrain import files
-from mptrain.errors import Interrupted
+from mptrain.errors import Interrupted, UserError
 from mptrain.files import atomic_write, umask
 
 
@@ -109,6 +109,25 @@ def test_a_stop_during_torch_save_is_the_stop_not_torchs_error(tmp_path, stop):
     assert caught.value is stop
     assert path.read_bytes() == b"the last complete checkpoint"
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]   # no temp file left
+
+
+def test_a_full_disk_during_torch_save_is_one_line_not_torchs_error(tmp_path):
+    # The zip writer put its RuntimeError ("unexpected pos") in front of the OSError too:
+    # a checkpoint on a full disk ended in two tracebacks, not the line that says to free
+    # space.
+    import errno
+
+    import torch
+
+    path = tmp_path / "checkpoint.pt"
+    path.write_bytes(b"the last complete checkpoint")
+    full = OSError(errno.ENOSPC, "No space left on device")
+    with pytest.raises(UserError, match="could not write .*: No space left on device; free "
+                                        "space there"):
+        atomic_write(path, lambda handle: torch.save({"w": torch.zeros(10_000)},
+                                                     StoppedMidWrite(handle, full)))
+    assert path.read_bytes() == b"the last complete checkpoint"
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.pt"]
 
 
 def test_an_error_of_the_writer_alone_is_still_the_writers(tmp_path):

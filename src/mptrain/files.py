@@ -50,23 +50,25 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
             os.unlink(temp)
         except FileNotFoundError:
             pass
-        stop = stop_behind(err)
+        stop = behind(err, (KeyboardInterrupt, Interrupted))
         if stop is not None and stop is not err:
             raise stop from None   # the file it would have replaced is unchanged
-        if isinstance(err, OSError):   # a full disk, a quota, a folder gone: one line
-            raise _not_written(path, err) from err
+        failed = behind(err, (OSError,))
+        if failed is not None:   # a full disk, a quota, a folder gone: one line
+            raise _not_written(path, failed) from err
         raise
 
 
-def stop_behind(err: BaseException) -> BaseException | None:
-    """The stop -- Ctrl-C's KeyboardInterrupt, another signal's ``Interrupted`` -- that
-    ``err`` is or was raised while handling, if any. A writer's cleanup can put its own
-    error in the stop's place: torch.save's zip writer, its write cut short by the
-    handler's exception, raises RuntimeError ("unexpected pos") from its ``__exit__``, and
-    the run ended in that traceback (exit 1, no resume hint) instead of as stopped."""
+def behind(err: BaseException, kinds: tuple[type, ...]) -> BaseException | None:
+    """The exception of ``kinds`` that ``err`` is or was raised while handling, if any. A
+    writer's cleanup can put its own error in the first one's place: torch.save's zip
+    writer, its write cut short, raises RuntimeError ("unexpected pos") from its
+    ``__exit__`` -- after a stop (Ctrl-C's KeyboardInterrupt, another signal's
+    ``Interrupted``) the run ended in that traceback instead of as stopped, and after a
+    full disk's OSError in it instead of the one line that says to free space."""
     seen = set()
     while err is not None and id(err) not in seen:
-        if isinstance(err, (KeyboardInterrupt, Interrupted)):
+        if isinstance(err, kinds):
             return err
         seen.add(id(err))
         err = err.__context__
