@@ -357,4 +357,5 @@ def check_resumable(resume: Checkpoint | None, config, workers: int, strategy) -
     if resume.world_size != workers and not strategy.resumes_on_other_worker_counts:
         raise UserError(f"the checkpoint holds the state of {resume.world_size} workers; "
                         f"resume with {named('workers')} {resume.world_size}")
+    strategy.resumed_settings = dict(resume.config)
     strategy.resuming_from(resume)

@@ -276,6 +276,16 @@ def applicable_settings(config: Mapping[str, Any]) -> dict:
                 and (k not in restricted or k in strategy.settings)}
     if "sync_every" in strategy.settings and config.get("sync_every", 0) is None:
         settings["sync_every"] = ONCE_PER_EPOCH  # said, not left to the data set's default
+    # What a run could store before the config refused it, and which did nothing there:
+    # left behind, the resume would be refused with advice to unsay what the user never said.
+    if settings.get("loader") == "stacked":   # no loader threads
+        settings.pop("loader_workers", None)
+    if settings.get("share_optimizer_state"):
+        from .engine.optim import state_like_params
+
+        if not state_like_params(settings.get("optimizer", "sgd"),
+                                 settings.get("momentum", 0.0)):   # plain SGD: no state
+            settings.pop("share_optimizer_state")
     return settings
 
 

@@ -122,7 +122,7 @@ def preflight(config, bundle, model, strategy, plan: RunPlan) -> list[str]:
     check_model_trains(model)
     check_collated(bundle)
     check_model_fits_data(model, bundle)
-    check_target_accuracy(config, bundle)
+    check_target_accuracy(config, bundle, strategy)
     check_batch_transform(config, bundle)
     warnings = check_workload(config, bundle, plan.workers, plan.cores, model=model,
                               local_workers=plan.local_workers, processes=plan.processes,

@@ -81,11 +81,13 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
                         + _classes_as_floats(bundle, output))
 
 
-def check_target_accuracy(config: TrainConfig, bundle: DataBundle) -> None:
+def check_target_accuracy(config: TrainConfig, bundle: DataBundle, strategy=None) -> None:
     """A target accuracy is a test accuracy to stop at: with no test set, or regression
     data (scored by its mean squared error), none is ever measured, and the run trained
     to its end before saying the target was not reached."""
-    if config.target_accuracy is None:
+    if config.target_accuracy is None or (
+            strategy is not None and strategy.inherited("target_accuracy",
+                                                        config.target_accuracy)):
         return
     said = f"{named('target_accuracy')} stops the run at a test accuracy"
     if bundle.test is None:

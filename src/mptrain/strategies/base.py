@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 import torch
@@ -196,6 +197,16 @@ class Strategy(ABC):
     def check(self, data, model: nn.Module, plan) -> None:
         """Refuse, in the parent and before anything starts, what this strategy cannot do
         with this data and model (a ``UserError``). Changes nothing."""
+
+    #: The resumed checkpoint's settings (``check_resumable``), empty for a new run.
+    resumed_settings: Mapping[str, Any] = MappingProxyType({})
+
+    def inherited(self, name: str, value) -> bool:
+        """Whether ``value`` of setting ``name`` is the resumed checkpoint's own: a run
+        written before a refusal of it existed resumes as it trained, since its user cannot
+        unsay what the checkpoint says (``--target-accuracy`` has no value meaning
+        "none"). A refusal that reads the data asks this before refusing."""
+        return name in self.resumed_settings and self.resumed_settings[name] == value
 
     def resuming_from(self, resume) -> None:
         """Refuse a checkpoint this run cannot continue (a ``UserError``), in the parent

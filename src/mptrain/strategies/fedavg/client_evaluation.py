@@ -34,11 +34,13 @@ def evaluation_split(data, partition: str) -> str:
         and natural.test_offsets is not None else TRAIN_SPLIT
 
 
-def check_client_evaluation(config, data) -> None:
+def check_client_evaluation(config, data, strategy) -> None:
     """Refuse --client-eval-every where it would score nothing: per-client accuracy needs
     classes, and on regression data no round was due (``due``) while the banner promised
-    client_metrics.jsonl rows."""
-    if config.fedavg.client_eval_every and data is not None and data.task != CLASSIFICATION:
+    client_metrics.jsonl rows. A checkpoint's own value resumes (``Strategy.inherited``)."""
+    every = config.fedavg.client_eval_every
+    if every and data is not None and data.task != CLASSIFICATION \
+            and not strategy.inherited("client_eval_every", every):
         raise UserError(f"{named('client_eval_every')} scores each client's accuracy on its "
                         "own data, which needs a classifier; this data set is regression "
                         f"(float targets): leave {named('client_eval_every')} out")

@@ -87,7 +87,7 @@ class FedAvgStrategy(Strategy):
         Then what the run cannot offer its settings (``refusals.check_run``), and the
         path the clients train on."""
         self.partition(data)
-        check_client_evaluation(self.config, data)
+        check_client_evaluation(self.config, data, self)
         check_run(self.config, data, model, plan, self.out_dir)
         if self.chosen_path is None:   # once: restarts reuse it
             check, self.chosen_path = cohorts.choose_path(self.config, model, data,

@@ -63,7 +63,7 @@ class FedBuffStrategy(FedAvgStrategy):
             self.schedule = event_schedule(self.config, sizes, model_bytes_of(numel))
         if self.resumed_in_flight is not None:
             check_in_flight(self.resumed_in_flight[0], self.schedule, self.resumed_in_flight[1])
-        check_client_evaluation(self.config, data)
+        check_client_evaluation(self.config, data, self)
         check_personalize_run(self.config, data, model, plan, self.out_dir)
         need = table_rows(self.config) * numel * 4
         if need > TABLE_LIMIT_BYTES:
