@@ -143,13 +143,18 @@ def test_a_checkpoint_whose_counts_are_damaged_is_one_line(damage):
 
 def test_hidden_with_a_network_of_ones_own_is_refused_in_one_line():
     # --hidden sizes mptrain's built-in networks; a --net is built as its maker says, so
-    # '--net my:make --hidden 128' ran the user's width without a word.
+    # '--net my:make --hidden 32' ran the user's width without a word.
     with pytest.raises(UserError, match=r"^--hidden sizes mptrain's own network; --net "
                                         r"'my_pkg.nets:make' is your network: give it the "
                                         r"width, or leave --hidden out$"):
-        RLConfig.from_dict({"algo": "a3c", "net": "my_pkg.nets:make", "hidden": 128})
-    RLConfig.from_dict({"algo": "a3c", "hidden": 128})
+        RLConfig.from_dict({"algo": "a3c", "net": "my_pkg.nets:make", "hidden": 32})
+    RLConfig.from_dict({"algo": "a3c", "hidden": 32})
     RLConfig.from_dict({"algo": "a3c", "net": "my_pkg.nets:make"})
+    # The width the algorithm takes anyway passes (a config file's hidden beside a --net),
+    # as refuse_unused lets a default through: a3c's is 128, dqn's 256.
+    RLConfig.from_dict({"algo": "a3c", "net": "my_pkg.nets:make", "hidden": 128})
+    with pytest.raises(UserError, match="--hidden sizes"):
+        RLConfig.from_dict({"algo": "dqn", "net": "my_pkg.nets:make", "hidden": 128})
 
 
 def test_a_checkpoint_of_a_net_with_hidden_resumes_without_it():

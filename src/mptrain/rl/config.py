@@ -256,8 +256,11 @@ def refuse_unused(said: dict) -> None:
 
 def refuse_built_in_with_own_net(said: dict) -> None:
     """Refuse what shapes mptrain's own network -- its width (``hidden``), a dueling head --
-    asked for on the user's (``net``), which is built as its maker says: it was ignored."""
-    if said.get("net") is not None and said.get("hidden") is not None:
+    asked for on the user's (``net``), which is built as its maker says: it was ignored.
+    The width the algorithm takes anyway passes, as :func:`refuse_unused` lets a default
+    through (a config file's ``hidden`` beside a ``--net``)."""
+    default = strategy_class(said.get("algo", RLConfig.algo)).default_hidden
+    if said.get("net") is not None and said.get("hidden") not in (None, default):
         raise UserError(f"{setting_name('hidden')} sizes mptrain's own network; "
                         f"{setting_name('net')} {said['net']!r} is your network: give it the "
                         f"width, or leave {setting_name('hidden')} out")
