@@ -8,7 +8,8 @@
 - Folders of ``mptrain bench``'s timed runs (``mptrain-bench-<pid>-...`` in the temp
   folder: the run's outputs), left when the bench was SIGKILLed.
 - Temp files of atomic writes (``.<name>.<random>.tmp``) in an ``--out`` folder, left when
-  the writer was killed between creating and renaming one.
+  the writer was killed between creating and renaming one, and a federated run's scratch
+  state there (:data:`SCRATCH_FILES`), which it removes as it ends unless it was killed.
 
 Whatever a process here maps or holds open is in use, whoever created it: torch's
 ``file_system`` segments outlive their creator in the processes it shared them with (a
@@ -44,8 +45,17 @@ RENDEZVOUS = re.compile(rf"^{RENDEZVOUS_PREFIX}(\d+)-")
 #: Folders of ``mptrain bench``'s timed runs (``bench.execute``), named after the bench.
 BENCH_PREFIX = "mptrain-bench-"
 BENCH_FOLDER = re.compile(rf"^{BENCH_PREFIX}(\d+)-")
-#: Temp files of ``files.atomic_write`` and the probe of ``report.outputs.prepare_out_dir``.
-TEMP_FILE = re.compile(r"^\..+\.tmp$|^\.mptrain-probe-")
+#: A federated run's state of its clients under --out, beyond what shared memory holds:
+#: personalization's rows (``federated.personal.store``) and SCAFFOLD's client variates
+#: (``strategies.fedavg.shared``). Scratch: a checkpoint holds every row, and a resume
+#: makes them afresh, so ``--overwrite`` and ``doctor --clean`` remove them too.
+PERSONAL_STATE_FILE = "personal-state.f32"
+CLIENT_CONTROLS_FILE = "scaffold-client-controls.f32"
+SCRATCH_FILES = (PERSONAL_STATE_FILE, CLIENT_CONTROLS_FILE)
+#: Temp files of ``files.atomic_write``, the probe of ``report.outputs.prepare_out_dir``,
+#: and the scratch state above.
+TEMP_FILE = re.compile(r"^\..+\.tmp$|^\.mptrain-probe-|^(?:"
+                       + "|".join(re.escape(name) for name in SCRATCH_FILES) + ")$")
 #: Untouched for this long before anything counts as left behind (seconds): a run in
 #: another PID namespace writes its files within moments of creating them, and a temp file
 #: lives while one output is written.
@@ -112,7 +122,8 @@ def find_bench_folders(folder: str | Path | None = None,
 
 
 def find_temp_files(out: str | Path, min_age_s: float = MIN_AGE_S) -> list[Leftover]:
-    """Temp files of interrupted atomic writes in an --out folder."""
+    """Temp files of interrupted atomic writes, and a killed federated run's scratch
+    state, in an --out folder."""
     return _find(Path(out), TEMP_FILE, min_age_s, stat.S_ISREG)
 
 

@@ -101,6 +101,37 @@ def test_stale_temp_files_in_out_are_found_fresh_ones_and_outputs_kept(tmp_path)
     assert fresh.exists() and output.exists() and not stale.exists()
 
 
+def test_a_killed_federated_runs_scratch_state_is_found_a_mapped_one_kept(tmp_path):
+    # personal-state.f32 / scaffold-client-controls.f32: a run removes them as it ends,
+    # a SIGKILLed one (the OOM killer's, on 7.4 GiB of Ditto rows) left them for good.
+    import mmap
+
+    scratch = [old(_touch(tmp_path / name)) for name in leftovers.SCRATCH_FILES]
+    fresh_out = tmp_path / "fresh"
+    fresh_out.mkdir()
+    fresh = _touch(fresh_out / leftovers.PERSONAL_STATE_FILE)   # a run writing it now
+    assert leftovers.find_temp_files(fresh_out) == []
+    with open(scratch[0], "r+b") as handle:
+        handle.write(b"rows")
+        handle.flush()
+        mapping = mmap.mmap(handle.fileno(), 0)   # a live run's workers map it
+    old(scratch[0])
+    try:
+        assert [item.path for item in leftovers.find_temp_files(tmp_path)] == scratch[1:]
+    finally:
+        mapping.close()
+    found = leftovers.find_temp_files(tmp_path)
+    assert sorted(item.path for item in found) == sorted(scratch)
+    assert leftovers.clean(found).removed == 2 and fresh.exists()
+
+
+def test_the_scratch_names_are_the_ones_the_runs_write():
+    from mptrain.federated.personal.store import STORE_FILE
+    from mptrain.strategies.fedavg.shared import CONTROLS_FILE
+
+    assert {STORE_FILE, CONTROLS_FILE} == set(leftovers.SCRATCH_FILES)
+
+
 def test_rendezvous_folders_of_dead_runs_are_found(tmp_path):
     dead = tmp_path / f"mptrain-rendezvous-{dead_pid()}-abc"
     live = tmp_path / f"mptrain-rendezvous-{os.getpid()}-def"

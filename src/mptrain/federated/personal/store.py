@@ -21,8 +21,10 @@ from pathlib import Path
 
 import torch
 
+from ...leftovers import PERSONAL_STATE_FILE
+
 #: Where the rows beyond the memory budget go (under --out).
-STORE_FILE = "personal-state.f32"
+STORE_FILE = PERSONAL_STATE_FILE
 FLOAT_BYTES = 4
 
 

@@ -21,6 +21,7 @@ from ...errors import UserError
 from ...errors import setting_name as named   # as the caller spelled the setting
 from ...data.shared import shared_zeros
 from ...files import existing_parent, free_bytes
+from ...leftovers import CLIENT_CONTROLS_FILE
 from ...federated.sampling import poisson_capacity
 from ..model_state import floating_state
 from .decision_cell import DecisionCell
@@ -32,7 +33,7 @@ from .settings import robust_settings_of, server_optimizer
 #: last bits).
 TABLE_LIMIT_BYTES = 1 << 30
 #: Where SCAFFOLD's client variates go when /dev/shm cannot hold them (under --out).
-CONTROLS_FILE = "scaffold-client-controls.f32"
+CONTROLS_FILE = CLIENT_CONTROLS_FILE
 #: Of /dev/shm's free space, what the client variates may take (the rest: data, model,
 #: collectives, other runs).
 SHM_SHARE = 0.5
