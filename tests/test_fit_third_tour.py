@@ -86,6 +86,8 @@ def test_a_test_set_beside_a_loaded_bundle_is_refused():
     with pytest.raises(UserError, match=r"^fit\(\) got a DataBundle, which carries its own "
                                         r"test set \(linreg's\), and a test_data beside it"):
         mptrain.fit(nn.Linear(1, 1), bundle, regression(), epochs=1)
+    # The bundle's own test set beside it says the same thing twice: it trains.
+    assert len(mptrain.fit(nn.Linear(1, 1), bundle, bundle.test, epochs=1).epochs) == 1
 
 
 def test_a_transform_spawned_workers_cannot_import_is_refused_before_they_start():
@@ -121,3 +123,33 @@ def test_a_lambda_transform_still_trains_forked_workers():
                          batch_size=16, start_method="fork", threads_per_worker=1,
                          transform=lambda x, y, g: (x, y))
     assert len(result.epochs) == 1
+
+
+def test_what_a_spawned_worker_would_import_by_the_name_must_be_what_was_given(
+        tmp_path, monkeypatch):
+    # A functools.partial goes by "functools:partial", a callable object by its class's
+    # name: each spawned worker imported that, and failed with a traceback ("the first
+    # argument must be callable", "__init__() takes 2 positional arguments").
+    import functools
+    from types import SimpleNamespace
+
+    from mptrain.data.batch_transform import given_transform
+    from mptrain.launch.preflight import check_functions_importable
+
+    (tmp_path / "augmod.py").write_text(
+        "def scale(x, y, generator, factor=1.0):\n    return x * factor, y\n\n\n"
+        "class Scale:\n    def __init__(self, factor):\n        self.factor = factor\n\n"
+        "    def __call__(self, x, y, generator):\n        return x * self.factor, y\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import augmod
+
+    def given(function):
+        return SimpleNamespace(transform=given_transform(function), collate=None)
+
+    check_functions_importable(given(augmod.scale))   # a module's function: found by name
+    for function in (functools.partial(augmod.scale, factor=2.0), augmod.Scale(2.0)):
+        with pytest.raises(UserError, match=r"transform '[^']+' names something else than "
+                                            r"the transform given .*spawn'd workers import "
+                                            r"it by that name; give a function defined at "
+                                            r"the top level of a \.py module$"):
+            check_functions_importable(given(function))

@@ -58,7 +58,8 @@ def fit(model: nn.Module, train_data, test_data=None, *, out: str | Path | None 
     refuse_inside_spawned_import()
     if not isinstance(model, nn.Module):
         raise UserError(f"fit() needs a torch.nn.Module, got {type(model).__name__}")
-    if isinstance(train_data, DataBundle) and test_data is not None:
+    if isinstance(train_data, DataBundle) and test_data is not None \
+            and test_data is not train_data.test:   # the bundle's own, twice: no harm
         # It was ignored without a word: the run scored on the bundle's test set.
         raise UserError(f"fit() got a DataBundle, which carries its own test set "
                         f"({train_data.name}'s), and a test_data beside it; give one: the "

@@ -12,9 +12,12 @@ import torch
 import torch.nn as nn
 
 from ..config import TrainConfig
+from ..data.batch_transform import resolve_transform
+from ..data.ragged import resolve_collate
 from ..data.sources import CLASSIFICATION, DataBundle
 from ..errors import UserError, error_line
 from ..errors import setting_name as named   # as the caller spelled the setting
+from ..imports import load_object
 from ..report.words import count
 
 _SPAWN_REIMPORTS = ("mptrain started worker processes with the 'spawn' start method, which "
@@ -327,6 +330,17 @@ def check_functions_importable(config, why: str = "") -> None:
             raise UserError(f"{said} cannot be imported by spawn'd workers (a lambda, or a "
                             f"function defined inside another){because}; define it at the "
                             "top level of a .py module")
+        if _RESOLVERS[setting](name) is not load_object(name, named(setting)):
+            # What a worker imports by the name is not what was given: a functools.partial
+            # ("functools:partial"), a callable object (its class), a bound method.
+            raise UserError(f"{said} names something else than the {setting} given (a "
+                            f"functools.partial, a callable object or a bound method?), and "
+                            f"spawn'd workers import it by that name{because}; give a "
+                            "function defined at the top level of a .py module")
+
+
+#: What a run takes for each setting's name: a function given from Python, or the import.
+_RESOLVERS = {"transform": resolve_transform, "collate": resolve_collate}
 
 
 def check_spawn_ready(model: nn.Module, why: str = "") -> None:
