@@ -357,3 +357,20 @@ def test_a_lambda_partition_must_be_given_again(function):
     # Another lambda, elsewhere: the name says where, so the resume is refused.
     with pytest.raises(UserError, match="resume with the same"):
         checkpoints.user_code_in(stored, {"partition": "__main__:<lambda>@train.py:40"})
+
+
+def test_a_stop_while_a_checkpoint_loads_is_the_stop_not_a_foreign_file(tmp_path, monkeypatch):
+    # Any failure of torch.load is a foreign or damaged file, in one line; a Ctrl-C whose
+    # exception a cleanup replaced read "not a readable mptrain checkpoint" instead.
+    path = tmp_path / checkpoints.FILENAME
+    path.write_bytes(b"whatever")
+
+    def cut_short(*args, **kwargs):
+        try:
+            raise Interrupted(signal.SIGTERM)
+        finally:
+            raise RuntimeError("the reader's cleanup, cut short")
+
+    monkeypatch.setattr(torch, "load", cut_short)
+    with pytest.raises(Interrupted):
+        checkpoints.load(tmp_path)

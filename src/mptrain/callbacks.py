@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .errors import error_line, python_caller, setting_name
+from .files import STOPS, behind
 
 
 class Callback:
@@ -94,6 +95,9 @@ class CallbackList:
             try:
                 getattr(tracker, event)(*args)
             except Exception as err:  # noqa: BLE001 - a tracker never stops the run
+                stop = behind(err, STOPS)   # ... but a stop its cleanup replaced does
+                if stop is not None:
+                    raise stop from None
                 self._failed.add(id(tracker))
                 self._warn(describe_failure(tracker, event, err))
         for callback in self.callbacks:

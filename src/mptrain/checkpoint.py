@@ -22,7 +22,7 @@ import torch
 
 from .errors import UserError, error_line, python_caller
 from .errors import setting_name as named   # as the caller spelled the setting
-from .files import atomic_write
+from .files import STOPS, atomic_write, behind
 
 FORMAT = "mptrain-checkpoint"
 VERSION = 1
@@ -126,6 +126,9 @@ def load(location: str | Path) -> Checkpoint:
         raise UserError(f"not enough memory to load {path} ({path.stat().st_size / 2**20:,.0f} "
                         "MiB); free memory or resume on a larger machine") from None
     except Exception as err:   # a foreign file fails anywhere: IndexError, KeyError, ...
+        stop = behind(err, STOPS)   # a stop that torch's cleanup replaced: the stop
+        if stop is not None:
+            raise stop from None
         raise UserError(f"{path} is not a readable mptrain checkpoint (truncated, corrupt or "
                         f"foreign: {_load_failure(err)}); use another checkpoint") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:

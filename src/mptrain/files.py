@@ -50,13 +50,19 @@ def atomic_write(path: Path, write, on_replaced: Callable[[], None] | None = Non
             os.unlink(temp)
         except FileNotFoundError:
             pass
-        stop = behind(err, (KeyboardInterrupt, Interrupted))
+        stop = behind(err, STOPS)
         if stop is not None and stop is not err:
             raise stop from None   # the file it would have replaced is unchanged
         failed = behind(err, (OSError,))
         if failed is not None:   # a full disk, a quota, a folder gone: one line
             raise _not_written(path, failed) from err
         raise
+
+
+#: What stops a run: Ctrl-C's KeyboardInterrupt, another signal's ``Interrupted``. Where
+#: code catches ``Exception`` (a tracker's failure, a foreign checkpoint), a stop that a
+#: cleanup's own error replaced is looked for behind it (:func:`behind`) and raised again.
+STOPS = (KeyboardInterrupt, Interrupted)
 
 
 def behind(err: BaseException, kinds: tuple[type, ...]) -> BaseException | None:

@@ -182,3 +182,23 @@ def test_a_tracker_failure_with_a_long_message_is_one_line_cut_at_a_sentence():
     assert "(on_round: ConnectionError: The server refused the metric." in line
     assert "metric. The server refused the metric.); the run goes on" in line
     assert len(line) < 300
+
+
+def test_a_stop_that_a_trackers_cleanup_replaced_stops_the_run():
+    # A tracker's exception switches it off and the run goes on; a Ctrl-C landing in a
+    # tracker, whose own cleanup then raised in its place, was taken for a tracker's
+    # failure and lost: the run trained on.
+    class CutShort(Callback):
+        name = "cut-short"
+
+        def on_round_end(self, row):
+            try:
+                raise KeyboardInterrupt
+            finally:
+                raise RuntimeError("the tracker's cleanup, cut short")
+
+    warnings = []
+    callbacks = CallbackList([CutShort()], [], warn=warnings.append)
+    with pytest.raises(KeyboardInterrupt):
+        callbacks.on_round_end({"epoch": 1})
+    assert warnings == []
