@@ -57,6 +57,20 @@ def can_name_code(text: str) -> bool:
 _UNNAMED = ("<lambda>", "<locals>")
 
 
+def unimportable_where(module: str, qualname: str) -> str | None:
+    """Why a spawn'd worker, which finds a class or a function by its module and qualified
+    name, cannot import ``module:qualname`` (``"a lambda"``, ...), or None where it can.
+    Refused in one line before any worker starts: the model's class, a given transform or
+    collate, a streamed data set's class -- each worker died with a traceback instead."""
+    if module == "__main__" and not getattr(sys.modules.get("__main__"), "__file__", None):
+        return "defined in a notebook or at the Python prompt"
+    if "<lambda>" in qualname:
+        return "a lambda"
+    if "<locals>" in qualname:
+        return "defined inside a function"
+    return None
+
+
 def load_object(spec: str, what: str):
     """Import ``module:attribute`` (or ``file.py:attribute``) and return the attribute.
 

@@ -13,8 +13,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from ..strategies.registry import STRATEGIES
-from ..data.sources import CLASSIFICATION, load_data
+from ..data.sources import load_data
 from ..errors import UserError, brief
+from ..launch.preflight import no_test_accuracy
 from ..launch.tuning import usable_cores
 from .execute import RunRecord, Workload, run_cell
 from .matrix import REFERENCE, Cell, counts_rounds, expand, interleave, memory_pass, worker_counts
@@ -101,16 +102,11 @@ def plan(settings: BenchSettings) -> tuple[list[Cell], Workload]:
 
 
 def check_time_to_accuracy(target: float | None, bundle) -> None:
-    """Seconds to an accuracy need a test accuracy: regression data (scored by its mse) or
-    data without a test set have none, and every cell reported no figure without a word."""
-    if target is None:
-        return
-    if bundle.test is None:
-        raise UserError("--time-to-accuracy times the runs to a test accuracy, but this data "
-                        "has no test set; give one, or leave --time-to-accuracy out")
-    if bundle.task != CLASSIFICATION:
-        raise UserError("--time-to-accuracy times the runs to a test accuracy, which "
-                        "regression data (float targets, scored by test mse) has none of; "
+    """Seconds to an accuracy need a test accuracy, or every cell reported no figure
+    without a word."""
+    why = no_test_accuracy(bundle) if target is not None else None
+    if why is not None:
+        raise UserError(f"--time-to-accuracy times the runs to a test accuracy, but {why} "
                         "leave --time-to-accuracy out")
 
 

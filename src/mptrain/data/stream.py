@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
-import sys
 
 import numpy as np
 import torch
 
 from ..errors import UserError, setting_name
+from ..imports import unimportable_where
 from .fingerprint import STREAMED
 from .samples import (as_pair, as_targets, floats32, read_user, stacked_targets,
                       user_sample)
@@ -194,12 +194,7 @@ class _MappingsRefused(pickle.Pickler):
         """A class goes by reference, which a spawned worker must import: one of a
         notebook's (or the prompt's) ``__main__`` or defined inside a function it cannot,
         and each worker died unpickling it, the run saying only that they exited."""
-        main = sys.modules.get("__main__")
-        where = None
-        if "<locals>" in cls.__qualname__:
-            where = "defined inside a function"
-        elif cls.__module__ == "__main__" and not getattr(main, "__file__", None):
-            where = "defined in a notebook or at the Python prompt"
+        where = unimportable_where(cls.__module__, cls.__qualname__)
         if where:
             raise UserError(f"the {self.what} is a {cls.__qualname__.rpartition('.')[2]}, "
                             f"{where}, which spawn'd workers cannot import; define it in a .py "

@@ -17,7 +17,7 @@ from ..data.ragged import resolve_collate
 from ..data.sources import CLASSIFICATION, DataBundle
 from ..errors import UserError, error_line
 from ..errors import setting_name as named   # as the caller spelled the setting
-from ..imports import load_object
+from ..imports import load_object, unimportable_where
 from ..report.words import count
 
 _SPAWN_REIMPORTS = ("mptrain started worker processes with the 'spawn' start method, which "
@@ -84,21 +84,28 @@ def check_model_fits_data(model: nn.Module, bundle: DataBundle) -> None:
                         + _classes_as_floats(bundle, output))
 
 
+def no_test_accuracy(bundle: DataBundle) -> str | None:
+    """Why ``bundle`` gives no test accuracy to reach (none where it does): what a target
+    accuracy (``--target-accuracy``, the bench's ``--time-to-accuracy``) needs."""
+    if bundle.test is None:
+        return "there is no test set to score; give one, or"
+    if bundle.task != CLASSIFICATION:
+        return "a regression run (float targets) has none (it is scored by its test mse);"
+    return None
+
+
 def check_target_accuracy(config: TrainConfig, bundle: DataBundle, strategy=None) -> None:
     """A target accuracy is a test accuracy to stop at: with no test set, or regression
-    data (scored by its mean squared error), none is ever measured, and the run trained
-    to its end before saying the target was not reached."""
+    data, none is ever measured, and the run trained to its end before saying the target
+    was not reached."""
     if config.target_accuracy is None or (
             strategy is not None and strategy.inherited("target_accuracy",
                                                         config.target_accuracy)):
         return
-    said = f"{named('target_accuracy')} stops the run at a test accuracy"
-    if bundle.test is None:
-        raise UserError(f"{said}, but there is no test set to score; give one, or leave "
-                        f"{named('target_accuracy')} out")
-    if bundle.task != CLASSIFICATION:
-        raise UserError(f"{said}, which a regression run (float targets) has none of (it "
-                        f"is scored by its test mse); leave {named('target_accuracy')} out")
+    why = no_test_accuracy(bundle)
+    if why is not None:
+        raise UserError(f"{named('target_accuracy')} stops the run at a test accuracy, but "
+                        f"{why} leave {named('target_accuracy')} out")
 
 
 def _classes_as_floats(bundle: DataBundle, output: torch.Tensor) -> str:
@@ -315,21 +322,16 @@ def check_functions_importable(config, why: str = "") -> None:
     model's class is refused: each worker failed with the same traceback instead.
     ``why``: the reason the workers are not forked, said with the fix."""
     because = f" (workers are not forked here: {why})" if why else ""
-    main = sys.modules.get("__main__")
     for setting in ("transform", "collate"):
         name = getattr(config, setting, None)   # RL runs have neither
         if not name or ":" not in name:
             continue
-        module, _, attribute = name.partition(":")
         said = f"{named(setting)} {name!r}"
-        if module == "__main__" and not getattr(main, "__file__", None):
-            raise UserError(f"{said} is defined in a notebook or at the Python prompt, which "
-                            f"spawn'd workers cannot import{because}; define it in a .py "
-                            "module and import it")
-        if "<lambda>" in attribute or "<locals>" in attribute:
-            raise UserError(f"{said} cannot be imported by spawn'd workers (a lambda, or a "
-                            f"function defined inside another){because}; define it at the "
-                            "top level of a .py module")
+        where = unimportable_where(*name.split(":", 1))
+        if where is not None:
+            raise UserError(f"{said} is {where}, which spawn'd workers cannot "
+                            f"import{because}; define it at the top level of a .py module "
+                            "and import it")
         if _RESOLVERS[setting](name) is not load_object(name, named(setting)):
             # What a worker imports by the name is not what was given: a functools.partial
             # ("functools:partial"), a callable object (its class), a bound method.
@@ -348,13 +350,12 @@ def check_spawn_ready(model: nn.Module, why: str = "") -> None:
     ``why``: the reason the workers are not forked, said with the fix."""
     because = f" (workers are not forked here: {why})" if why else ""
     cls = type(model)
-    main = sys.modules.get("__main__")
-    if cls.__module__ == "__main__" and not getattr(main, "__file__", None):
-        # It pickles by reference, but no worker can import a notebook's __main__.
+    where = unimportable_where(cls.__module__, cls.__qualname__)
+    if where is not None:   # it pickles by reference, by a name no worker can import
         raise UserError(
-            f"the model class {cls.__qualname__} is defined in a notebook or at the Python "
-            f"prompt, which spawn'd workers cannot import{because}; define it in a .py "
-            "module and import it") from None
+            f"the model class {cls.__qualname__} is {where}, which spawn'd workers cannot "
+            f"import{because}; define it at the top level of a .py module and import it")
+    main = sys.modules.get("__main__")
     try:
         pickle.dumps(cls)
     except Exception:
