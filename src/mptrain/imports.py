@@ -57,6 +57,13 @@ def can_name_code(text: str) -> bool:
 _UNNAMED = ("<lambda>", "<locals>")
 
 
+def import_name(function) -> str:
+    """``module:qualified_name``: what a function given from Python (``fit(transform=fn)``)
+    goes by in the run's settings, the import string it would have on the command line."""
+    qualname = getattr(function, "__qualname__", type(function).__name__)
+    return f"{getattr(function, '__module__', None) or 'python'}:{qualname}"
+
+
 def unimportable_where(module: str, qualname: str) -> str | None:
     """Why a spawn'd worker, which finds a class or a function by its module and qualified
     name, cannot import ``module:qualname`` (``"a lambda"``, ...), or None where it can.

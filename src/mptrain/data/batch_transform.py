@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable
 
 
 from ..errors import UserError, raised_by_users_code, setting_name
+from ..imports import import_name
 if TYPE_CHECKING:
     import torch
 
@@ -38,8 +39,7 @@ _GIVEN: dict[str, Callable] = {}
 
 def given_transform(function: Callable) -> str:
     """The name ``function`` goes by in the run's settings (``module:qualified_name``)."""
-    name = f"{getattr(function, '__module__', None) or 'python'}:" \
-           f"{getattr(function, '__qualname__', type(function).__name__)}"
+    name = import_name(function)
     _GIVEN[name] = function
     return name
 

@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..errors import UserError, setting_name
+from ..imports import import_name
 
 PAD = "pad"
 
@@ -29,8 +30,7 @@ _GIVEN: dict[str, Callable] = {}
 
 
 def given_collate(function: Callable) -> str:
-    name = f"{getattr(function, '__module__', None) or 'python'}:" \
-           f"{getattr(function, '__qualname__', type(function).__name__)}"
+    name = import_name(function)
     _GIVEN[name] = function
     return name
 

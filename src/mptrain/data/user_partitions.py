@@ -11,6 +11,7 @@ import torch
 
 from ..errors import UserError, raised_by_users_code
 from ..errors import setting_name as named   # as the caller spelled the setting
+from ..imports import import_name
 
 
 #: Partition functions given from Python (``fit(partition=my_split)``), by the name that
@@ -29,10 +30,9 @@ def given_function(function) -> str:
     A function without a name of its own (a lambda, one defined in a function) is also
     named by where it is, ``@file:line``: two lambdas of a script both went by
     ``__main__:<lambda>``, so a resume given the other one took it for the same cut."""
-    qualname = getattr(function, '__qualname__', type(function).__name__)
-    name = f"{getattr(function, '__module__', None) or 'python'}:{qualname}"
+    name = import_name(function)
     code = getattr(function, "__code__", None)
-    if "<" in qualname and code is not None:
+    if "<" in name and code is not None:
         name += f"@{Path(code.co_filename).name}:{code.co_firstlineno}"
     _GIVEN_FUNCTIONS[name] = function   # the latest call's function is the run's
     return name
