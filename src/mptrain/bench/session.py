@@ -106,7 +106,7 @@ def check_time_to_accuracy(target: float | None, bundle) -> None:
     without a word."""
     why = no_test_accuracy(bundle) if target is not None else None
     if why is not None:
-        raise UserError(f"--time-to-accuracy times the runs to a test accuracy, but {why} "
+        raise UserError(f"--time-to-accuracy times the runs to a test accuracy, but {why}; "
                         "leave --time-to-accuracy out")
 
 

@@ -82,12 +82,12 @@ class InProcessLauncher(Launcher):
     """``single``: the run trains in the calling process."""
 
     #: How worker processes start and share tensors: nothing to say where none is started.
-    OWNED = ("start_method", "sharing_strategy")
+    WORKER_SETTINGS = ("start_method", "sharing_strategy")
 
     def refuse_settings(self, given):
         from ..config import DEFAULT_STRATEGY, SETTING_DEFAULTS
 
-        for name in self.OWNED:
+        for name in self.WORKER_SETTINGS:
             if given.get(name) is not None and given[name] != SETTING_DEFAULTS[name]:
                 raise UserError(f"{named(name)} does nothing with {named('strategy')} "
                                 f"{given.get('strategy') or DEFAULT_STRATEGY}, which trains in "

@@ -88,9 +88,9 @@ def no_test_accuracy(bundle: DataBundle) -> str | None:
     """Why ``bundle`` gives no test accuracy to reach (none where it does): what a target
     accuracy (``--target-accuracy``, the bench's ``--time-to-accuracy``) needs."""
     if bundle.test is None:
-        return "there is no test set to score; give one, or"
+        return "there is no test set to score (give one)"
     if bundle.task != CLASSIFICATION:
-        return "a regression run (float targets) has none (it is scored by its test mse);"
+        return "a regression run (float targets) has none: it is scored by its test mse"
     return None
 
 
@@ -105,7 +105,7 @@ def check_target_accuracy(config: TrainConfig, bundle: DataBundle, strategy=None
     why = no_test_accuracy(bundle)
     if why is not None:
         raise UserError(f"{named('target_accuracy')} stops the run at a test accuracy, but "
-                        f"{why} leave {named('target_accuracy')} out")
+                        f"{why}; leave {named('target_accuracy')} out")
 
 
 def _classes_as_floats(bundle: DataBundle, output: torch.Tensor) -> str:
